@@ -1,0 +1,85 @@
+"""The exception hierarchy of memstore.
+
+Every error that comes from the filesystem is a :class:`StoreIOError` and names the path it was
+about, so an operator reading a traceback knows which file to look at.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+from typing import Optional
+
+
+class MemstoreError(Exception):
+    """Base class of every error memstore raises on purpose."""
+
+
+class StoreIOError(MemstoreError):
+    """An I/O operation on a store file failed.
+
+    ``path`` is the file or directory involved, ``op`` a short verb ("write", "fsync", ...), and
+    ``errno`` the OS error number when there was one. The original exception is chained.
+    """
+
+    def __init__(self, op: str, path: os.PathLike | str, detail: str = "", errno: Optional[int] = None):
+        self.op = op
+        self.path = os.fspath(path)
+        self.errno = errno
+        self.detail = detail
+        message = f"{op} {self.path}"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)
+
+    @classmethod
+    def from_os_error(cls, op: str, path: os.PathLike | str, exc: OSError) -> "StoreIOError":
+        detail = exc.strerror or str(exc)
+        if exc.errno == _errno.ELOOP:
+            detail = "refusing to follow a symlink"
+        return cls(op, path, detail, exc.errno)
+
+
+class UnsafePathError(StoreIOError):
+    """A path is a symlink, or not the kind of file it must be, and memstore refuses to use it."""
+
+    def __init__(self, op: str, path: os.PathLike | str, detail: str):
+        super().__init__(op, path, detail, _errno.ELOOP if "symlink" in detail else None)
+
+
+class InvalidEvent(MemstoreError, ValueError):
+    """An event given to ``append`` is not a JSON object with a string ``type``, is a malformed
+    lifecycle event, or cannot be serialized. Nothing was written."""
+
+
+class TurnNotFound(MemstoreError, LookupError):
+    """``reconstruct_turn`` was asked for a turn the session does not (or no longer) hold."""
+
+    def __init__(self, session_id: str, turn: int):
+        self.session_id = session_id
+        self.turn = turn
+        super().__init__(f"turn {turn} not found in session {session_id!r}")
+
+
+class LogFailedError(MemstoreError):
+    """A previous write or fsync on this session failed; the handle refuses further appends.
+
+    After a failed fsync the kernel may have dropped the data while a retry would report success,
+    so the only honest state is closed. Reopen the session to continue: the log on disk is valid.
+    """
+
+
+class SessionClosedError(MemstoreError):
+    """The handle was closed."""
+
+
+class SessionBusyError(MemstoreError):
+    """Another process holds the session's liveness lock, and the operation needs it idle."""
+
+
+class CapEvictionError(MemstoreError):
+    """The cap-eviction summary hook failed; the canonical log was left untouched."""
+
+
+class InvalidPack(MemstoreError, ValueError):
+    """An audit pack is malformed, has an unsupported schema, or names an unsafe path."""

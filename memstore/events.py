@@ -1,0 +1,286 @@
+"""The event contract: the line envelope, lifecycle kinds and their validation, and what each
+event says (type, item, tool, status, usage, text).
+
+This is the only module that decodes events. A line of ``events.jsonl`` is one compact JSON
+object ending in ``\\n``::
+
+    {"schema_version":"0.18.0","seq":17,"ts":"2026-11-30T08:30:29.123Z","event":{"type":...}}
+
+``seq`` and ``ts`` are memstore's additions; lines written by VT Code carry neither and are
+accepted. Unknown event types and unknown keys are kept and passed through untouched.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime, timezone
+from typing import Any, NamedTuple, Optional
+
+import orjson
+
+from .errors import InvalidEvent
+
+SCHEMA_VERSION = "0.18.0"
+
+THREAD_STARTED = "thread.started"
+THREAD_COMPLETED = "thread.completed"
+TURN_STARTED = "turn.started"
+TURN_COMPLETED = "turn.completed"
+TURN_FAILED = "turn.failed"
+LIFECYCLE_KINDS = frozenset({THREAD_STARTED, THREAD_COMPLETED, TURN_STARTED, TURN_COMPLETED, TURN_FAILED})
+USAGE_FIELDS = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
+_U64_MAX = 2**64 - 1
+
+# --------------------------------------------------------------------------------------------
+# Timestamps
+
+
+_ts_cache: list = [None, ""]
+
+
+def utc_now() -> str:
+    """The current UTC time as RFC 3339 with milliseconds and a ``Z``: ``2026-11-30T08:30:29.123Z``.
+
+    One format everywhere, so timestamps also sort correctly as strings.
+    """
+    now = time.time()
+    second = int(now)
+    if _ts_cache[0] != second:
+        _ts_cache[0] = second
+        _ts_cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    millis = int((now - second) * 1000)
+    return f"{_ts_cache[1]}.{millis:03d}Z"
+
+
+def format_ts(dt: datetime) -> str:
+    """Format an aware (or UTC-naive) datetime in memstore's timestamp format."""
+    if dt.tzinfo is not None:
+        dt = dt.astimezone(timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def parse_ts(value: Any) -> Optional[datetime]:
+    """Parse an RFC 3339 timestamp (``Z`` or an offset; 0-9 fractional digits) to an aware
+    datetime; ``None`` when it is not one."""
+    if not isinstance(value, str) or len(value) < 19:
+        return None
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    if "." in text:
+        head, _, rest = text.partition(".")
+        digits = ""
+        while rest and rest[0].isdigit():
+            digits, rest = digits + rest[0], rest[1:]
+        text = f"{head}.{(digits + '000000')[:6]}{rest}" if digits else head + rest
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+
+def _is_u64(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= _U64_MAX
+
+
+def _opt_str(event: dict, key: str) -> bool:
+    value = event.get(key)
+    return value is None or isinstance(value, str)
+
+
+def valid_usage(usage: Any, *, required_fields: bool = False) -> bool:
+    """Whether ``usage`` is a Usage object: each field a u64, or missing/null ([N] defaults 0)."""
+    if not isinstance(usage, dict):
+        return False
+    for field in USAGE_FIELDS:
+        value = usage.get(field)
+        if value is None:
+            if required_fields:
+                return False
+        elif not _is_u64(value):
+            return False
+    return True
+
+
+def _valid_token_breakdown(value: Any) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, dict):
+        return False
+    return all(v is None or _is_u64(v) for k, v in value.items() if k.endswith("_tokens"))
+
+
+def valid_lifecycle(event: dict) -> bool:
+    """Full-shape validation of a lifecycle event, so a malformed one cannot open or close a turn.
+
+    Non-lifecycle events are always valid here (they only need a string ``type``).
+    """
+    kind = event.get("type")
+    if kind == TURN_STARTED:
+        context = event.get("context")
+        return _valid_token_breakdown(event.get("token_breakdown")) and (
+            context is None or isinstance(context, dict)
+        )
+    if kind == TURN_COMPLETED:
+        sessions = event.get("in_progress_exec_sessions")
+        return (
+            valid_usage(event.get("usage"))
+            and _opt_str(event, "completed_at")
+            and (sessions is None or (isinstance(sessions, list) and all(isinstance(s, str) for s in sessions)))
+        )
+    if kind == TURN_FAILED:
+        usage = event.get("usage")
+        return (
+            isinstance(event.get("message"), str)
+            and (usage is None or valid_usage(usage))
+            and _opt_str(event, "completed_at")
+        )
+    if kind == THREAD_STARTED:
+        return isinstance(event.get("thread_id"), str)
+    if kind == THREAD_COMPLETED:
+        cost = event.get("total_cost_usd")
+        return (
+            isinstance(event.get("thread_id"), str)
+            and isinstance(event.get("session_id"), str)
+            and isinstance(event.get("subtype"), str)
+            and isinstance(event.get("outcome_code"), str)
+            and valid_usage(event.get("usage"))
+            and _is_u64(event.get("num_turns"))
+            and _opt_str(event, "result")
+            and _opt_str(event, "stop_reason")
+            and _opt_str(event, "completed_at")
+            and (cost is None or (type(cost) in (int, float) and math.isfinite(cost)))
+        )
+    return True
+
+
+def check_event(event: Any) -> str:
+    """Validate an event given to ``append``; return its type or raise :class:`InvalidEvent`."""
+    if not isinstance(event, dict):
+        raise InvalidEvent(f"an event must be a JSON object (dict), not {type(event).__name__}")
+    kind = event.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise InvalidEvent("an event needs a non-empty string 'type'")
+    if kind in LIFECYCLE_KINDS and not valid_lifecycle(event):
+        raise InvalidEvent(f"malformed {kind} event: its fields do not match the event contract")
+    return kind
+
+
+# --------------------------------------------------------------------------------------------
+# The envelope
+
+
+class Record(NamedTuple):
+    """One decoded line: the envelope's ``seq`` and ``ts`` (``None`` in VT Code lines) and the
+    inner event."""
+
+    seq: Optional[int]
+    ts: Optional[str]
+    event: dict
+
+
+def encode_record(seq: int, ts: str, event: dict) -> bytes:
+    """Serialize one envelope line (with its trailing newline); :class:`InvalidEvent` if the event
+    cannot be represented as JSON."""
+    try:
+        return orjson.dumps(
+            {"schema_version": SCHEMA_VERSION, "seq": seq, "ts": ts, "event": event},
+            option=orjson.OPT_APPEND_NEWLINE,
+        )
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise InvalidEvent(f"event cannot be serialized as JSON: {exc}") from None
+
+
+def decode_line(line: bytes | str) -> Optional[Record]:
+    """Decode one log line into a :class:`Record`, or ``None`` when it is not a valid envelope.
+
+    Valid means: a JSON object with an ``event`` object whose ``type`` is a string, and, for a
+    lifecycle event, the full shape of that event.
+    """
+    try:
+        envelope = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if type(envelope) is not dict:
+        return None
+    event = envelope.get("event")
+    if type(event) is not dict:
+        return None
+    kind = event.get("type")
+    if type(kind) is not str:
+        return None
+    if kind in LIFECYCLE_KINDS and not valid_lifecycle(event):
+        return None
+    seq = envelope.get("seq")
+    ts = envelope.get("ts")
+    return Record(seq if _is_u64(seq) else None, ts if isinstance(ts, str) else None, event)
+
+
+# --------------------------------------------------------------------------------------------
+# What an event says
+
+
+class EventFacts(NamedTuple):
+    """The indexed columns of one event."""
+
+    type: str
+    item_type: Optional[str]
+    item_id: Optional[str]
+    name: Optional[str]
+    status: Optional[str]
+    exit_code: Optional[int]
+
+
+def _str_or_none(value: Any) -> Optional[str]:
+    return value if isinstance(value, str) else None
+
+
+def describe(event: dict) -> EventFacts:
+    """The columns the index keeps for ``event``: its type, its item's type and id, the tool or
+    command it names, a status and an exit code."""
+    kind = event["type"]
+    item = event.get("item")
+    if isinstance(item, dict):
+        item_type = _str_or_none(item.get("type"))
+        if item_type == "command_execution":
+            name = _str_or_none(item.get("command"))
+        elif item_type == "harness":
+            name = _str_or_none(item.get("event"))
+        else:
+            name = _str_or_none(item.get("tool_name"))
+        status = _str_or_none(item.get("status")) or _str_or_none(item.get("outcome"))
+        code = item.get("exit_code")
+        return EventFacts(kind, item_type, _str_or_none(item.get("id")), name, status,
+                          code if type(code) is int and abs(code) < 2**63 else None)
+    if kind == THREAD_COMPLETED:
+        return EventFacts(kind, None, None, None, _str_or_none(event.get("subtype")), None)
+    if kind.startswith("permission."):
+        return EventFacts(kind, None, None, _str_or_none(event.get("tool_name")),
+                          _str_or_none(event.get("decision")), None)
+    return EventFacts(kind, None, None, None, None, None)
+
+
+def usage_of(event: dict) -> tuple[int, int, int, int]:
+    """The four Usage counters of a turn or thread event (0 where missing or null)."""
+    usage = event.get("usage")
+    if not isinstance(usage, dict):
+        return (0, 0, 0, 0)
+    return tuple(v if _is_u64(v := usage.get(f)) else 0 for f in USAGE_FIELDS)  # type: ignore[return-value]
+
+
+def agent_message_text(event: dict) -> Optional[str]:
+    """The text of an ``item.completed`` agent message, else ``None``."""
+    if event.get("type") != "item.completed":
+        return None
+    item = event.get("item")
+    if isinstance(item, dict) and item.get("type") == "agent_message":
+        return _str_or_none(item.get("text"))
+    return None

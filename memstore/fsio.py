@@ -1,0 +1,262 @@
+"""Filesystem primitives: private directories and files, atomic replace, no-follow reads, and
+session-id sanitizing.
+
+Directories are created 0700 and files 0600. Nothing here follows a symlink when writing: a
+symlink where a store file or directory should be is refused with :class:`UnsafePathError`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import uuid
+from pathlib import Path
+from typing import Optional
+
+from .errors import StoreIOError, UnsafePathError
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+SESSIONS_DIR = "sessions"
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def sanitize_session_id(session_id: str) -> str:
+    """Return the directory name for ``session_id``.
+
+    ASCII letters, digits, ``-``, ``_`` and ``.`` are kept; every other character (a multi-byte
+    one included) becomes one ``_``; leading dots are stripped; an empty result is ``session``.
+    So ``../outside`` becomes ``_outside`` and ``..`` becomes ``session``.
+    """
+    if not isinstance(session_id, str):
+        raise TypeError(f"session id must be a str, not {type(session_id).__name__}")
+    mapped = "".join(
+        ch if (ch.isascii() and (ch.isalnum() or ch in "-_.")) else "_" for ch in session_id
+    )
+    mapped = mapped.lstrip(".")
+    return mapped or "session"
+
+
+def sessions_root(root: os.PathLike | str) -> Path:
+    """The directory that holds one directory per session."""
+    return Path(root) / SESSIONS_DIR
+
+
+def session_directory(root: os.PathLike | str, session_id: str) -> Path:
+    """The directory of ``session_id`` under the store ``root`` (the id is sanitized)."""
+    return sessions_root(root) / sanitize_session_id(session_id)
+
+
+def ensure_private_dir(path: os.PathLike | str) -> Path:
+    """Create ``path`` (and missing parents) as private directories and return it.
+
+    Refuses when ``path`` or any parent that had to be inspected is a symlink or not a
+    directory. The target's mode is forced to 0700 even when it already existed.
+    """
+    path = Path(path)
+    missing = []
+    probe = path
+    while True:
+        try:
+            st = os.lstat(probe)
+        except FileNotFoundError:
+            missing.append(probe)
+            parent = probe.parent
+            if parent == probe:
+                break
+            probe = parent
+            continue
+        except OSError as exc:
+            raise StoreIOError.from_os_error("stat", probe, exc) from exc
+        if stat.S_ISLNK(st.st_mode):
+            if probe == path or missing:
+                raise UnsafePathError("create directory", probe, "is a symlink; refusing to follow it")
+        elif not stat.S_ISDIR(st.st_mode):
+            raise UnsafePathError("create directory", probe, "exists and is not a directory")
+        break
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            st = os.lstat(directory)
+            if not stat.S_ISDIR(st.st_mode):
+                raise UnsafePathError("create directory", directory, "exists and is not a directory")
+        except OSError as exc:
+            raise StoreIOError.from_os_error("create directory", directory, exc) from exc
+    try:
+        os.chmod(path, DIR_MODE)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("chmod", path, exc) from exc
+    if missing:
+        # A new directory entry is durable only once its parent is synced.
+        fsync_dir(missing[-1].parent)
+    return path
+
+
+def fsync_dir(path: os.PathLike | str) -> None:
+    """fsync a directory so that entries created or renamed in it survive a power cut."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        raise StoreIOError.from_os_error("open directory", path, exc) from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        # Some filesystems cannot fsync a directory; that is not a data-loss signal.
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise StoreIOError.from_os_error("fsync directory", path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def _require_regular(fd: int, path: os.PathLike | str, op: str) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UnsafePathError(op, path, "is not a regular file")
+    return st
+
+
+def open_private_append(path: os.PathLike | str) -> tuple[int, bool]:
+    """Open ``path`` for appending, creating it 0600 if missing; never follows a symlink.
+
+    Returns ``(fd, created)``. A newly created file's directory entry is synced.
+    """
+    created = False
+    flags = os.O_WRONLY | os.O_APPEND | _O_NOFOLLOW | _O_CLOEXEC
+    try:
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            try:
+                fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, FILE_MODE)
+                created = True
+            except FileExistsError:
+                fd = os.open(path, flags)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("open for append", path, exc) from exc
+    _require_regular(fd, path, "open for append")
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except OSError as exc:
+        os.close(fd)
+        raise StoreIOError.from_os_error("chmod", path, exc) from exc
+    if created:
+        fsync_dir(Path(path).parent)
+    return fd, created
+
+
+def open_private_rw(path: os.PathLike | str) -> int:
+    """Open (creating 0600 if needed) ``path`` for read and write without following symlinks."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("open", path, exc) from exc
+    _require_regular(fd, path, "open")
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except OSError:
+        pass
+    return fd
+
+
+def open_read_no_follow(path: os.PathLike | str) -> Optional[int]:
+    """Open ``path`` read-only without following symlinks; ``None`` when it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreIOError.from_os_error("open", path, exc) from exc
+    _require_regular(fd, path, "open")
+    return fd
+
+
+def read_no_follow(path: os.PathLike | str) -> Optional[bytes]:
+    """Return the bytes of the regular file ``path``, or ``None`` when it does not exist.
+
+    A symlink or a non-regular file is an error, not "absent".
+    """
+    fd = open_read_no_follow(path)
+    if fd is None:
+        return None
+    try:
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            return fh.read()
+    except OSError as exc:
+        raise StoreIOError.from_os_error("read", path, exc) from exc
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview, path: os.PathLike | str) -> None:
+    """Write every byte of ``data`` to ``fd``, looping over short writes."""
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("write", path, exc) from exc
+        if written == 0:
+            raise StoreIOError("write", path, "wrote 0 bytes")
+        view = view[written:]
+
+
+def atomic_write(path: os.PathLike | str, data: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically, as a private (0600) file.
+
+    The bytes go to a unique temp file in the same directory, which is renamed over ``path``. The
+    destination is never opened for writing, and a symlink at ``path`` is refused. With
+    ``durable`` the temp file and the directory are fsynced, so the new content survives a power
+    cut; without it, readers still see either the old or the new file, never a mix.
+    """
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise StoreIOError.from_os_error("stat", path, exc) from exc
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePathError("replace", path, "is a symlink; refusing to follow it")
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError("replace", path, "exists and is not a regular file")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("create", tmp, exc) from exc
+    try:
+        try:
+            write_all(fd, data, tmp)
+            if durable:
+                os.fsync(fd)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("fsync", tmp, exc) from exc
+        finally:
+            os.close(fd)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("rename", path, exc) from exc
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durable:
+        fsync_dir(path.parent)
+
+
+def remove_if_exists(path: os.PathLike | str) -> bool:
+    """Unlink ``path`` (never following a symlink); return whether something was removed."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreIOError.from_os_error("remove", path, exc) from exc

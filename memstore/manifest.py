@@ -1,0 +1,238 @@
+"""``manifest.json``: its shape, publishing and loading, the cap-rewrite intent marker, and a
+validated cache of session summaries.
+
+The manifest is a published view of the session's state (the per-session index holds the same
+row). It is replaced atomically, so a reader sees the old or the new manifest, never a mix. It is
+regenerable: a missing or malformed manifest is treated as absent and rewritten on the next open.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+import orjson
+
+from .errors import StoreIOError
+from .events import utc_now
+from .fsio import atomic_write, read_no_follow, remove_if_exists
+
+MANIFEST_FILE = "manifest.json"
+MARKER_FILE = "pending-cap-rewrite.json"
+STORE_SCHEMA_VERSION = 1
+STATUS_ACTIVE = "active"
+STATUS_COMPLETED = "completed"
+
+
+@dataclass
+class Manifest:
+    """The state of a session as published in ``manifest.json``.
+
+    The first seven keys are VT Code's; ``in_turn``, ``persisted_file_len`` and
+    ``retained_turn_base`` are its [N] additions; ``next_seq`` is memstore's (the next envelope
+    sequence number, which must never repeat, even after a cap rewrite removed the old lines).
+    """
+
+    session_id: str
+    schema_version: int = STORE_SCHEMA_VERSION
+    created_at: str = field(default_factory=utc_now)
+    updated_at: str = field(default_factory=utc_now)
+    turn_count: int = 0
+    event_count: int = 0
+    status: str = STATUS_ACTIVE
+    in_turn: bool = False
+    persisted_file_len: int = 0
+    retained_turn_base: int = 1
+    next_seq: int = 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Optional["Manifest"]:
+        """Parse a manifest; ``None`` unless the five summary keys are present and well typed.
+
+        Keys VT Code's older versions lack (``in_turn``, ``persisted_file_len``,
+        ``retained_turn_base``) take their defaults; ``has_in_turn`` records whether ``in_turn``
+        was present, because the fast open path needs it.
+        """
+        summary = SessionSummary.from_dict(data)
+        if summary is None:
+            return None
+        values = {}
+        for f in fields(cls):
+            if f.name in data:
+                values[f.name] = data[f.name]
+        manifest = cls(**values)
+        if not _ints_ok(manifest):
+            return None
+        manifest.__dict__["has_in_turn"] = isinstance(data.get("in_turn"), bool)
+        return manifest
+
+    @property
+    def has_in_turn(self) -> bool:
+        return self.__dict__.get("has_in_turn", True)
+
+
+def _ints_ok(m: Manifest) -> bool:
+    for name in ("turn_count", "event_count", "persisted_file_len", "retained_turn_base", "next_seq"):
+        value = getattr(m, name)
+        if type(value) is not int or value < 0:
+            return False
+    return isinstance(m.in_turn, bool) and isinstance(m.created_at, str) and m.retained_turn_base >= 1
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """The five keys every consumer of a manifest relies on."""
+
+    session_id: str
+    turn_count: int
+    event_count: int
+    status: str
+    updated_at: str
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Optional["SessionSummary"]:
+        if not isinstance(data, dict):
+            return None
+        sid, tc, ec = data.get("session_id"), data.get("turn_count"), data.get("event_count")
+        status, updated = data.get("status"), data.get("updated_at")
+        if not (isinstance(sid, str) and isinstance(status, str) and isinstance(updated, str)):
+            return None
+        if type(tc) is not int or type(ec) is not int or tc < 0 or ec < 0:
+            return None
+        return cls(sid, tc, ec, status, updated)
+
+
+def _load_json(path: Path) -> Any:
+    """Parsed JSON of ``path``; ``None`` when absent or malformed. Symlinks raise."""
+    data = read_no_follow(path)
+    if data is None:
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def load_manifest(session_dir: os.PathLike | str) -> Optional[Manifest]:
+    """The session's manifest, or ``None`` when it is missing or malformed."""
+    return Manifest.from_dict(_load_json(Path(session_dir) / MANIFEST_FILE))
+
+
+def load_summary(session_dir: os.PathLike | str) -> Optional[SessionSummary]:
+    """The session's :class:`SessionSummary`, or ``None`` when the manifest is missing or malformed."""
+    return SessionSummary.from_dict(_load_json(Path(session_dir) / MANIFEST_FILE))
+
+
+def publish_manifest(session_dir: os.PathLike | str, manifest: Manifest, *, durable: bool = False) -> None:
+    """Atomically replace ``manifest.json``.
+
+    Not fsynced by default: the manifest is derived and the log it describes is synced first, so
+    after a power cut it can only be behind the log, which the next open detects and repairs.
+    """
+    path = Path(session_dir) / MANIFEST_FILE
+    atomic_write(path, manifest.to_json(), durable=durable)
+    summary_cache.invalidate(path)
+
+
+# --------------------------------------------------------------------------------------------
+# The pending cap-rewrite marker (index/pending-cap-rewrite.json)
+
+
+@dataclass(frozen=True)
+class CapRewriteMarker:
+    """Intent record of a cap rewrite: the log is being cut from ``previous_file_len`` bytes to
+    ``new_file_len``, and the first surviving turn is ``retained_turn_base``."""
+
+    previous_file_len: int
+    new_file_len: int
+    retained_turn_base: int
+
+    def matches(self, file_len: int) -> bool:
+        """True when the log on disk is the rewritten one (the rename happened)."""
+        return self.new_file_len == file_len < self.previous_file_len
+
+
+def marker_path(session_dir: os.PathLike | str) -> Path:
+    return Path(session_dir) / "index" / MARKER_FILE
+
+
+def write_marker(session_dir: os.PathLike | str, marker: CapRewriteMarker) -> None:
+    """Durably record the intent of a cap rewrite, before the log is replaced."""
+    atomic_write(marker_path(session_dir), orjson.dumps(asdict(marker)), durable=True)
+
+
+def load_marker(session_dir: os.PathLike | str) -> Optional[CapRewriteMarker]:
+    """The pending marker, or ``None`` if absent or malformed."""
+    data = _load_json(marker_path(session_dir))
+    if not isinstance(data, dict):
+        return None
+    try:
+        values = [data["previous_file_len"], data["new_file_len"], data["retained_turn_base"]]
+    except KeyError:
+        return None
+    if not all(type(v) is int and v >= 0 for v in values):
+        return None
+    return CapRewriteMarker(*values)
+
+
+def clear_marker(session_dir: os.PathLike | str) -> bool:
+    """Remove the pending marker; return whether one was there."""
+    return remove_if_exists(marker_path(session_dir))
+
+
+# --------------------------------------------------------------------------------------------
+# The summary cache
+
+
+class SummaryCache:
+    """An LRU of parsed manifests keyed by path, each entry checked against the file's
+    ``(mtime_ns, size, inode)`` on every lookup, so a replaced manifest is never served stale."""
+
+    def __init__(self, capacity: int = 200):
+        self.capacity = capacity
+        self._entries: "OrderedDict[str, tuple[tuple, Optional[SessionSummary]]]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path: os.PathLike | str) -> Optional[SessionSummary]:
+        """The summary in the manifest at ``path`` (``None`` if missing or malformed)."""
+        key = os.fspath(path)
+        try:
+            st = os.stat(key, follow_symlinks=False)
+        except FileNotFoundError:
+            self.invalidate(key)
+            return None
+        except OSError as exc:
+            raise StoreIOError.from_os_error("stat", key, exc) from exc
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None and hit[0] == stamp:
+                self._entries.move_to_end(key)
+                return hit[1]
+        summary = SessionSummary.from_dict(_load_json(Path(key)))
+        with self._lock:
+            self._entries[key] = (stamp, summary)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        return summary
+
+    def invalidate(self, path: os.PathLike | str) -> None:
+        with self._lock:
+            self._entries.pop(os.fspath(path), None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+summary_cache = SummaryCache()
