@@ -284,3 +284,16 @@ def agent_message_text(event: dict) -> Optional[str]:
     if isinstance(item, dict) and item.get("type") == "agent_message":
         return _str_or_none(item.get("text"))
     return None
+
+
+def normalize_whitespace(text: str) -> str:
+    """Collapse every run of whitespace to one space and trim the ends."""
+    return " ".join(text.split())
+
+
+def truncate_for_fact(text: str, limit: int = 180) -> str:
+    """Trim ``text``; if longer than ``limit`` characters keep ``limit - 3`` and append ``...``."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 3, 0)] + "..."

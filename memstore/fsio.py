@@ -53,8 +53,10 @@ def session_directory(root: os.PathLike | str, session_id: str) -> Path:
 def ensure_private_dir(path: os.PathLike | str) -> Path:
     """Create ``path`` (and missing parents) as private directories and return it.
 
-    Refuses when ``path`` or any parent that had to be inspected is a symlink or not a
-    directory. The target's mode is forced to 0700 even when it already existed.
+    Refuses when ``path`` itself is a symlink or not a directory. Existing ancestors are the
+    caller's choice (a store root may live behind a symlink); memstore calls this once per level
+    of the store, so every store-owned directory is checked as a target. The target's mode is
+    forced to 0700 even when it already existed.
     """
     path = Path(path)
     missing = []
@@ -64,25 +66,25 @@ def ensure_private_dir(path: os.PathLike | str) -> Path:
             st = os.lstat(probe)
         except FileNotFoundError:
             missing.append(probe)
-            parent = probe.parent
-            if parent == probe:
+            if probe.parent == probe:
                 break
-            probe = parent
+            probe = probe.parent
             continue
         except OSError as exc:
             raise StoreIOError.from_os_error("stat", probe, exc) from exc
-        if stat.S_ISLNK(st.st_mode):
-            if probe == path or missing:
+        if probe == path:
+            if stat.S_ISLNK(st.st_mode):
                 raise UnsafePathError("create directory", probe, "is a symlink; refusing to follow it")
-        elif not stat.S_ISDIR(st.st_mode):
+            if not stat.S_ISDIR(st.st_mode):
+                raise UnsafePathError("create directory", probe, "exists and is not a directory")
+        elif not os.path.isdir(probe):
             raise UnsafePathError("create directory", probe, "exists and is not a directory")
         break
     for directory in reversed(missing):
         try:
             os.mkdir(directory, DIR_MODE)
         except FileExistsError:
-            st = os.lstat(directory)
-            if not stat.S_ISDIR(st.st_mode):
+            if not stat.S_ISDIR(os.lstat(directory).st_mode):
                 raise UnsafePathError("create directory", directory, "exists and is not a directory")
         except OSError as exc:
             raise StoreIOError.from_os_error("create directory", directory, exc) from exc

@@ -60,8 +60,8 @@ class Manifest:
         """Parse a manifest; ``None`` unless the five summary keys are present and well typed.
 
         Keys VT Code's older versions lack (``in_turn``, ``persisted_file_len``,
-        ``retained_turn_base``) take their defaults; ``has_in_turn`` records whether ``in_turn``
-        was present, because the fast open path needs it.
+        ``retained_turn_base``) take their defaults; the manifest remembers which keys
+        was present (see :meth:`has`), because the open path needs to know.
         """
         summary = SessionSummary.from_dict(data)
         if summary is None:
@@ -73,12 +73,13 @@ class Manifest:
         manifest = cls(**values)
         if not _ints_ok(manifest):
             return None
-        manifest.__dict__["has_in_turn"] = isinstance(data.get("in_turn"), bool)
+        manifest.__dict__["_present"] = frozenset(data)
         return manifest
 
-    @property
-    def has_in_turn(self) -> bool:
-        return self.__dict__.get("has_in_turn", True)
+    def has(self, key: str) -> bool:
+        """Whether ``key`` was present in the parsed JSON (always true for a built manifest)."""
+        present = self.__dict__.get("_present")
+        return present is None or key in present
 
 
 def _ints_ok(m: Manifest) -> bool:

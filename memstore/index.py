@@ -1,0 +1,345 @@
+"""The per-session SQLite index, ``index/session.db``.
+
+It holds the session's manifest row, one row per turn and one per event, enough to answer "which
+turns failed, what did each cost, which commands ran" in SQL without reading the log. It is a
+regenerable view of ``events.jsonl``: the manifest row records the log length it covers
+(``persisted_file_len``) and the last bytes of the log up to there (``tail``), so an open can tell
+whether the index still describes the log and index only the bytes past that offset.
+
+The database runs in WAL mode so readers (Datasette, the catalog) never block the writer.
+``synchronous=NORMAL`` is enough: the log is fsynced before every index transaction, so after a
+power cut the index can only be behind the log, and an open catches it up.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from .errors import StoreIOError
+from .manifest import Manifest
+
+INDEX_FILE = "session.db"
+INDEX_FORMAT = 1
+
+_SCHEMA_V1 = """
+CREATE TABLE manifest (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    session_id TEXT NOT NULL,
+    schema_version INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    turn_count INTEGER NOT NULL,
+    event_count INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    in_turn INTEGER NOT NULL,
+    persisted_file_len INTEGER NOT NULL,
+    retained_turn_base INTEGER NOT NULL,
+    next_seq INTEGER NOT NULL,
+    tail BLOB NOT NULL
+);
+CREATE TABLE turns (
+    number INTEGER PRIMARY KEY,
+    status TEXT NOT NULL,
+    start_offset INTEGER NOT NULL,
+    end_offset INTEGER NOT NULL,
+    event_count INTEGER NOT NULL,
+    first_seq INTEGER,
+    last_seq INTEGER,
+    started_at TEXT,
+    ended_at TEXT,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_creation_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    seq INTEGER,
+    offset INTEGER NOT NULL,
+    length INTEGER NOT NULL,
+    turn INTEGER,
+    ts TEXT,
+    type TEXT NOT NULL,
+    item_type TEXT,
+    item_id TEXT,
+    name TEXT,
+    status TEXT,
+    exit_code INTEGER
+);
+CREATE INDEX events_turn ON events(turn);
+"""
+
+# Each entry upgrades the schema by one format version; index i brings format i to i+1.
+_MIGRATIONS: list[str] = [_SCHEMA_V1]
+
+TURN_OPEN = "open"
+TURN_COMPLETED = "completed"
+TURN_FAILED = "failed"
+TURN_INTERRUPTED = "interrupted"
+
+
+@dataclass(slots=True)
+class Turn:
+    """One turn of a session as the index records it.
+
+    ``status`` is ``open`` (no closing event yet), ``completed``, ``failed`` (closed by
+    ``turn.failed``) or ``interrupted`` (a new ``turn.started`` arrived before it closed).
+    Offsets are UTF-8 byte offsets into ``events.jsonl``; ``end_offset`` is exclusive.
+    """
+
+    number: int
+    status: str
+    start_offset: int
+    end_offset: int
+    event_count: int
+    first_seq: Optional[int] = None
+    last_seq: Optional[int] = None
+    started_at: Optional[str] = None
+    ended_at: Optional[str] = None
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_creation_tokens: int = 0
+    output_tokens: int = 0
+    error: Optional[str] = None
+
+
+_TURN_COLUMNS = tuple(f.name for f in fields(Turn))
+_TURN_UPSERT = (
+    f"INSERT OR REPLACE INTO turns ({', '.join(_TURN_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(_TURN_COLUMNS))})"
+)
+_EVENT_COLUMNS = ("seq", "offset", "length", "turn", "ts", "type", "item_type", "item_id", "name", "status", "exit_code")
+_EVENT_INSERT = f"INSERT INTO events ({', '.join(_EVENT_COLUMNS)}) VALUES ({', '.join('?' * len(_EVENT_COLUMNS))})"
+_MANIFEST_COLUMNS = tuple(f.name for f in fields(Manifest))
+_MANIFEST_UPSERT = (
+    f"INSERT OR REPLACE INTO manifest (id, {', '.join(_MANIFEST_COLUMNS)}, tail) "
+    f"VALUES (1, {', '.join('?' * len(_MANIFEST_COLUMNS))}, ?)"
+)
+
+
+class IndexCorrupt(Exception):
+    """The index file is not a usable SQLite database of a known format."""
+
+
+@dataclass
+class SavedState:
+    """What the index says about the log: its manifest row, the tail bytes it covers, and the
+    open turn if there is one."""
+
+    manifest: Manifest
+    tail: bytes
+    open_turn: Optional[Turn]
+
+
+class SessionIndex:
+    """A connection to one session's ``index/session.db``."""
+
+    def __init__(self, path: os.PathLike | str, conn: sqlite3.Connection):
+        self.path = Path(path)
+        self.conn = conn
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: os.PathLike | str) -> "SessionIndex":
+        """Open (creating and migrating as needed) the index at ``path``.
+
+        Raises :class:`IndexCorrupt` when the file is not a database or has an unknown format,
+        and :class:`StoreIOError` for other failures.
+        """
+        path = Path(path)
+        if path.is_symlink():
+            raise StoreIOError("open index", path, "is a symlink; refusing to follow it")
+        existed = path.exists()
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreIOError("open index", path, str(exc)) from exc
+        try:
+            if not existed:
+                os.chmod(path, 0o600)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(_MIGRATIONS):
+                raise IndexCorrupt(f"index format {version} is newer than this memstore ({len(_MIGRATIONS)})")
+            if version < len(_MIGRATIONS):
+                conn.execute("BEGIN IMMEDIATE")
+                for step in range(version, len(_MIGRATIONS)):
+                    _run_script(conn, _MIGRATIONS[step])
+                conn.execute(f"PRAGMA user_version={len(_MIGRATIONS)}")
+                conn.execute("COMMIT")
+            # A quick structural probe: a damaged file usually fails here rather than later.
+            conn.execute("SELECT count(*) FROM manifest").fetchone()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise IndexCorrupt(f"{path}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        for suffix in ("-wal", "-shm"):
+            side = Path(f"{path}{suffix}")
+            if side.exists():
+                try:
+                    os.chmod(side, 0o600)
+                except OSError:
+                    pass
+        return cls(path, conn)
+
+    @staticmethod
+    def discard(path: os.PathLike | str) -> None:
+        """Delete an index file and its WAL side files (used when it is corrupt)."""
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            try:
+                os.unlink(f"{path}{suffix}")
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise StoreIOError.from_os_error("remove", f"{path}{suffix}", exc) from exc
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except sqlite3.Error:
+            pass
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def load(self) -> Optional[SavedState]:
+        """The saved state, or ``None`` when the index is empty."""
+        try:
+            row = self.conn.execute(
+                f"SELECT {', '.join(_MANIFEST_COLUMNS)}, tail FROM manifest WHERE id = 1"
+            ).fetchone()
+            if row is None:
+                return None
+            values = dict(zip(_MANIFEST_COLUMNS, row[:-1]))
+            values["in_turn"] = bool(values["in_turn"])
+            manifest = Manifest(**values)
+            open_turn = None
+            if manifest.in_turn:
+                open_turn = self.turn(manifest.turn_count + 1)
+        except sqlite3.DatabaseError as exc:
+            raise IndexCorrupt(f"{self.path}: {exc}") from exc
+        return SavedState(manifest, bytes(row[-1]), open_turn)
+
+    def turn(self, number: int) -> Optional[Turn]:
+        row = self.conn.execute(
+            f"SELECT {', '.join(_TURN_COLUMNS)} FROM turns WHERE number = ?", (number,)
+        ).fetchone()
+        return Turn(*row) if row else None
+
+    def turns(self) -> list[Turn]:
+        rows = self.conn.execute(f"SELECT {', '.join(_TURN_COLUMNS)} FROM turns ORDER BY number")
+        return [Turn(*row) for row in rows]
+
+    def turn_spans(self) -> list[tuple[int, int, int, int]]:
+        """``(number, start_offset, end_offset, event_count)`` of every turn, oldest first."""
+        return self.conn.execute(
+            "SELECT number, start_offset, end_offset, event_count FROM turns ORDER BY number"
+        ).fetchall()
+
+    def is_consistent(self, manifest: Manifest) -> bool:
+        """Whether the turn and event rows agree with the manifest row.
+
+        Turn numbers must be contiguous from ``retained_turn_base`` to ``turn_count`` (plus the
+        open turn), offsets increasing, non-overlapping and within the covered log length, every
+        turn non-empty, and the event rows must number ``event_count``.
+        """
+        try:
+            first, last, count, bad = self.conn.execute(
+                "SELECT min(number), max(number), count(*), "
+                "sum(event_count <= 0 OR start_offset > end_offset OR end_offset > ?) FROM turns",
+                (manifest.persisted_file_len,),
+            ).fetchone()
+            if count:
+                overlaps = self.conn.execute(
+                    "SELECT count(*) FROM (SELECT start_offset, lag(end_offset) OVER (ORDER BY number) AS prev "
+                    "FROM turns) WHERE prev IS NOT NULL AND start_offset < prev"
+                ).fetchone()[0]
+            else:
+                overlaps = 0
+            events = self.conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        except sqlite3.DatabaseError:
+            return False
+        if events != manifest.event_count or bad or overlaps:
+            return False
+        expected_last = manifest.turn_count + (1 if manifest.in_turn else 0)
+        if count == 0:
+            return expected_last == 0 or manifest.retained_turn_base > expected_last
+        return (
+            first == manifest.retained_turn_base
+            and last == expected_last
+            and count == last - first + 1
+        )
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def commit(
+        self,
+        events: Sequence[tuple],
+        turns: Iterable[Turn],
+        manifest: Manifest,
+        tail: bytes,
+        *,
+        reset: bool = False,
+    ) -> None:
+        """Record new event rows, changed turns and the manifest row in one transaction.
+
+        With ``reset`` every existing row is dropped first (a rebuild), in the same transaction,
+        so a concurrent reader sees the old index or the new one.
+        """
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if reset:
+                    conn.execute("DELETE FROM events")
+                    conn.execute("DELETE FROM turns")
+                    conn.execute("DELETE FROM manifest")
+                if events:
+                    conn.executemany(_EVENT_INSERT, events)
+                turn_rows = [astuple(t) for t in turns]
+                if turn_rows:
+                    conn.executemany(_TURN_UPSERT, turn_rows)
+                conn.execute(_MANIFEST_UPSERT, (*astuple(manifest), tail))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StoreIOError("update index", self.path, str(exc)) from exc
+
+    def evict(self, truncate_offset: int, first_kept_turn: int, manifest: Manifest, tail: bytes) -> None:
+        """Apply a cap rewrite: drop turns before ``first_kept_turn`` and events before
+        ``truncate_offset``, shift the remaining offsets, and store the new manifest row."""
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM turns WHERE number < ?", (first_kept_turn,))
+                conn.execute("DELETE FROM events WHERE offset < ?", (truncate_offset,))
+                conn.execute(
+                    "UPDATE turns SET start_offset = start_offset - ?1, end_offset = end_offset - ?1",
+                    (truncate_offset,),
+                )
+                conn.execute("UPDATE events SET offset = offset - ?", (truncate_offset,))
+                conn.execute(_MANIFEST_UPSERT, (*astuple(manifest), tail))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StoreIOError("update index", self.path, str(exc)) from exc
+
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    # executescript() would COMMIT the surrounding transaction; run statement by statement.
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)

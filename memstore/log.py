@@ -1,0 +1,1071 @@
+"""``SessionLog``: appending to and reading a session's canonical ``events.jsonl``.
+
+This module owns the one lifecycle state machine (:class:`LogState`), shared by append and scan;
+buffered appends and their durability ordering; the scan that (re)builds the index; torn-tail
+repair; turn reconstruction; and the cap rewrite.
+
+Durability ordering at every write point: (1) one ``write()`` of whole lines, (2) ``fdatasync``
+per the durability policy, (3) the index transaction, (4) the manifest's atomic replace. Each
+later step only describes bytes an earlier step made durable, so after any crash the views are
+at most behind the log, never ahead of it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+import orjson
+
+from . import events as ev
+from .errors import (
+    CapEvictionError,
+    InvalidEvent,
+    LogFailedError,
+    MemstoreError,
+    SessionBusyError,
+    SessionClosedError,
+    StoreIOError,
+    TurnNotFound,
+)
+from .events import Record
+from .fsio import (
+    atomic_write,
+    ensure_private_dir,
+    fsync_dir,
+    open_private_append,
+    open_read_no_follow,
+    read_no_follow,
+    sanitize_session_id,
+    session_directory,
+    sessions_root,
+    write_all,
+)
+from .index import (
+    INDEX_FILE,
+    TURN_COMPLETED,
+    TURN_FAILED,
+    TURN_INTERRUPTED,
+    TURN_OPEN,
+    IndexCorrupt,
+    SavedState,
+    SessionIndex,
+    Turn,
+)
+from .lock import LivenessLock
+from .manifest import (
+    STATUS_ACTIVE,
+    STATUS_COMPLETED,
+    CapRewriteMarker,
+    Manifest,
+    clear_marker,
+    load_manifest,
+    load_marker,
+    publish_manifest,
+    write_marker,
+)
+
+EVENTS_FILE = "events.jsonl"
+INDEX_DIR = "index"
+DERIVED_DIR = "derived"
+DEFAULT_MAX_EVENTS = 10_000
+MAX_WRITE_BUFFER_BYTES = 65_536
+DURABILITY_POLICIES = ("turn", "event", "none")
+TAIL_BYTES = 256
+SCAN_BATCH_EVENTS = 20_000
+EVICTION_SUMMARY_FACTS = 5
+EVICTION_FACT_CHARS = 180
+
+EvictionHook = Callable[[Path, str, list], None]
+
+
+# --------------------------------------------------------------------------------------------
+# The lifecycle state machine
+
+
+class LogState:
+    """The session state that append and scan both advance, one event at a time.
+
+    ``manifest`` carries the counters (``turn_count`` counts closed turns, ``event_count`` every
+    accepted record, thread events included); ``open_turn`` is the turn in progress; ``dirty``
+    collects the turns changed since the index last stored them.
+    """
+
+    __slots__ = ("manifest", "open_turn", "dirty")
+
+    def __init__(self, manifest: Manifest, open_turn: Optional[Turn] = None):
+        self.manifest = manifest
+        self.open_turn = open_turn if manifest.in_turn else None
+        self.dirty: dict[int, Turn] = {}
+
+    def apply(self, kind: str, event: dict, start: int, end: int, seq: Optional[int], ts: Optional[str]) -> tuple[bool, Optional[int]]:
+        """Advance the state by one accepted event occupying bytes ``[start, end)``.
+
+        Returns ``(boundary, turn)``: whether the event ends a unit of work (a turn closed or the
+        thread completed), and the number of the turn it belongs to (``None`` outside turns).
+
+        Every event inside an open turn belongs to it, lifecycle or not, so a turn's byte range
+        and its event count always describe the same lines. A ``turn.started`` while a turn is
+        open closes that turn as ``interrupted`` (VT Code would number both turns the same).
+        """
+        m = self.manifest
+        m.event_count += 1
+        turn = self.open_turn
+        if kind == ev.TURN_STARTED:
+            if turn is not None:
+                turn.status = TURN_INTERRUPTED
+                m.turn_count = max(m.turn_count, turn.number)
+            started = ts or _context_timestamp(event)
+            turn = Turn(m.turn_count + 1, TURN_OPEN, start, end, 1, seq, seq, started)
+            self.open_turn = turn
+            self.dirty[turn.number] = turn
+            m.status = STATUS_ACTIVE
+            m.in_turn = True
+            return False, turn.number
+        if turn is None:
+            if kind == ev.THREAD_STARTED:
+                m.status = STATUS_ACTIVE
+            elif kind == ev.THREAD_COMPLETED:
+                m.status = STATUS_COMPLETED
+                return True, None
+            return kind in (ev.TURN_COMPLETED, ev.TURN_FAILED), None
+        turn.end_offset = end
+        turn.event_count += 1
+        if seq is not None:
+            turn.last_seq = seq
+            if turn.first_seq is None:
+                turn.first_seq = seq
+        self.dirty[turn.number] = turn
+        if kind in (ev.TURN_COMPLETED, ev.TURN_FAILED):
+            turn.status = TURN_COMPLETED if kind == ev.TURN_COMPLETED else TURN_FAILED
+            turn.ended_at = ts or event.get("completed_at")
+            (turn.input_tokens, turn.cached_input_tokens, turn.cache_creation_tokens,
+             turn.output_tokens) = ev.usage_of(event)
+            if kind == ev.TURN_FAILED:
+                turn.error = event.get("message")
+            m.turn_count = max(m.turn_count, turn.number)
+            m.in_turn = False
+            self.open_turn = None
+            return True, turn.number
+        if kind == ev.THREAD_STARTED:
+            m.status = STATUS_ACTIVE
+        elif kind == ev.THREAD_COMPLETED:
+            m.status = STATUS_COMPLETED
+            return True, turn.number
+        return False, turn.number
+
+    def take_dirty(self) -> list[Turn]:
+        turns = list(self.dirty.values())
+        self.dirty.clear()
+        return turns
+
+
+def _context_timestamp(event: dict) -> Optional[str]:
+    context = event.get("context")
+    if isinstance(context, dict) and isinstance(context.get("timestamp"), str):
+        return context["timestamp"]
+    return None
+
+
+def _event_row(seq: Optional[int], offset: int, length: int, turn: Optional[int], ts: Optional[str], event: dict) -> tuple:
+    return (seq, offset, length, turn, ts, *ev.describe(event))
+
+
+# --------------------------------------------------------------------------------------------
+# Cap planning (pure; the I/O is in _Session.enforce_cap)
+
+
+@dataclass(frozen=True)
+class CapPlan:
+    """Which oldest whole turns a cap rewrite removes: the log is cut at ``truncate_offset``,
+    ``evicted_events`` is the planned count (the rewrite recounts the prefix, which may also hold
+    thread records), and ``first_kept_turn`` is the first surviving turn (``None``: none)."""
+
+    truncate_offset: int
+    evicted_events: int
+    evicted_turns: int
+    first_kept_turn: Optional[int]
+
+
+def plan_cap_eviction(
+    turns: Iterable[tuple[int, int, int, int]], event_count: int, max_events: int, open_turn: Optional[int] = None
+) -> Optional[CapPlan]:
+    """Plan a cap eviction over ``(number, start, end, event_count)`` turn spans, oldest first.
+
+    Whole turns are taken from the oldest until ``event_count - evicted <= max_events``; the open
+    turn (number ``open_turn``) is never taken. ``None`` when under the cap, when ``max_events``
+    is 0 (no cap), or when nothing can be evicted. ``turns`` is consumed lazily, only as far as
+    needed; nothing is mutated.
+    """
+    if max_events <= 0 or event_count <= max_events:
+        return None
+    evicted = 0
+    taken = 0
+    truncate = None
+    spans = iter(turns)
+    first_kept = None
+    for number, _start, end, count in spans:
+        if number == open_turn or event_count - evicted <= max_events:
+            first_kept = number
+            break
+        evicted += count
+        taken += 1
+        truncate = end
+    if truncate is None:
+        return None
+    if first_kept is None:
+        first_kept = next(spans, (None,))[0]
+    return CapPlan(truncate, evicted, taken, first_kept)
+
+
+def write_eviction_summary(session_dir: Path, session_id: str, events: list, **extra) -> Path:
+    """The default cap-eviction hook: record what was evicted in
+    ``derived/eviction-summary-<32 hex>.json``.
+
+    The summary counts the evicted events by type and keeps up to five grounded facts (the
+    agent's messages, whitespace-normalized, at most 180 characters each, newest last) as plain
+    strings, as VT Code does. ``extra`` keys (the retained turn base, the next sequence number)
+    are stored too, so a rebuild after a cap rewrite can keep turn ordinals without a manifest.
+    """
+    facts: list[str] = []
+    for event in events:
+        text = ev.agent_message_text(event)
+        if not text:
+            continue
+        fact = ev.truncate_for_fact(ev.normalize_whitespace(text), EVICTION_FACT_CHARS)
+        if not fact:
+            continue
+        lowered = fact.lower()
+        facts = [f for f in facts if f.lower() != lowered]
+        facts.append(fact)
+    summary = {
+        "session_id": session_id,
+        "evicted_event_count": len(events),
+        "event_types": dict(sorted(Counter(e.get("type") for e in events).items())),
+        "created_at": ev.utc_now(),
+        "grounded_facts": facts[-EVICTION_SUMMARY_FACTS:],
+        **extra,
+    }
+    derived = ensure_private_dir(Path(session_dir) / DERIVED_DIR)
+    path = derived / f"eviction-summary-{uuid.uuid4().hex}.json"
+    atomic_write(path, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    return path
+
+
+def _newest_eviction_summary(session_dir: Path) -> Optional[dict]:
+    derived = session_dir / DERIVED_DIR
+    newest = None
+    try:
+        names = [n for n in os.listdir(derived) if n.startswith("eviction-summary-") and n.endswith(".json")]
+    except OSError:
+        return None
+    for name in names:
+        try:
+            data = orjson.loads(read_no_follow(derived / name) or b"null")
+        except (orjson.JSONDecodeError, MemstoreError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("created_at"), str):
+            if newest is None or data["created_at"] > newest["created_at"]:
+                newest = data
+    return newest
+
+
+# --------------------------------------------------------------------------------------------
+# Legacy VT Code turn index (index/turns.json), read only to keep turn ordinals on a rescan
+
+
+def _legacy_spans(session_dir: Path) -> list[tuple[int, int, int, int]]:
+    try:
+        data = orjson.loads(read_no_follow(session_dir / INDEX_DIR / "turns.json") or b"null")
+    except (orjson.JSONDecodeError, MemstoreError):
+        return []
+    entries = data.get("entries") if isinstance(data, dict) else None
+    spans = []
+    for entry in entries if isinstance(entries, list) else []:
+        try:
+            span = (entry["turn_number"], entry["start_offset"], entry["end_offset"], entry["event_count"])
+        except (KeyError, TypeError):
+            return []
+        if not all(type(v) is int for v in span):
+            return []
+        spans.append(span)
+    return spans
+
+
+def _spans_valid(spans: Sequence[tuple[int, int, int, int]], length: int) -> bool:
+    previous_end = 0
+    for _number, start, end, count in spans:
+        if count <= 0 or start < previous_end or start > end or end > length:
+            return False
+        previous_end = end
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# The shared per-process session state
+
+_registry: dict[str, "_Session"] = {}
+_registry_lock = threading.Lock()
+
+
+class _Session:
+    """The state every handle of one session in this process shares: one append descriptor,
+    one buffer, one lifecycle state, one index connection and one liveness lock."""
+
+    def __init__(self, root: Path, session_id: str, directory: Path, key: str):
+        self.root = root
+        self.session_id = session_id
+        self.dir = directory
+        self.key = key
+        self.events_path = directory / EVENTS_FILE
+        self.index_path = directory / INDEX_DIR / INDEX_FILE
+        self.lock = threading.RLock()
+        self.handles = 0
+        self.fd = -1
+        self.rfd = -1
+        self.file_len = 0
+        self.buffer = bytearray()
+        self.pending: list[tuple] = []
+        self.unpublished = 0
+        self.tail = b""
+        self.failed: Optional[BaseException] = None
+        self.liveness = LivenessLock(directory)
+        self.index: Optional[SessionIndex] = None
+        self.state: LogState
+        self.published: Optional[bytes] = None
+        self.unsynced = False
+
+    # -- open ------------------------------------------------------------------------------
+
+    def open(self, *, force_rescan: bool = False) -> None:
+        ensure_private_dir(self.dir / INDEX_DIR)
+        ensure_private_dir(self.dir / DERIVED_DIR)
+        if not self.liveness.acquire() and self.liveness.holder_elsewhere:
+            raise SessionBusyError(
+                f"session {self.session_id!r} is open in another process ({self.liveness.path} is locked); "
+                "memstore allows one writing process per session"
+            )
+        try:
+            self._open_files()
+            self._recover(force_rescan)
+        except BaseException:
+            self._close_files()
+            self.liveness.release()
+            raise
+
+    def _open_files(self) -> None:
+        self.fd, _created = open_private_append(self.events_path)
+        rfd = open_read_no_follow(self.events_path)
+        if rfd is None:
+            raise StoreIOError("open", self.events_path, "disappeared while opening")
+        self.rfd = rfd
+        self.file_len = os.fstat(self.fd).st_size
+
+    def _close_files(self) -> None:
+        for name in ("fd", "rfd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                setattr(self, name, -1)
+        if self.index is not None:
+            self.index.close()
+            self.index = None
+
+    def _open_index(self) -> Optional[SavedState]:
+        if self.index is not None:
+            self.index.close()
+            self.index = None
+        try:
+            self.index = SessionIndex.open(self.index_path)
+            return self.index.load()
+        except IndexCorrupt:
+            if self.index is not None:
+                self.index.close()
+            SessionIndex.discard(self.index_path)
+            self.index = SessionIndex.open(self.index_path)
+            return None
+
+    def _recover(self, force_rescan: bool) -> None:
+        marker = load_marker(self.dir)
+        on_disk = load_manifest(self.dir)
+        saved = self._open_index()
+        marker_applies = marker is not None and marker.matches(self.file_len)
+        fast = (
+            not force_rescan
+            and saved is not None
+            and not marker_applies
+            and self._covers_prefix(saved)
+            and self.index.is_consistent(saved.manifest)
+        )
+        if fast and on_disk is not None and on_disk.persisted_file_len == saved.manifest.persisted_file_len:
+            mine, theirs = saved.manifest, on_disk
+            if (mine.turn_count, mine.event_count, mine.in_turn, mine.retained_turn_base) != (
+                theirs.turn_count, theirs.event_count, theirs.in_turn, theirs.retained_turn_base
+            ):
+                fast = False
+            else:
+                # Retention may have marked the session completed; keep what it published.
+                mine.status, mine.created_at, mine.updated_at = theirs.status, theirs.created_at, theirs.updated_at
+        if fast:
+            self.state = LogState(saved.manifest, saved.open_turn)
+            self.tail = saved.tail
+            start = saved.manifest.persisted_file_len
+            self._repair_tail(start)
+            if self.file_len > start:
+                self._scan(start, reset=False)
+        else:
+            base = self._scan_turn_base(marker if marker_applies else None, on_disk, saved)
+            self._repair_tail(0)
+            self._rescan(base, on_disk, saved)
+        self._publish_manifest(force=on_disk is None or on_disk != self.state.manifest)
+        if marker is not None:
+            clear_marker(self.dir)
+
+    def _covers_prefix(self, saved: SavedState) -> bool:
+        """Whether the saved state describes a prefix of the log on disk (same tail bytes)."""
+        covered = saved.manifest.persisted_file_len
+        if covered > self.file_len:
+            return False
+        if covered == 0:
+            return saved.tail == b""
+        if len(saved.tail) != min(TAIL_BYTES, covered) or not saved.tail.endswith(b"\n"):
+            return False
+        return self._pread(covered - len(saved.tail), len(saved.tail)) == saved.tail
+
+    def _scan_turn_base(self, marker: Optional[CapRewriteMarker], on_disk: Optional[Manifest], saved: Optional[SavedState]) -> int:
+        """The ordinal of the first turn the log holds, for a rescan (reference 5.3 step 6)."""
+        if marker is not None:
+            return max(1, marker.retained_turn_base)
+        stale = on_disk or (saved.manifest if saved else None)
+        stale_spans = self.index.turn_spans() if saved is not None else _legacy_spans(self.dir)
+        if stale is not None and stale.persisted_file_len > self.file_len:
+            removed = stale.persisted_file_len - self.file_len
+            if _spans_valid(stale_spans, stale.persisted_file_len):
+                for number, start, _end, _count in stale_spans:
+                    if start >= removed:
+                        return max(1, number)
+            if self.file_len == 0:
+                return stale.turn_count + 1
+        if on_disk is not None and on_disk.has("retained_turn_base"):
+            return on_disk.retained_turn_base
+        if saved is not None:
+            return saved.manifest.retained_turn_base
+        if stale_spans and _spans_valid(stale_spans, self.file_len):
+            return max(1, stale_spans[0][0])
+        summary = _newest_eviction_summary(self.dir)
+        if summary and type(summary.get("retained_turn_base")) is int and summary["retained_turn_base"] >= 1:
+            return summary["retained_turn_base"]
+        return 1
+
+    def _rescan(self, base: int, on_disk: Optional[Manifest], saved: Optional[SavedState]) -> None:
+        known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
+        summary_seq = 0
+        if not known:
+            summary = _newest_eviction_summary(self.dir)
+            if summary and type(summary.get("next_seq")) is int:
+                summary_seq = summary["next_seq"]
+        manifest = Manifest(
+            session_id=known[0].session_id if known else self.session_id,
+            created_at=known[0].created_at if known else ev.utc_now(),
+            updated_at=known[0].updated_at if known else ev.utc_now(),
+            turn_count=base - 1,
+            retained_turn_base=base,
+            next_seq=max([m.next_seq for m in known] + [1, summary_seq]),
+        )
+        self.state = LogState(manifest)
+        self.tail = b""
+        self._scan(0, reset=True)
+
+    # -- scanning --------------------------------------------------------------------------
+
+    def _reader(self):
+        """A new buffered reader on the log's current inode (its own file offset)."""
+        fd = open_read_no_follow(self.events_path)
+        if fd is None:
+            raise StoreIOError("read", self.events_path, "the log disappeared")
+        return os.fdopen(fd, "rb", buffering=1 << 20)
+
+    def _pread(self, offset: int, length: int) -> bytes:
+        try:
+            return os.pread(self.rfd, length, offset)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("read", self.events_path, exc) from exc
+
+    def _scan(self, start: int, *, reset: bool) -> None:
+        """Index the log from byte ``start`` to the end of the file, committing in batches so an
+        interrupted scan resumes where it stopped."""
+        state = self.state
+        manifest = state.manifest
+        rows: list[tuple] = []
+        offset = start
+        end = self.file_len
+        with self._reader() as reader:
+            try:
+                reader.seek(start)
+                for line in reader:
+                    line_start = offset
+                    offset += len(line)
+                    if offset > end or line[-1:] != b"\n":
+                        offset = line_start
+                        break
+                    record = ev.decode_line(line)
+                    if record is None:
+                        continue
+                    self._apply_record(record, line_start, offset, rows)
+                    if len(rows) >= SCAN_BATCH_EVENTS:
+                        self._commit_scan(rows, offset, reset)
+                        rows, reset = [], False
+            except OSError as exc:
+                raise StoreIOError.from_os_error("read", self.events_path, exc) from exc
+        self._commit_scan(rows, offset, reset)
+        manifest.persisted_file_len = offset
+
+    def _apply_record(self, record: Record, start: int, end: int, rows: list) -> None:
+        event = record.event
+        manifest = self.state.manifest
+        _boundary, turn = self.state.apply(event["type"], event, start, end, record.seq, record.ts)
+        if record.seq is not None and record.seq >= manifest.next_seq:
+            manifest.next_seq = record.seq + 1
+        if record.ts is not None:
+            manifest.updated_at = record.ts
+        rows.append(_event_row(record.seq, start, end - start, turn, record.ts, event))
+
+    def _commit_scan(self, rows: list, offset: int, reset: bool) -> None:
+        manifest = self.state.manifest
+        manifest.persisted_file_len = offset
+        self.tail = self._pread(max(0, offset - TAIL_BYTES), min(TAIL_BYTES, offset))
+        self.index.commit(rows, self.state.take_dirty(), manifest, self.tail, reset=reset)
+
+    def _repair_tail(self, floor: int) -> None:
+        """Cut a torn tail (a partial last line, or trailing lines that are not JSON, such as a
+        run of NUL bytes) back to the last complete line at or after ``floor``. The cut bytes are
+        saved beside the log first, never discarded."""
+        cut = self._last_good_end(floor)
+        if cut >= self.file_len:
+            return
+        torn = self._pread(cut, self.file_len - cut)
+        keep = self.dir / f"{EVENTS_FILE}.torn-{cut}-{ev.utc_now().replace(':', '')}"
+        atomic_write(keep, torn, durable=True)
+        try:
+            os.ftruncate(self.fd, cut)
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("truncate torn tail of", self.events_path, exc) from exc
+        self.file_len = cut
+
+    def _last_good_end(self, floor: int) -> int:
+        end = self.file_len
+        if end <= floor:
+            return end
+        cut = self._rfind_newline(floor, end) + 1
+        while cut > floor:
+            line_start = self._rfind_newline(floor, cut - 1) + 1
+            line = self._pread(line_start, cut - line_start)
+            if not line.strip() or _is_json(line):
+                break
+            cut = line_start
+        return max(cut, floor)
+
+    def _rfind_newline(self, floor: int, end: int) -> int:
+        """Position of the last ``\\n`` in ``[floor, end)``, or ``floor - 1`` if there is none."""
+        pos = end
+        while pos > floor:
+            size = min(1 << 16, pos - floor)
+            chunk = self._pread(pos - size, size)
+            found = chunk.rfind(b"\n")
+            if found >= 0:
+                return pos - size + found
+            pos -= size
+        return floor - 1
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def check_usable(self) -> None:
+        if self.failed is not None:
+            raise LogFailedError(
+                f"an earlier write to {self.events_path} failed ({self.failed}); reopen the session"
+            ) from self.failed
+
+    def append(self, event: dict, durability: str, max_events: int, on_evict: Optional[EvictionHook]) -> int:
+        kind = ev.check_event(event)
+        with self.lock:
+            self.check_usable()
+            manifest = self.state.manifest
+            seq = manifest.next_seq
+            ts = ev.utc_now()
+            line = ev.encode_record(seq, ts, event)
+            start = self.file_len + len(self.buffer)
+            self.buffer += line
+            manifest.next_seq = seq + 1
+            manifest.updated_at = ts
+            boundary, turn = self.state.apply(kind, event, start, start + len(line), seq, ts)
+            self.pending.append(_event_row(seq, start, len(line), turn, ts, event))
+            self.unpublished += len(line)
+            if durability == "event":
+                self.write_out(sync=True)
+            if boundary:
+                self.write_out(sync=durability != "none")
+                if durability != "none":
+                    self.publish()
+            if len(self.buffer) >= MAX_WRITE_BUFFER_BYTES:
+                self.write_out(sync=durability != "none")
+            if self.unpublished >= MAX_WRITE_BUFFER_BYTES:
+                self.publish()
+            if max_events > 0 and manifest.event_count > max_events:
+                self.enforce_cap(max_events, on_evict)
+        return seq
+
+    def write_out(self, *, sync: bool) -> None:
+        """Write the buffer with one ``write()`` of whole lines, then ``fdatasync`` if asked.
+
+        On a failed write the file is truncated back to its previous length and the session
+        fails closed; on a failed sync it fails closed (the kernel may have dropped the pages).
+        """
+        if self.buffer:
+            data = bytes(self.buffer)
+            try:
+                write_all(self.fd, data, self.events_path)
+            except StoreIOError as exc:
+                self.failed = exc
+                try:
+                    os.ftruncate(self.fd, self.file_len)
+                except OSError:
+                    pass  # the next open cuts the torn tail; the log stays readable
+                raise
+            self.file_len += len(data)
+            self.buffer.clear()
+            self.tail = (self.tail + data[-TAIL_BYTES:])[-TAIL_BYTES:]
+            self.unsynced = True
+        if sync and getattr(self, "unsynced", False):
+            try:
+                os.fdatasync(self.fd)
+            except OSError as exc:
+                error = StoreIOError.from_os_error("fdatasync", self.events_path, exc)
+                self.failed = error
+                raise error from exc
+            self.unsynced = False
+
+    def publish(self) -> None:
+        """Commit the index rows for everything written, then publish the manifest."""
+        if self.buffer:
+            raise AssertionError("publish() before write_out()")
+        manifest = self.state.manifest
+        manifest.persisted_file_len = self.file_len
+        self.index.commit(self.pending, self.state.take_dirty(), manifest, self.tail)
+        self.pending = []
+        self.unpublished = 0
+        self._publish_manifest()
+
+    def _publish_manifest(self, *, force: bool = False) -> None:
+        data = self.state.manifest.to_json()
+        if force or data != self.published:
+            publish_manifest(self.dir, self.state.manifest)
+            self.published = data
+
+    def flush(self, *, sync: bool = True) -> None:
+        with self.lock:
+            self.check_usable()
+            self.write_out(sync=sync)
+            if self.pending or self.state.dirty or self.unpublished:
+                self.publish()
+            else:
+                self._publish_manifest()
+
+    # -- cap rewrite -----------------------------------------------------------------------
+
+    def enforce_cap(self, max_events: int, on_evict: Optional[EvictionHook]) -> None:
+        manifest = self.state.manifest
+        open_turn = self.state.open_turn.number if self.state.open_turn is not None else None
+        plan = plan_cap_eviction(self._turn_spans(), manifest.event_count, max_events, open_turn)
+        if plan is None:
+            return
+        self.flush()
+        cut = plan.truncate_offset
+        if cut > self.file_len:
+            raise StoreIOError("cap rewrite", self.events_path, f"planned offset {cut} is past the end ({self.file_len})")
+        evicted = [r.event for r in self._records(0, cut)]
+        base = plan.first_kept_turn if plan.first_kept_turn is not None else manifest.turn_count + 1
+        hook = on_evict if on_evict is not None else write_eviction_summary
+        try:
+            if on_evict is None:
+                hook(self.dir, manifest.session_id, evicted, retained_turn_base=base, next_seq=manifest.next_seq)
+            else:
+                hook(self.dir, manifest.session_id, evicted)
+        except Exception as exc:
+            raise CapEvictionError(
+                f"eviction summary hook failed for {self.events_path}; the log was left intact: {exc}"
+            ) from exc
+        new_len = self.file_len - cut
+        write_marker(self.dir, CapRewriteMarker(self.file_len, new_len, base))
+        self._replace_log_from(cut)
+        manifest.event_count -= len(evicted)
+        manifest.retained_turn_base = base
+        manifest.persisted_file_len = new_len
+        if self.state.open_turn is not None:
+            self.state.open_turn.start_offset -= cut
+            self.state.open_turn.end_offset -= cut
+        self.tail = self._pread(max(0, new_len - TAIL_BYTES), min(TAIL_BYTES, new_len))
+        self.index.evict(cut, base, manifest, self.tail)
+        self._publish_manifest()
+        clear_marker(self.dir)
+
+    def _turn_spans(self) -> Iterator[tuple[int, int, int, int]]:
+        """Turn spans oldest first, from the index overlaid with turns not yet committed to it."""
+        dirty = self.state.dirty
+        seen = set()
+        for number, start, end, count in self.index.conn.execute(
+            "SELECT number, start_offset, end_offset, event_count FROM turns ORDER BY number"
+        ):
+            seen.add(number)
+            turn = dirty.get(number)
+            yield (number, turn.start_offset, turn.end_offset, turn.event_count) if turn else (number, start, end, count)
+        for number in sorted(set(dirty) - seen):
+            turn = dirty[number]
+            yield (number, turn.start_offset, turn.end_offset, turn.event_count)
+
+    def _replace_log_from(self, cut: int) -> None:
+        """Atomically replace the log by its bytes from ``cut`` on, then reopen the descriptors."""
+        tmp = self.dir / f".{EVENTS_FILE}.cap-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        fd, _ = open_private_append(tmp)
+        try:
+            try:
+                pos = cut
+                while pos < self.file_len:
+                    chunk = os.pread(self.rfd, min(1 << 20, self.file_len - pos), pos)
+                    if not chunk:
+                        raise StoreIOError("cap rewrite", self.events_path, "log shrank while copying")
+                    write_all(fd, chunk, tmp)
+                    pos += len(chunk)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.events_path)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise StoreIOError.from_os_error("cap rewrite", self.events_path, exc) from exc
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        fsync_dir(self.dir)
+        old = (self.fd, self.rfd)
+        self.fd, self.rfd = -1, -1
+        for fd_ in old:
+            os.close(fd_)
+        self._open_files()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _records(self, start: int, end: int) -> Iterator[Record]:
+        """Decode the valid records in ``[start, end)``; lines that fail decoding are skipped."""
+        pos = start
+        leftover = b""
+        while pos < end:
+            chunk = self._pread(pos, min(1 << 20, end - pos))
+            if not chunk:
+                break
+            pos += len(chunk)
+            lines = (leftover + chunk).split(b"\n")
+            leftover = lines.pop()
+            for line in lines:
+                record = ev.decode_line(line)
+                if record is not None:
+                    yield record
+        if leftover:
+            record = ev.decode_line(leftover)
+            if record is not None:
+                yield record
+
+    def reconstruct_turn(self, number: int) -> list[dict]:
+        with self.lock:
+            self.flush(sync=False)
+            turn = self.index.turn(number)
+            if turn is None:
+                raise TurnNotFound(self.state.manifest.session_id, number)
+            return [r.event for r in self._records(turn.start_offset, turn.end_offset)]
+
+    def snapshot_for_read(self):
+        """Flush and return ``(reader, length)`` for a reader that works unlocked: the reader
+        stays on this inode even if a cap rewrite replaces the log meanwhile."""
+        with self.lock:
+            self.flush(sync=False)
+            return self._reader(), self.file_len
+
+    # -- close -----------------------------------------------------------------------------
+
+    def release(self, *, flush_metadata: bool) -> None:
+        """Drop one handle. The last one closes the files and releases the liveness lock."""
+        with self.lock:
+            error: Optional[BaseException] = None
+            if self.failed is None:
+                try:
+                    if flush_metadata:
+                        self.flush()
+                    else:
+                        self.write_out(sync=False)
+                except BaseException as exc:  # still release the handle, then report
+                    error = exc
+            self.handles -= 1
+            if self.handles <= 0:
+                with _registry_lock:
+                    if _registry.get(self.key) is self:
+                        del _registry[self.key]
+                self._close_files()
+                self.liveness.release()
+            if error is not None:
+                raise error
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        orjson.loads(line)
+        return True
+    except orjson.JSONDecodeError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# The public handle
+
+
+class SessionLog:
+    """A handle on one session's event log. Create it with :func:`open_session`.
+
+    Handles of the same session in one process share one state: counts, buffer, index and lock.
+    ``append`` buffers; the buffer is written at turn boundaries (``turn.completed``,
+    ``turn.failed``, ``thread.completed``), when it reaches 64 KiB, on reads, ``flush``,
+    ``complete`` and ``close``. An event is acknowledged (durable, with ``durability="turn"``)
+    once the append that closes its turn, or a ``flush``, has returned.
+    """
+
+    def __init__(self, shared: _Session, max_events: int, durability: str, on_evict: Optional[EvictionHook]):
+        self._s = shared
+        self.max_events = max_events
+        self.durability = durability
+        self.on_evict = on_evict
+        self._closed = False
+
+    def _live(self) -> _Session:
+        if self._closed:
+            raise SessionClosedError(f"session {self.session_id!r} handle is closed")
+        return self._s
+
+    @property
+    def session_id(self) -> str:
+        return self._s.session_id
+
+    @property
+    def directory(self) -> Path:
+        """The session directory."""
+        return self._s.dir
+
+    @property
+    def events_path(self) -> Path:
+        return self._s.events_path
+
+    @property
+    def index_path(self) -> Path:
+        return self._s.index_path
+
+    def append(self, event: dict) -> int:
+        """Append one event (the inner ``{"type": ...}`` object); return its sequence number.
+
+        Raises :class:`InvalidEvent` (nothing written) for an event that is not a JSON object with
+        a string ``type``, a malformed lifecycle event, or one that cannot be serialized;
+        :class:`LogFailedError` after an earlier write or sync failure.
+        """
+        return self._live().append(event, self.durability, self.max_events, self.on_evict)
+
+    def flush(self) -> None:
+        """Write, sync and index everything appended so far, and publish the manifest."""
+        self._live().flush()
+
+    def complete(self) -> None:
+        """Bump ``updated_at`` and flush. Does not change the status: only a logged
+        ``thread.completed`` does."""
+        s = self._live()
+        with s.lock:
+            s.check_usable()
+            s.state.manifest.updated_at = ev.utc_now()
+            s.flush()
+
+    def close(self) -> None:
+        """Flush and release this handle; the last handle closes the files and the lock."""
+        if self._closed:
+            return
+        self._closed = True
+        self._s.release(flush_metadata=True)
+
+    def __enter__(self) -> "SessionLog":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Dropped without close(): write buffered bytes only, like VT Code's Drop.
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            try:
+                self._s.release(flush_metadata=False)
+            except Exception:
+                pass
+
+    @property
+    def turn_count(self) -> int:
+        """Closed turns, counting evicted ones (turn numbers are monotonic)."""
+        return self._s.state.manifest.turn_count
+
+    @property
+    def event_count(self) -> int:
+        """Records in the log, thread events included."""
+        return self._s.state.manifest.event_count
+
+    @property
+    def manifest(self) -> Manifest:
+        """A snapshot of the session's manifest."""
+        with self._s.lock:
+            return replace(self._s.state.manifest)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the handle has failed closed."""
+        return self._s.failed is not None
+
+    def turns(self) -> list[Turn]:
+        """Every turn the log holds, oldest first (the open turn last, status ``open``)."""
+        s = self._live()
+        with s.lock:
+            s.flush(sync=False)
+            return s.index.turns()
+
+    def reconstruct_turn(self, number: int) -> list[dict]:
+        """The events of turn ``number`` in log order; :class:`TurnNotFound` if the log does not
+        hold it (never logged, or evicted by the cap)."""
+        return self._live().reconstruct_turn(number)
+
+    def iter_records(self) -> Iterator[Record]:
+        """Every valid record (``seq``, ``ts``, ``event``) in log order, as of this call."""
+        s = self._live()
+        reader, length = s.snapshot_for_read()
+        try:
+            with reader:
+                pos = 0
+                for line in reader:
+                    pos += len(line)
+                    if pos > length:
+                        break
+                    record = ev.decode_line(line)
+                    if record is not None:
+                        yield record
+        except OSError as exc:
+            raise StoreIOError.from_os_error("read", s.events_path, exc) from exc
+
+    def iter_events(self) -> Iterator[dict]:
+        """Every valid event (the inner objects) in log order."""
+        for record in self.iter_records():
+            yield record.event
+
+    def __repr__(self) -> str:
+        return f"<SessionLog {self.session_id!r} turns={self.turn_count} events={self.event_count}>"
+
+
+def open_session(
+    root: os.PathLike | str,
+    session_id: str,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    durability: str = "turn",
+    *,
+    on_evict: Optional[EvictionHook] = None,
+) -> SessionLog:
+    """Open (creating if needed) the session ``session_id`` under the store ``root``.
+
+    ``max_events`` caps the log (0: no cap): past it, the oldest whole turns are evicted by a
+    cap rewrite, after ``on_evict(session_dir, session_id, evicted_events)`` (by default
+    :func:`write_eviction_summary`) has recorded them; if the hook raises, nothing is evicted.
+    ``durability`` is ``"turn"`` (fdatasync at each turn boundary), ``"event"`` (every append)
+    or ``"none"`` (only ``flush``/``close`` sync; for bulk imports).
+
+    Raises :class:`SessionBusyError` if another process has the session open.
+    """
+    return _open(root, session_id, max_events, durability, on_evict, force_rescan=False)
+
+
+def _open(root, session_id, max_events, durability, on_evict, *, force_rescan: bool) -> SessionLog:
+    if durability not in DURABILITY_POLICIES:
+        raise ValueError(f"durability must be one of {DURABILITY_POLICIES}, not {durability!r}")
+    if type(max_events) is not int or max_events < 0:
+        raise ValueError("max_events must be a non-negative int (0 disables the cap)")
+    root = Path(root)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("create directory", root, exc) from exc
+    ensure_private_dir(sessions_root(root))
+    directory = ensure_private_dir(session_directory(root, session_id))
+    key = os.path.realpath(directory)
+    with _registry_lock:
+        shared = _registry.get(key)
+        if shared is None:
+            shared = _Session(root, session_id, directory, key)
+            shared.handles = 1
+            _registry[key] = shared
+            fresh = True
+        else:
+            shared.handles += 1
+            fresh = False
+    if fresh:
+        with shared.lock:
+            try:
+                shared.open(force_rescan=force_rescan)
+            except BaseException:
+                with _registry_lock:
+                    _registry.pop(key, None)
+                raise
+    elif force_rescan:
+        with shared.lock:
+            shared.flush()
+            shared._recover(force_rescan=True)
+    return SessionLog(shared, max_events, durability, on_evict)
+
+
+def rebuild(root: os.PathLike | str, session_id: str) -> Manifest:
+    """Regenerate the session's index and manifest from ``events.jsonl``.
+
+    Works on a session this process has open (under its lock); refuses with
+    :class:`SessionBusyError` one that another process has open.
+    """
+    directory = session_directory(root, session_id)
+    if directory.is_symlink() or not (directory / EVENTS_FILE).is_file():
+        raise StoreIOError("rebuild", directory, "no such session (no events.jsonl)")
+    log = _open(root, session_id, 0, "turn", None, force_rescan=True)
+    try:
+        return log.manifest
+    finally:
+        log.close()
+
+
+__all__ = [
+    "DEFAULT_MAX_EVENTS",
+    "CapPlan",
+    "LogState",
+    "SessionLog",
+    "open_session",
+    "plan_cap_eviction",
+    "rebuild",
+    "write_eviction_summary",
+    "sanitize_session_id",
+]
