@@ -213,7 +213,7 @@ def atomic_write(path: os.PathLike | str, data: bytes, *, durable: bool = True) 
     ``durable`` the temp file and the directory are fsynced, so the new content survives a power
     cut; without it, readers still see either the old or the new file, never a mix.
     """
-    path = Path(path)
+    path = os.fspath(path)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -225,7 +225,8 @@ def atomic_write(path: os.PathLike | str, data: bytes, *, durable: bool = True) 
             raise UnsafePathError("replace", path, "is a symlink; refusing to follow it")
         if not stat.S_ISREG(st.st_mode):
             raise UnsafePathError("replace", path, "exists and is not a regular file")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
     except OSError as exc:
@@ -250,7 +251,7 @@ def atomic_write(path: os.PathLike | str, data: bytes, *, durable: bool = True) 
             pass
         raise
     if durable:
-        fsync_dir(path.parent)
+        fsync_dir(directory or ".")
 
 
 def remove_if_exists(path: os.PathLike | str) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -106,6 +106,11 @@ class Turn:
     cache_creation_tokens: int = 0
     output_tokens: int = 0
     error: Optional[str] = None
+
+    def as_row(self) -> tuple:
+        return (self.number, self.status, self.start_offset, self.end_offset, self.event_count,
+                self.first_seq, self.last_seq, self.started_at, self.ended_at, self.input_tokens,
+                self.cached_input_tokens, self.cache_creation_tokens, self.output_tokens, self.error)
 
 
 _TURN_COLUMNS = tuple(f.name for f in fields(Turn))
@@ -304,10 +309,10 @@ class SessionIndex:
                     conn.execute("DELETE FROM manifest")
                 if events:
                     conn.executemany(_EVENT_INSERT, events)
-                turn_rows = [astuple(t) for t in turns]
+                turn_rows = [t.as_row() for t in turns]
                 if turn_rows:
                     conn.executemany(_TURN_UPSERT, turn_rows)
-                conn.execute(_MANIFEST_UPSERT, (*astuple(manifest), tail))
+                conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -329,13 +334,18 @@ class SessionIndex:
                     (truncate_offset,),
                 )
                 conn.execute("UPDATE events SET offset = offset - ?", (truncate_offset,))
-                conn.execute(_MANIFEST_UPSERT, (*astuple(manifest), tail))
+                conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
             raise StoreIOError("update index", self.path, str(exc)) from exc
+
+
+def _manifest_row(m: Manifest) -> tuple:
+    return (m.session_id, m.schema_version, m.created_at, m.updated_at, m.turn_count, m.event_count,
+            m.status, m.in_turn, m.persisted_file_len, m.retained_turn_base, m.next_seq)
 
 
 def _run_script(conn: sqlite3.Connection, script: str) -> None:

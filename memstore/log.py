@@ -63,10 +63,10 @@ from .manifest import (
     STATUS_COMPLETED,
     CapRewriteMarker,
     Manifest,
+    ManifestPublisher,
     clear_marker,
     load_manifest,
     load_marker,
-    publish_manifest,
     write_marker,
 )
 
@@ -75,6 +75,7 @@ INDEX_DIR = "index"
 DERIVED_DIR = "derived"
 DEFAULT_MAX_EVENTS = 10_000
 MAX_WRITE_BUFFER_BYTES = 65_536
+BULK_INDEX_BYTES = 1 << 20
 DURABILITY_POLICIES = ("turn", "event", "none")
 TAIL_BYTES = 256
 SCAN_BATCH_EVENTS = 20_000
@@ -338,6 +339,7 @@ class _Session:
         self.index: Optional[SessionIndex] = None
         self.state: LogState
         self.published: Optional[bytes] = None
+        self.publisher = ManifestPublisher(directory)
         self.unsynced = False
 
     # -- open ------------------------------------------------------------------------------
@@ -354,6 +356,10 @@ class _Session:
             self._open_files()
             self._recover(force_rescan)
         except BaseException:
+            try:
+                self.publisher.stop()
+            except Exception:
+                pass  # the open failed already; that error is the one to report
             self._close_files()
             self.liveness.release()
             raise
@@ -425,7 +431,7 @@ class _Session:
             base = self._scan_turn_base(marker if marker_applies else None, on_disk, saved)
             self._repair_tail(0)
             self._rescan(base, on_disk, saved)
-        self._publish_manifest(force=on_disk is None or on_disk != self.state.manifest)
+        self._publish_manifest(force=on_disk is None or on_disk != self.state.manifest, wait=True)
         if marker is not None:
             clear_marker(self.dir)
 
@@ -617,8 +623,14 @@ class _Session:
                     self.publish()
             if len(self.buffer) >= MAX_WRITE_BUFFER_BYTES:
                 self.write_out(sync=durability != "none")
-            if self.unpublished >= MAX_WRITE_BUFFER_BYTES:
-                self.publish()
+            if durability != "none":
+                if self.unpublished >= MAX_WRITE_BUFFER_BYTES:
+                    self.write_out(sync=True)
+                    self.publish()
+            elif self.unpublished >= BULK_INDEX_BYTES:
+                # Bulk mode indexes in larger batches and leaves the manifest to flush/close.
+                self.write_out(sync=False)
+                self.publish(manifest=False)
             if max_events > 0 and manifest.event_count > max_events:
                 self.enforce_cap(max_events, on_evict)
         return seq
@@ -653,7 +665,7 @@ class _Session:
                 raise error from exc
             self.unsynced = False
 
-    def publish(self) -> None:
+    def publish(self, *, manifest: bool = True) -> None:
         """Commit the index rows for everything written, then publish the manifest."""
         if self.buffer:
             raise AssertionError("publish() before write_out()")
@@ -662,22 +674,26 @@ class _Session:
         self.index.commit(self.pending, self.state.take_dirty(), manifest, self.tail)
         self.pending = []
         self.unpublished = 0
-        self._publish_manifest()
+        if manifest:
+            self._publish_manifest()
 
-    def _publish_manifest(self, *, force: bool = False) -> None:
+    def _publish_manifest(self, *, force: bool = False, wait: bool = False) -> None:
+        """Publish the manifest if it changed: from the background publisher on the append
+        path, synchronously (``wait``) on flush, open and close."""
         data = self.state.manifest.to_json()
         if force or data != self.published:
-            publish_manifest(self.dir, self.state.manifest)
+            self.publisher.submit(data)
             self.published = data
+        if wait:
+            self.publisher.drain()
 
     def flush(self, *, sync: bool = True) -> None:
         with self.lock:
             self.check_usable()
             self.write_out(sync=sync)
             if self.pending or self.state.dirty or self.unpublished:
-                self.publish()
-            else:
-                self._publish_manifest()
+                self.publish(manifest=False)
+            self._publish_manifest(wait=True)
 
     # -- cap rewrite -----------------------------------------------------------------------
 
@@ -714,7 +730,7 @@ class _Session:
             self.state.open_turn.end_offset -= cut
         self.tail = self._pread(max(0, new_len - TAIL_BYTES), min(TAIL_BYTES, new_len))
         self.index.evict(cut, base, manifest, self.tail)
-        self._publish_manifest()
+        self._publish_manifest(wait=True)
         clear_marker(self.dir)
 
     def _turn_spans(self) -> Iterator[tuple[int, int, int, int]]:
@@ -823,6 +839,10 @@ class _Session:
                 with _registry_lock:
                     if _registry.get(self.key) is self:
                         del _registry[self.key]
+                try:
+                    self.publisher.stop()
+                except BaseException as exc:
+                    error = error or exc
                 self._close_files()
                 self.liveness.release()
             if error is not None:

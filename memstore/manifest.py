@@ -53,7 +53,7 @@ class Manifest:
         return asdict(self)
 
     def to_json(self) -> bytes:
-        return orjson.dumps(self.to_dict())
+        return orjson.dumps(self)  # orjson serializes the dataclass fields, in order
 
     @classmethod
     def from_dict(cls, data: Any) -> Optional["Manifest"]:
@@ -140,7 +140,7 @@ def publish_manifest(session_dir: os.PathLike | str, manifest: Manifest, *, dura
     Not fsynced by default: the manifest is derived and the log it describes is synced first, so
     after a power cut it can only be behind the log, which the next open detects and repairs.
     """
-    path = Path(session_dir) / MANIFEST_FILE
+    path = os.path.join(session_dir, MANIFEST_FILE)
     atomic_write(path, manifest.to_json(), durable=durable)
     summary_cache.invalidate(path)
 
@@ -237,3 +237,77 @@ class SummaryCache:
 
 
 summary_cache = SummaryCache()
+
+
+# --------------------------------------------------------------------------------------------
+# Publishing off the append path
+
+
+class ManifestPublisher:
+    """Publishes a session's manifest from a background thread, newest state only.
+
+    ``publish_manifest`` costs a temp file and a rename, as much as the per-turn fdatasync
+    itself; the agent does not need to wait for it. ``submit`` hands over the serialized
+    manifest after the index transaction committed (so the order log, index, manifest holds);
+    intermediate states are coalesced. ``drain`` waits until the newest state is on disk and
+    re-raises any error the thread met, naming the path.
+    """
+
+    def __init__(self, session_dir: os.PathLike | str):
+        self.path = os.path.join(session_dir, MANIFEST_FILE)
+        self._cond = threading.Condition()
+        self._pending: Optional[bytes] = None
+        self._busy = False
+        self._error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = False
+
+    def submit(self, data: bytes) -> None:
+        with self._cond:
+            self._pending = data
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"memstore-manifest", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._stopping:
+                    self._cond.wait()
+                if self._pending is None:
+                    return
+                data, self._pending = self._pending, None
+                self._busy = True
+            try:
+                atomic_write(self.path, data, durable=False)
+                summary_cache.invalidate(self.path)
+            except BaseException as exc:  # reported by drain()
+                with self._cond:
+                    self._error = exc
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def drain(self) -> None:
+        """Wait for the newest submitted manifest to be published; raise a stored error."""
+        with self._cond:
+            while self._pending is not None or self._busy:
+                self._cond.wait()
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def stop(self) -> None:
+        """Drain, then end the thread."""
+        try:
+            self.drain()
+        finally:
+            with self._cond:
+                self._stopping = True
+                self._cond.notify_all()
+            if self._thread is not None:
+                self._thread.join()
+                self._thread = None
+            self._stopping = False
