@@ -22,5 +22,32 @@ from .lock import is_live
 from .manifest import Manifest, SessionSummary
 
 # --- progress and audit packs ---
+from .pack import (
+    AuditPackEntry,
+    PackVerification,
+    SessionAuditPack,
+    create_audit_pack,
+    read_audit_pack,
+    verify_audit_pack,
+    write_audit_pack,
+)
+from .progress import (
+    GoalClassifierVerdict,
+    GoalEvent,
+    GoalHistoryEntry,
+    GoalOrchestration,
+    GoalPauseReason,
+    GoalPhase,
+    GoalStatus,
+    GoalTracker,
+    InvalidProgress,
+    Milestone,
+    MilestoneStatus,
+    ProgressLedger,
+    load_progress,
+    milestone_status_from_str,
+    progress_path,
+    save_progress,
+)
 
 __version__ = "0.1.0"

@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 import orjson
 
-from .errors import MemstoreError, StoreIOError
+from .errors import MemstoreError
 from .events import utc_now
 from .fsio import atomic_write, ensure_private_dir, read_no_follow, session_directory
 
@@ -202,13 +202,13 @@ class ProgressLedger:
 
     session_id: str
     goal: str
-    milestones: list = field(default_factory=list)
+    milestones: list[Milestone] = field(default_factory=list)
     confidence: float = 1.0
     stalled_since: Optional[str] = None
     updated_at: str = field(default_factory=utc_now)
     previous_session_id: Optional[str] = None
     handoff_summary: Optional[str] = None
-    known_issues: list = field(default_factory=list)
+    known_issues: list[str] = field(default_factory=list)
     git_checkpoint: Optional[str] = None
 
     @classmethod
@@ -246,7 +246,7 @@ class ProgressLedger:
         self.confidence = max(0.0, _f32(_f32(self.confidence) - _f32(0.1)))
         self.updated_at = now
 
-    def set_milestones(self, milestones: list) -> None:
+    def set_milestones(self, milestones: list[Milestone]) -> None:
         """Replace the milestone list."""
         self.milestones = list(milestones)
         self.updated_at = utc_now()
@@ -544,7 +544,7 @@ class GoalHistoryEntry:
     detail: Optional[str] = None
     round: Optional[int] = None
     tokens_used: Optional[int] = None
-    unmet: list = field(default_factory=list)
+    unmet: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.event = GoalEvent(self.event)
@@ -616,7 +616,7 @@ class GoalOrchestration:
     tokens_used_high_water: int = 0
     parent_tokens_spent: int = 0
     last_session_tokens_seen: Optional[int] = None
-    history: list = field(default_factory=list)
+    history: list[GoalHistoryEntry] = field(default_factory=list)
     pause_message: Optional[str] = None
     classifier_stall_count: int = 0
     classifier_runs_attempted: int = 0
@@ -632,7 +632,7 @@ class GoalOrchestration:
     # Runtime-only state, never serialized.
     budget_limit_reported: bool = False
     live_subagent_tokens: int = 0
-    live_tokens_by_model: list = field(default_factory=list)
+    live_tokens_by_model: list[tuple[str, int]] = field(default_factory=list)
     live_context_window: int = 0
     live_context_pct: int = 0
     live_turn_count: int = 0
