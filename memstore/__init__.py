@@ -18,7 +18,17 @@ from .errors import (
 )
 from .events import SCHEMA_VERSION
 from .fsio import sanitize_session_id, session_directory
+from .index import Turn
 from .lock import is_live
+from .log import (
+    DEFAULT_MAX_EVENTS,
+    CapPlan,
+    SessionLog,
+    open_session,
+    plan_cap_eviction,
+    rebuild,
+    write_eviction_summary,
+)
 from .manifest import Manifest, SessionSummary
 
 # --- progress and audit packs ---

@@ -12,6 +12,7 @@ at most behind the log, never ahead of it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import uuid
@@ -312,6 +313,22 @@ def _spans_valid(spans: Sequence[tuple[int, int, int, int]], length: int) -> boo
 
 _registry: dict[str, "_Session"] = {}
 _registry_lock = threading.Lock()
+
+
+@atexit.register
+def _flush_open_sessions_at_exit() -> None:
+    """Sessions still open at interpreter exit are flushed (written, synced, indexed) while the
+    publisher threads still run; a crash, not a normal exit, is what loses buffered events."""
+    with _registry_lock:
+        sessions = list(_registry.values())
+    for session in sessions:
+        with session.lock:
+            try:
+                if session.failed is None and session.fd >= 0:
+                    session.flush()
+                session.publisher.stop()
+            except Exception:
+                pass  # nobody is left to report to; the next open repairs from the log
 
 
 class _Session:

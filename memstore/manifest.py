@@ -9,6 +9,7 @@ regenerable: a missing or malformed manifest is treated as absent and rewritten 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, fields
@@ -293,8 +294,16 @@ class ManifestPublisher:
     def drain(self) -> None:
         """Wait for the newest submitted manifest to be published; raise a stored error."""
         with self._cond:
-            while self._pending is not None or self._busy:
-                self._cond.wait()
+            thread = self._thread
+            if sys.is_finalizing() or thread is None or not thread.is_alive():
+                # The interpreter is shutting down (daemon threads may be frozen): publish here.
+                data, self._pending = self._pending, None
+                if data is not None:
+                    atomic_write(self.path, data, durable=False)
+                    summary_cache.invalidate(self.path)
+            else:
+                while self._pending is not None or self._busy:
+                    self._cond.wait()
             error, self._error = self._error, None
         if error is not None:
             raise error
@@ -307,7 +316,7 @@ class ManifestPublisher:
             with self._cond:
                 self._stopping = True
                 self._cond.notify_all()
-            if self._thread is not None:
+            if self._thread is not None and not sys.is_finalizing():
                 self._thread.join()
                 self._thread = None
             self._stopping = False
