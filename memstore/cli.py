@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 a check that did not pass, 2 usage errors and invalid i
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 
 import click
 import orjson
@@ -35,15 +36,207 @@ def cli():
     """memstore: a per-session event store for AI coding agents."""
 
 
-# --- progress and audit packs ---
-
-
 class _ExitWith(click.ClickException):
     """A ClickException ("Error: ..." on stderr) with a chosen exit code."""
 
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def _fail(exc: Exception, code: int = 2) -> "_ExitWith":
+    return _ExitWith(str(exc), code)
+
+
+# --- sessions: demo, append, rebuild, sessions, show ---
+
+
+@cli.command("demo")
+@root_option
+@click.option("--session", "session_id", default="demo", show_default=True, help="Session id to write.")
+def demo_command(root, session_id):
+    """Write a small realistic agent session and show what memstore made of it."""
+    from .demo import write_demo_session
+
+    try:
+        log = write_demo_session(root, session_id)
+        with log:
+            turns = log.turns()
+            manifest = log.manifest
+            first = log.reconstruct_turn(1)
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    click.echo(f"wrote session {manifest.session_id!r} to {log.directory}")
+    click.echo(f"  {manifest.event_count} events, {manifest.turn_count} turns, status {manifest.status}")
+    click.echo(f"  events.jsonl: {log.events_path.stat().st_size} bytes; index: {log.index_path}")
+    click.echo("")
+    _print_turns(turns)
+    click.echo("")
+    click.echo(f"turn 1 reconstructed from the log ({len(first)} events):")
+    for event in first:
+        item = event.get("item") or {}
+        detail = item.get("command") or item.get("tool_name") or item.get("type") or event.get("message") or ""
+        click.echo(f"  {event['type']:<16} {detail}")
+    click.echo("")
+    query = "select name, exit_code, status from events where item_type = 'command_execution'"
+    click.echo(f'query the index with SQL: sqlite3 {log.index_path} "{query}"')
+
+
+def _print_turns(turns) -> None:
+    click.echo(f"{'turn':>4}  {'status':<11} {'events':>6}  {'input':>7} {'cached':>7} {'output':>7}  started")
+    for t in turns:
+        click.echo(f"{t.number:>4}  {t.status:<11} {t.event_count:>6}  {t.input_tokens:>7} "
+                   f"{t.cached_input_tokens:>7} {t.output_tokens:>7}  {t.started_at or ''}")
+
+
+@cli.command("append")
+@click.argument("session")
+@click.argument("source", type=click.File("rb"), default="-")
+@root_option
+@click.option("--durability", type=click.Choice(["turn", "event", "none"]), default="turn", show_default=True)
+@click.option("--max-events", type=click.IntRange(min=0), default=10_000, show_default=True,
+              help="Cap on the events kept (0: no cap).")
+@json_option
+def append_command(session, source, root, durability, max_events, as_json):
+    """Append events to SESSION from SOURCE (JSON Lines; default stdin).
+
+    Each line is an event object ({"type": ...}) or a VT Code envelope ({"event": {...}}), whose
+    inner event is appended. Stops at the first invalid line (exit 2), keeping what came before.
+    """
+    from .log import open_session
+
+    appended = 0
+    last_seq = None
+    try:
+        with open_session(root, session, max_events=max_events, durability=durability) as log:
+            for number, line in enumerate(source, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    data = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    raise _ExitWith(f"line {number}: not JSON ({exc}); {appended} events appended before it", 2)
+                if isinstance(data, dict) and isinstance(data.get("event"), dict) and "type" not in data:
+                    data = data["event"]
+                try:
+                    last_seq = log.append(data)
+                except errors.InvalidEvent as exc:
+                    raise _ExitWith(f"line {number}: {exc}; {appended} events appended before it", 2) from exc
+                appended += 1
+            manifest = log.manifest
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _echo_json({"session_id": manifest.session_id, "appended": appended, "last_seq": last_seq,
+                    "turn_count": manifest.turn_count, "event_count": manifest.event_count})
+    else:
+        click.echo(f"appended {appended} events to {manifest.session_id!r} "
+                   f"({manifest.event_count} events, {manifest.turn_count} turns)")
+
+
+@cli.command("rebuild")
+@click.argument("sessions", nargs=-1)
+@click.option("--all", "rebuild_all", is_flag=True, help="Rebuild every session under the root.")
+@root_option
+@json_option
+def rebuild_command(sessions, rebuild_all, root, as_json):
+    """Regenerate the index and manifest of SESSIONS (or --all) from their events.jsonl."""
+    from .fsio import sessions_root
+    from .log import rebuild
+
+    if rebuild_all:
+        base = sessions_root(root)
+        sessions = tuple(sorted(p.name for p in base.iterdir() if p.is_dir() and not p.is_symlink())) if base.is_dir() else ()
+    if not sessions:
+        raise _ExitWith("name at least one SESSION, or --all", 2)
+    results = []
+    failures = 0
+    for session in sessions:
+        try:
+            manifest = rebuild(root, session)
+        except errors.MemstoreError as exc:
+            failures += 1
+            results.append({"session_id": session, "error": str(exc)})
+            if not as_json:
+                click.echo(f"{session}: error: {exc}", err=True)
+            continue
+        results.append({"session_id": manifest.session_id, "turn_count": manifest.turn_count,
+                        "event_count": manifest.event_count, "status": manifest.status})
+        if not as_json:
+            click.echo(f"{session}: {manifest.event_count} events, {manifest.turn_count} turns, {manifest.status}")
+    if as_json:
+        _echo_json(results)
+    if failures:
+        sys.exit(1 if failures < len(sessions) else 2)
+
+
+@cli.command("sessions")
+@root_option
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many, newest first.")
+@json_option
+def sessions_command(root, limit, as_json):
+    """List the sessions under the root, most recently updated first."""
+    from .manifest import list_sessions
+
+    try:
+        summaries = list_sessions(root, limit)
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _echo_json([asdict(s) for s in summaries])
+        return
+    if not summaries:
+        click.echo(f"no sessions under {root}")
+        return
+    click.echo(f"{'session':<32} {'status':<10} {'turns':>5} {'events':>7}  updated")
+    for s in summaries:
+        click.echo(f"{s.session_id[:32]:<32} {s.status:<10} {s.turn_count:>5} {s.event_count:>7}  {s.updated_at}")
+
+
+@cli.command("show")
+@click.argument("session")
+@click.option("--turn", "turn_number", type=int, default=None, help="Print this turn's events as JSON Lines.")
+@root_option
+@json_option
+def show_command(session, turn_number, root, as_json):
+    """Show SESSION's manifest and turns (or, with --turn N, that turn's events)."""
+    from .fsio import session_directory
+    from .log import open_session
+
+    directory = session_directory(root, session)
+    if not (directory / "events.jsonl").is_file():
+        raise _ExitWith(f"no session {session!r} under {root} (no {directory / 'events.jsonl'})", 2)
+    try:
+        with open_session(root, session, max_events=0) as log:
+            manifest = log.manifest
+            if turn_number is not None:
+                for event in log.reconstruct_turn(turn_number):
+                    click.echo(orjson.dumps(event).decode())
+                return
+            turns = log.turns()
+    except errors.TurnNotFound as exc:
+        raise _ExitWith(str(exc), 1) from exc
+    except errors.SessionBusyError:
+        if turn_number is not None:
+            raise _ExitWith(f"session {session!r} is being written by another process; try again later", 1)
+        from .index import read_turns
+        from .manifest import load_manifest
+
+        manifest = load_manifest(directory)
+        turns = read_turns(directory / "index" / "session.db")
+        if manifest is None:
+            raise _ExitWith(f"session {session!r} is live and has no readable manifest yet", 1)
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _echo_json({"manifest": manifest.to_dict(), "turns": [asdict(t) for t in turns]})
+        return
+    click.echo(f"session {manifest.session_id!r}: {manifest.status}, {manifest.turn_count} turns, "
+               f"{manifest.event_count} events, updated {manifest.updated_at}")
+    _print_turns(turns)
+
+
+# --- progress and audit packs ---
 
 
 @cli.command("progress")

@@ -239,33 +239,45 @@ class EventFacts(NamedTuple):
     exit_code: Optional[int]
 
 
-def _str_or_none(value: Any) -> Optional[str]:
-    return value if isinstance(value, str) else None
+def describe(event: dict) -> tuple:
+    """The columns the index keeps for ``event``, as a plain tuple in :class:`EventFacts` order:
+    its type, its item's type and id, the tool or command it names, a status and an exit code.
 
-
-def describe(event: dict) -> EventFacts:
-    """The columns the index keeps for ``event``: its type, its item's type and id, the tool or
-    command it names, a status and an exit code."""
+    On the append path for every event, hence written for speed.
+    """
     kind = event["type"]
     item = event.get("item")
-    if isinstance(item, dict):
-        item_type = _str_or_none(item.get("type"))
+    if type(item) is dict:
+        get = item.get
+        item_type = get("type")
         if item_type == "command_execution":
-            name = _str_or_none(item.get("command"))
+            name = get("command")
         elif item_type == "harness":
-            name = _str_or_none(item.get("event"))
+            name = get("event")
         else:
-            name = _str_or_none(item.get("tool_name"))
-        status = _str_or_none(item.get("status")) or _str_or_none(item.get("outcome"))
-        code = item.get("exit_code")
-        return EventFacts(kind, item_type, _str_or_none(item.get("id")), name, status,
-                          code if type(code) is int and abs(code) < 2**63 else None)
+            name = get("tool_name")
+        status = get("status")
+        if type(status) is not str:
+            status = get("outcome")
+        item_id = get("id")
+        code = get("exit_code")
+        return (
+            kind,
+            item_type if type(item_type) is str else None,
+            item_id if type(item_id) is str else None,
+            name if type(name) is str else None,
+            status if type(status) is str else None,
+            code if type(code) is int and -(2**63) <= code < 2**63 else None,
+        )
     if kind == THREAD_COMPLETED:
-        return EventFacts(kind, None, None, None, _str_or_none(event.get("subtype")), None)
+        return (kind, None, None, None, _str_or_none(event.get("subtype")), None)
     if kind.startswith("permission."):
-        return EventFacts(kind, None, None, _str_or_none(event.get("tool_name")),
-                          _str_or_none(event.get("decision")), None)
-    return EventFacts(kind, None, None, None, None, None)
+        return (kind, None, None, _str_or_none(event.get("tool_name")), _str_or_none(event.get("decision")), None)
+    return (kind, None, None, None, None, None)
+
+
+def _str_or_none(value: Any) -> Optional[str]:
+    return value if isinstance(value, str) else None
 
 
 def usage_of(event: dict) -> tuple[int, int, int, int]:

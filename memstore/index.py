@@ -252,36 +252,40 @@ class SessionIndex:
     def is_consistent(self, manifest: Manifest) -> bool:
         """Whether the turn and event rows agree with the manifest row.
 
-        Turn numbers must be contiguous from ``retained_turn_base`` to ``turn_count`` (plus the
-        open turn), offsets increasing, non-overlapping and within the covered log length, every
-        turn non-empty, and the event rows must number ``event_count``.
+        Turn numbers must run contiguously from ``retained_turn_base`` to ``turn_count`` (plus the
+        open turn), the first and last turns must be non-empty byte ranges inside the covered log,
+        the last two must not overlap, and the event rows (ids are assigned contiguously) must
+        number ``event_count`` and end inside the covered log. Every query is an index lookup or
+        a count, so reopening a million-event session stays cheap; the interior rows are kept
+        consistent by the transactions that write them.
         """
+        covered = manifest.persisted_file_len
         try:
-            first, last, count, bad = self.conn.execute(
-                "SELECT min(number), max(number), count(*), "
-                "sum(event_count <= 0 OR start_offset > end_offset OR end_offset > ?) FROM turns",
-                (manifest.persisted_file_len,),
-            ).fetchone()
-            if count:
-                overlaps = self.conn.execute(
-                    "SELECT count(*) FROM (SELECT start_offset, lag(end_offset) OVER (ORDER BY number) AS prev "
-                    "FROM turns) WHERE prev IS NOT NULL AND start_offset < prev"
-                ).fetchone()[0]
-            else:
-                overlaps = 0
-            events = self.conn.execute("SELECT count(*) FROM events").fetchone()[0]
+            conn = self.conn
+            count = conn.execute("SELECT count(*) FROM turns").fetchone()[0]
+            edges = conn.execute(
+                "SELECT * FROM (SELECT number, start_offset, end_offset, event_count FROM turns ORDER BY number LIMIT 1) "
+                "UNION ALL SELECT * FROM (SELECT number, start_offset, end_offset, event_count FROM turns "
+                "ORDER BY number DESC LIMIT 2)"
+            ).fetchall()
+            first_id = conn.execute("SELECT id FROM events ORDER BY id LIMIT 1").fetchone()
+            last_event = conn.execute("SELECT id, offset + length FROM events ORDER BY id DESC LIMIT 1").fetchone()
         except sqlite3.DatabaseError:
             return False
-        if events != manifest.event_count or bad or overlaps:
+        events = 0 if last_event is None else last_event[0] - first_id[0] + 1
+        if events != manifest.event_count or (last_event is not None and last_event[1] > covered):
             return False
         expected_last = manifest.turn_count + (1 if manifest.in_turn else 0)
         if count == 0:
             return expected_last == 0 or manifest.retained_turn_base > expected_last
-        return (
-            first == manifest.retained_turn_base
-            and last == expected_last
-            and count == last - first + 1
-        )
+        first, last = edges[0], edges[1]
+        if first[0] != manifest.retained_turn_base or last[0] != expected_last or count != last[0] - first[0] + 1:
+            return False
+        for _number, start, end, n_events in edges:
+            if n_events <= 0 or start > end or end > covered:
+                return False
+        return len(edges) < 3 or edges[2][2] <= last[1]
+
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -353,3 +357,18 @@ def _run_script(conn: sqlite3.Connection, script: str) -> None:
     for statement in script.split(";"):
         if statement.strip():
             conn.execute(statement)
+
+
+def read_turns(path: os.PathLike | str) -> list[Turn]:
+    """The turns of an index opened read-only (for a session another process is writing)."""
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:
+        raise StoreIOError("open index", path, str(exc)) from exc
+    try:
+        return SessionIndex(path, conn).turns()
+    except sqlite3.Error as exc:
+        raise StoreIOError("read index", path, str(exc)) from exc
+    finally:
+        conn.close()

@@ -175,7 +175,7 @@ def _context_timestamp(event: dict) -> Optional[str]:
 
 
 def _event_row(seq: Optional[int], offset: int, length: int, turn: Optional[int], ts: Optional[str], event: dict) -> tuple:
-    return (seq, offset, length, turn, ts, *ev.describe(event))
+    return (seq, offset, length, turn, ts) + ev.describe(event)
 
 
 # --------------------------------------------------------------------------------------------

@@ -320,3 +320,27 @@ class ManifestPublisher:
                 self._thread.join()
                 self._thread = None
             self._stopping = False
+
+
+def list_sessions(root: os.PathLike | str, limit: Optional[int] = None) -> list[SessionSummary]:
+    """Summaries of the sessions under ``root``, most recently updated first.
+
+    Only real directories are considered (symlinks are skipped); sessions whose manifest is
+    missing or malformed are left out. Manifests are read through the validated cache.
+    """
+    base = Path(root) / "sessions"
+    try:
+        entries = list(os.scandir(base))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise StoreIOError.from_os_error("list", base, exc) from exc
+    summaries = []
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        summary = summary_cache.get(os.path.join(entry.path, MANIFEST_FILE))
+        if summary is not None:
+            summaries.append(summary)
+    summaries.sort(key=lambda s: s.updated_at, reverse=True)
+    return summaries[:limit] if limit is not None else summaries

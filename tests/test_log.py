@@ -1013,3 +1013,26 @@ def test_parse_ts_accepts_reference_formats():
         assert ev.parse_ts(text) is not None, text
     assert ev.parse_ts("yesterday") is None
     assert ev.parse_ts(None) is None
+
+
+def test_index_missing_event_rows_is_rebuilt(tmp_path):
+    with memstore.open_session(tmp_path, "s") as log:
+        sample_turn(log)
+        two_event_turn(log)
+    with db(tmp_path) as conn:
+        conn.execute("DELETE FROM events WHERE id = (SELECT max(id) FROM events)")
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.event_count == 6
+    assert db(tmp_path).execute("SELECT count(*) FROM events").fetchone()[0] == 6
+
+
+def test_index_of_a_replaced_log_is_rebuilt(tmp_path):
+    with memstore.open_session(tmp_path, "s") as log:
+        two_event_turn(log)
+    path = session_dir(tmp_path) / "events.jsonl"
+    # Same length, different bytes: the index describes another log.
+    data = path.read_bytes().replace(b'"turn.completed"', b'"turn.xompleted"')
+    path.write_bytes(data)
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.turn_count == 0 and log.manifest.in_turn
+        assert [t.status for t in log.turns()] == ["open"]
