@@ -358,6 +358,7 @@ class _Session:
         self.published: Optional[bytes] = None
         self.publisher = ManifestPublisher(directory)
         self.unsynced = False
+        self.ready = False
 
     # -- open ------------------------------------------------------------------------------
 
@@ -851,17 +852,20 @@ class _Session:
                         self.write_out(sync=False)
                 except BaseException as exc:  # still release the handle, then report
                     error = exc
-            self.handles -= 1
-            if self.handles <= 0:
-                with _registry_lock:
+            # Under the registry lock, so that no open can pick up this session while it closes,
+            # nor find the liveness lock still held by the closing descriptor.
+            with _registry_lock:
+                self.handles -= 1
+                if self.handles <= 0:
                     if _registry.get(self.key) is self:
                         del _registry[self.key]
-                try:
-                    self.publisher.stop()
-                except BaseException as exc:
-                    error = error or exc
-                self._close_files()
-                self.liveness.release()
+                    self.ready = False
+                    try:
+                        self.publisher.stop()
+                    except BaseException as exc:
+                        error = error or exc
+                    self._close_files()
+                    self.liveness.release()
             if error is not None:
                 raise error
 
@@ -1054,29 +1058,33 @@ def _open(root, session_id, max_events, durability, on_evict, *, force_rescan: b
     ensure_private_dir(sessions_root(root))
     directory = ensure_private_dir(session_directory(root, session_id))
     key = os.path.realpath(directory)
-    with _registry_lock:
-        shared = _registry.get(key)
-        if shared is None:
-            shared = _Session(root, session_id, directory, key)
-            shared.handles = 1
-            _registry[key] = shared
-            fresh = True
-        else:
+    while True:
+        with _registry_lock:
+            shared = _registry.get(key)
+            fresh = shared is None
+            if fresh:
+                shared = _Session(root, session_id, directory, key)
+                _registry[key] = shared
             shared.handles += 1
-            fresh = False
-    if fresh:
         with shared.lock:
-            try:
-                shared.open(force_rescan=force_rescan)
-            except BaseException:
-                with _registry_lock:
-                    _registry.pop(key, None)
-                raise
-    elif force_rescan:
-        with shared.lock:
-            shared.flush()
-            shared._recover(force_rescan=True)
-    return SessionLog(shared, max_events, durability, on_evict)
+            if fresh:
+                try:
+                    shared.open(force_rescan=force_rescan)
+                except BaseException:
+                    with _registry_lock:
+                        _registry.pop(key, None)
+                    raise
+                shared.ready = True
+            elif not shared.ready:
+                continue  # its first open failed while we waited; try afresh
+            elif force_rescan:
+                try:
+                    shared.flush()
+                    shared._recover(force_rescan=True)
+                except BaseException:
+                    shared.release(flush_metadata=False)
+                    raise
+        return SessionLog(shared, max_events, durability, on_evict)
 
 
 def rebuild(root: os.PathLike | str, session_id: str) -> Manifest:

@@ -1036,3 +1036,25 @@ def test_index_of_a_replaced_log_is_rebuilt(tmp_path):
     with memstore.open_session(tmp_path, "s") as log:
         assert log.turn_count == 0 and log.manifest.in_turn
         assert [t.status for t in log.turns()] == ["open"]
+
+
+def test_concurrent_opens_and_closes_from_threads(tmp_path):
+    errors = []
+
+    def worker(n):
+        try:
+            for i in range(20):
+                with memstore.open_session(tmp_path, "s") as log:
+                    log.append({"type": "note", "worker": n, "i": i})
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.event_count == 80
+    assert not memstore.is_live(session_dir(tmp_path))
