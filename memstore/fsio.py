@@ -92,9 +92,9 @@ def ensure_private_dir(path: os.PathLike | str) -> Path:
         os.chmod(path, DIR_MODE)
     except OSError as exc:
         raise StoreIOError.from_os_error("chmod", path, exc) from exc
-    if missing:
+    for directory in reversed(missing):
         # A new directory entry is durable only once its parent is synced.
-        fsync_dir(missing[-1].parent)
+        fsync_dir(directory.parent)
     return path
 
 
