@@ -31,6 +31,7 @@ TURN_FAILED = "turn.failed"
 LIFECYCLE_KINDS = frozenset({THREAD_STARTED, THREAD_COMPLETED, TURN_STARTED, TURN_COMPLETED, TURN_FAILED})
 USAGE_FIELDS = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
 _U64_MAX = 2**64 - 1
+_I64_MAX = 2**63 - 1  # SQLite integers are signed 64-bit; counters saturate here
 
 # --------------------------------------------------------------------------------------------
 # Timestamps
@@ -221,7 +222,8 @@ def decode_line(line: bytes | str) -> Optional[Record]:
         return None
     seq = envelope.get("seq")
     ts = envelope.get("ts")
-    return Record(seq if _is_u64(seq) else None, ts if isinstance(ts, str) else None, event)
+    seq = seq if type(seq) is int and 0 < seq <= _I64_MAX else None
+    return Record(seq, ts if isinstance(ts, str) else None, event)
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,11 +283,12 @@ def _str_or_none(value: Any) -> Optional[str]:
 
 
 def usage_of(event: dict) -> tuple[int, int, int, int]:
-    """The four Usage counters of a turn or thread event (0 where missing or null)."""
+    """The four Usage counters of a turn or thread event (0 where missing or null), saturated at
+    the largest SQLite integer."""
     usage = event.get("usage")
     if not isinstance(usage, dict):
         return (0, 0, 0, 0)
-    return tuple(v if _is_u64(v := usage.get(f)) else 0 for f in USAGE_FIELDS)  # type: ignore[return-value]
+    return tuple(min(v, _I64_MAX) if _is_u64(v := usage.get(f)) else 0 for f in USAGE_FIELDS)  # type: ignore[return-value]
 
 
 def agent_message_text(event: dict) -> Optional[str]:

@@ -263,3 +263,27 @@ def remove_if_exists(path: os.PathLike | str) -> bool:
         return False
     except OSError as exc:
         raise StoreIOError.from_os_error("remove", path, exc) from exc
+
+
+def write_new_file(path: os.PathLike | str, data: bytes) -> Path:
+    """Durably write ``data`` to a new private file at ``path``, never replacing anything: if the
+    name is taken, ``-1``, ``-2``, ... is appended. Returns the path written."""
+    base = os.fspath(path)
+    for attempt in range(10_000):
+        candidate = base if attempt == 0 else f"{base}-{attempt}"
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise StoreIOError.from_os_error("create", candidate, exc) from exc
+        try:
+            write_all(fd, data, candidate)
+            os.fsync(fd)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("fsync", candidate, exc) from exc
+        finally:
+            os.close(fd)
+        fsync_dir(os.path.dirname(candidate) or ".")
+        return Path(candidate)
+    raise StoreIOError("create", base, "no free name")

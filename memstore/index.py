@@ -321,7 +321,7 @@ class SessionIndex:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OverflowError) as exc:
             raise StoreIOError("update index", self.path, str(exc)) from exc
 
     def evict(self, truncate_offset: int, first_kept_turn: int, manifest: Manifest, tail: bytes) -> None:
@@ -343,7 +343,7 @@ class SessionIndex:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OverflowError) as exc:
             raise StoreIOError("update index", self.path, str(exc)) from exc
 
 

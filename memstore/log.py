@@ -46,6 +46,7 @@ from .fsio import (
     session_directory,
     sessions_root,
     write_all,
+    write_new_file,
 )
 from .index import (
     INDEX_FILE,
@@ -121,6 +122,7 @@ class LogState:
         if kind == ev.TURN_STARTED:
             if turn is not None:
                 turn.status = TURN_INTERRUPTED
+                self.dirty[turn.number] = turn
                 m.turn_count = max(m.turn_count, turn.number)
             started = ts or _context_timestamp(event)
             turn = Turn(m.turn_count + 1, TURN_OPEN, start, end, 1, seq, seq, started)
@@ -259,22 +261,23 @@ def write_eviction_summary(session_dir: Path, session_id: str, events: list, **e
     return path
 
 
-def _newest_eviction_summary(session_dir: Path) -> Optional[dict]:
+def _eviction_summaries(session_dir: Path) -> list[dict]:
+    """The readable eviction summaries of a session, newest first."""
     derived = session_dir / DERIVED_DIR
-    newest = None
     try:
         names = [n for n in os.listdir(derived) if n.startswith("eviction-summary-") and n.endswith(".json")]
     except OSError:
-        return None
+        return []
+    summaries = []
     for name in names:
         try:
             data = orjson.loads(read_no_follow(derived / name) or b"null")
         except (orjson.JSONDecodeError, MemstoreError):
             continue
         if isinstance(data, dict) and isinstance(data.get("created_at"), str):
-            if newest is None or data["created_at"] > newest["created_at"]:
-                newest = data
-    return newest
+            summaries.append(data)
+    summaries.sort(key=lambda d: d["created_at"], reverse=True)
+    return summaries
 
 
 # --------------------------------------------------------------------------------------------
@@ -484,18 +487,25 @@ class _Session:
             return saved.manifest.retained_turn_base
         if stale_spans and _spans_valid(stale_spans, self.file_len):
             return max(1, stale_spans[0][0])
-        summary = _newest_eviction_summary(self.dir)
-        if summary and type(summary.get("retained_turn_base")) is int and summary["retained_turn_base"] >= 1:
-            return summary["retained_turn_base"]
+        # Without manifest and index (a rebuild "from the log alone"), the eviction summaries are
+        # the only record of evicted turns. One counts only if the log really starts where its
+        # rewrite cut: a writer may have died after the summary, before the cut.
+        first = next(self._records(0, self.file_len), None)
+        first_seq = first.seq if first is not None else None
+        for summary in _eviction_summaries(self.dir):
+            base = summary.get("retained_turn_base")
+            if type(base) is int and base >= 1 and "first_retained_seq" in summary:
+                if summary["first_retained_seq"] == first_seq:
+                    return base
         return 1
 
     def _rescan(self, base: int, on_disk: Optional[Manifest], saved: Optional[SavedState]) -> None:
         known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
         summary_seq = 0
         if not known:
-            summary = _newest_eviction_summary(self.dir)
-            if summary and type(summary.get("next_seq")) is int:
-                summary_seq = summary["next_seq"]
+            # A summary's next_seq was real when written, so the largest one is safe to resume from.
+            seqs = [d["next_seq"] for d in _eviction_summaries(self.dir) if type(d.get("next_seq")) is int]
+            summary_seq = max(seqs, default=0)
         manifest = Manifest(
             session_id=known[0].session_id if known else self.session_id,
             created_at=known[0].created_at if known else ev.utc_now(),
@@ -577,7 +587,7 @@ class _Session:
             return
         torn = self._pread(cut, self.file_len - cut)
         keep = self.dir / f"{EVENTS_FILE}.torn-{cut}-{ev.utc_now().replace(':', '')}"
-        atomic_write(keep, torn, durable=True)
+        write_new_file(keep, torn)
         try:
             os.ftruncate(self.fd, cut)
             os.fsync(self.fd)
@@ -727,10 +737,12 @@ class _Session:
             raise StoreIOError("cap rewrite", self.events_path, f"planned offset {cut} is past the end ({self.file_len})")
         evicted = [r.event for r in self._records(0, cut)]
         base = plan.first_kept_turn if plan.first_kept_turn is not None else manifest.turn_count + 1
+        first_kept = next(self._records(cut, self.file_len), None)
         hook = on_evict if on_evict is not None else write_eviction_summary
         try:
             if on_evict is None:
-                hook(self.dir, manifest.session_id, evicted, retained_turn_base=base, next_seq=manifest.next_seq)
+                hook(self.dir, manifest.session_id, evicted, retained_turn_base=base, next_seq=manifest.next_seq,
+                     first_retained_seq=first_kept.seq if first_kept is not None else None)
             else:
                 hook(self.dir, manifest.session_id, evicted)
         except Exception as exc:

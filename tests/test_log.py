@@ -1058,3 +1058,19 @@ def test_concurrent_opens_and_closes_from_threads(tmp_path):
     with memstore.open_session(tmp_path, "s") as log:
         assert log.event_count == 80
     assert not memstore.is_live(session_dir(tmp_path))
+
+
+def test_rebuild_from_the_log_alone_keeps_ordinals_after_a_cap_rewrite(tmp_path):
+    with memstore.open_session(tmp_path, "s", max_events=4) as log:
+        for _ in range(4):
+            two_event_turn(log)
+        assert [t.number for t in log.turns()] == [3, 4]
+    d = session_dir(tmp_path)
+    for path in (d / "index").glob("session.db*"):
+        path.unlink()
+    (d / "manifest.json").unlink()
+    manifest = memstore.rebuild(tmp_path, "s")
+    assert (manifest.retained_turn_base, manifest.turn_count, manifest.next_seq) == (3, 4, 9)
+    with memstore.open_session(tmp_path, "s", max_events=0) as log:
+        assert [t.number for t in log.turns()] == [3, 4]
+        assert log.append(TURN_STARTED) == 9
