@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import threading
 import uuid
 from collections import Counter
@@ -374,6 +375,7 @@ class _Session:
                 "memstore allows one writing process per session"
             )
         try:
+            self._remove_dead_temp_files()
             self._open_files()
             self._recover(force_rescan)
         except BaseException:
@@ -384,6 +386,23 @@ class _Session:
             self._close_files()
             self.liveness.release()
             raise
+
+    def _remove_dead_temp_files(self) -> None:
+        """Remove temp files that writers killed mid-write left behind (a cap rewrite's copy of the
+        log, an atomic write's temp file). Only those whose writer process is gone."""
+        for directory in (self.dir, self.dir / INDEX_DIR, self.dir / DERIVED_DIR):
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue
+            for name in names:
+                pid = _temp_file_pid(name)
+                if pid is None or _pid_alive(pid):
+                    continue
+                try:
+                    os.unlink(directory / name)
+                except OSError:
+                    pass  # not ours to fail on; it will be tried again on the next open
 
     def _open_files(self) -> None:
         self.fd, _created = open_private_append(self.events_path)
@@ -512,6 +531,9 @@ class _Session:
             updated_at=known[0].updated_at if known else ev.utc_now(),
             turn_count=base - 1,
             retained_turn_base=base,
+            # A status the log no longer shows (its thread.completed evicted by the cap, or set by
+            # retention) stands until the log says otherwise.
+            status=known[0].status if known else STATUS_ACTIVE,
             next_seq=max([m.next_seq for m in known] + [1, summary_seq]),
         )
         self.state = LogState(manifest)
@@ -880,6 +902,26 @@ class _Session:
                     self.liveness.release()
             if error is not None:
                 raise error
+
+
+_TEMP_NAME = re.compile(r"^\.[^/]+\.(?:tmp|cap)-(\d+)-[0-9a-f]+$")
+
+
+def _temp_file_pid(name: str) -> Optional[int]:
+    match = _TEMP_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
 
 
 def _is_json(line: bytes) -> bool:
