@@ -50,13 +50,14 @@ def session_directory(root: os.PathLike | str, session_id: str) -> Path:
     return sessions_root(root) / sanitize_session_id(session_id)
 
 
-def ensure_private_dir(path: os.PathLike | str) -> Path:
+def ensure_private_dir(path: os.PathLike | str, *, sync: bool = True) -> Path:
     """Create ``path`` (and missing parents) as private directories and return it.
 
     Refuses when ``path`` itself is a symlink or not a directory. Existing ancestors are the
     caller's choice (a store root may live behind a symlink); memstore calls this once per level
     of the store, so every store-owned directory is checked as a target. The target's mode is
-    forced to 0700 even when it already existed.
+    forced to 0700 even when it already existed. With ``sync=False`` the caller takes charge of
+    syncing the parent of what was created (to batch several creations in one directory).
     """
     path = Path(path)
     missing = []
@@ -92,9 +93,10 @@ def ensure_private_dir(path: os.PathLike | str) -> Path:
         os.chmod(path, DIR_MODE)
     except OSError as exc:
         raise StoreIOError.from_os_error("chmod", path, exc) from exc
-    for directory in reversed(missing):
-        # A new directory entry is durable only once its parent is synced.
-        fsync_dir(directory.parent)
+    if sync:
+        for directory in reversed(missing):
+            # A new directory entry is durable only once its parent is synced.
+            fsync_dir(directory.parent)
     return path
 
 

@@ -87,6 +87,11 @@ EVICTION_FACT_CHARS = 180
 
 EvictionHook = Callable[[Path, str, list], None]
 
+_check_event = ev.check_event
+_utc_now = ev.utc_now
+_encode_record = ev.encode_record
+_describe = ev.describe
+
 
 # --------------------------------------------------------------------------------------------
 # The lifecycle state machine
@@ -120,6 +125,16 @@ class LogState:
         m = self.manifest
         m.event_count += 1
         turn = self.open_turn
+        if turn is not None and kind not in ev.LIFECYCLE_KINDS:
+            # The common case on the append path: an item inside the open turn.
+            turn.end_offset = end
+            turn.event_count += 1
+            if seq is not None:
+                turn.last_seq = seq
+                if turn.first_seq is None:
+                    turn.first_seq = seq
+            self.dirty[turn.number] = turn
+            return False, turn.number
         if kind == ev.TURN_STARTED:
             if turn is not None:
                 turn.status = TURN_INTERRUPTED
@@ -367,8 +382,9 @@ class _Session:
     # -- open ------------------------------------------------------------------------------
 
     def open(self, *, force_rescan: bool = False) -> None:
-        ensure_private_dir(self.dir / INDEX_DIR)
-        ensure_private_dir(self.dir / DERIVED_DIR)
+        new_subdirs = not (self.dir / INDEX_DIR).is_dir() or not (self.dir / DERIVED_DIR).is_dir()
+        ensure_private_dir(self.dir / INDEX_DIR, sync=False)
+        ensure_private_dir(self.dir / DERIVED_DIR, sync=False)
         if not self.liveness.acquire() and self.liveness.holder_elsewhere:
             raise SessionBusyError(
                 f"session {self.session_id!r} is open in another process ({self.liveness.path} is locked); "
@@ -376,7 +392,8 @@ class _Session:
             )
         try:
             self._remove_dead_temp_files()
-            self._open_files()
+            if not self._open_files() and new_subdirs:
+                fsync_dir(self.dir)  # creating events.jsonl would have synced it
             self._recover(force_rescan)
         except BaseException:
             try:
@@ -404,13 +421,16 @@ class _Session:
                 except OSError:
                     pass  # not ours to fail on; it will be tried again on the next open
 
-    def _open_files(self) -> None:
-        self.fd, _created = open_private_append(self.events_path)
+    def _open_files(self) -> bool:
+        """Open the append and read descriptors; return whether the log was created (which
+        synced the session directory)."""
+        self.fd, created = open_private_append(self.events_path)
         rfd = open_read_no_follow(self.events_path)
         if rfd is None:
             raise StoreIOError("open", self.events_path, "disappeared while opening")
         self.rfd = rfd
         self.file_len = os.fstat(self.fd).st_size
+        return created
 
     def _close_files(self) -> None:
         for name in ("fd", "rfd"):
@@ -651,20 +671,25 @@ class _Session:
             ) from self.failed
 
     def append(self, event: dict, durability: str, max_events: int, on_evict: Optional[EvictionHook]) -> int:
-        kind = ev.check_event(event)
+        # The agent's hot path: kept flat on purpose (locals, no helper calls per event).
+        kind = _check_event(event)
         with self.lock:
-            self.check_usable()
-            manifest = self.state.manifest
+            if self.failed is not None:
+                self.check_usable()
+            state = self.state
+            manifest = state.manifest
             seq = manifest.next_seq
-            ts = ev.utc_now()
-            line = ev.encode_record(seq, ts, event)
-            start = self.file_len + len(self.buffer)
-            self.buffer += line
+            ts = _utc_now()
+            line = _encode_record(seq, ts, event)
+            size = len(line)
+            buffer = self.buffer
+            start = self.file_len + len(buffer)
+            buffer += line
             manifest.next_seq = seq + 1
             manifest.updated_at = ts
-            boundary, turn = self.state.apply(kind, event, start, start + len(line), seq, ts)
-            self.pending.append(_event_row(seq, start, len(line), turn, ts, event))
-            self.unpublished += len(line)
+            boundary, turn = state.apply(kind, event, start, start + size, seq, ts)
+            self.pending.append((seq, start, size, turn, ts) + _describe(event))
+            self.unpublished += size
             if durability == "event":
                 self.write_out(sync=True)
             if boundary:
@@ -982,7 +1007,9 @@ class SessionLog:
         a string ``type``, a malformed lifecycle event, or one that cannot be serialized;
         :class:`LogFailedError` after an earlier write or sync failure.
         """
-        return self._live().append(event, self.durability, self.max_events, self.on_evict)
+        if self._closed:
+            self._live()
+        return self._s.append(event, self.durability, self.max_events, self.on_evict)
 
     def flush(self) -> None:
         """Write, sync and index everything appended so far, and publish the manifest."""
