@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from .errors import StoreIOError
 from .manifest import Manifest
@@ -300,45 +301,43 @@ class SessionIndex:
     ) -> None:
         """Record new event rows, changed turns and the manifest row in one transaction.
 
-        With ``reset`` every existing row is dropped first (a rebuild), in the same transaction,
-        so a concurrent reader sees the old index or the new one.
+        With ``reset`` every existing row is dropped first, in the same transaction. A rebuild
+        commits in batches (so an interrupted one resumes where it stopped), so a concurrent
+        reader may see a partly rebuilt index until it finishes.
         """
-        conn = self.conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if reset:
-                    conn.execute("DELETE FROM events")
-                    conn.execute("DELETE FROM turns")
-                    conn.execute("DELETE FROM manifest")
-                if events:
-                    conn.executemany(_EVENT_INSERT, events)
-                turn_rows = [t.as_row() for t in turns]
-                if turn_rows:
-                    conn.executemany(_TURN_UPSERT, turn_rows)
-                conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except (sqlite3.Error, OverflowError) as exc:
-            raise StoreIOError("update index", self.path, str(exc)) from exc
+        with self._transaction() as conn:
+            if reset:
+                conn.execute("DELETE FROM events")
+                conn.execute("DELETE FROM turns")
+                conn.execute("DELETE FROM manifest")
+            if events:
+                conn.executemany(_EVENT_INSERT, events)
+            turn_rows = [t.as_row() for t in turns]
+            if turn_rows:
+                conn.executemany(_TURN_UPSERT, turn_rows)
+            conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
 
     def evict(self, truncate_offset: int, first_kept_turn: int, manifest: Manifest, tail: bytes) -> None:
         """Apply a cap rewrite: drop turns before ``first_kept_turn`` and events before
         ``truncate_offset``, shift the remaining offsets, and store the new manifest row."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM turns WHERE number < ?", (first_kept_turn,))
+            conn.execute("DELETE FROM events WHERE offset < ?", (truncate_offset,))
+            conn.execute(
+                "UPDATE turns SET start_offset = start_offset - ?1, end_offset = end_offset - ?1",
+                (truncate_offset,),
+            )
+            conn.execute("UPDATE events SET offset = offset - ?", (truncate_offset,))
+            conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; any failure rolls back and surfaces as a StoreIOError."""
         conn = self.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("DELETE FROM turns WHERE number < ?", (first_kept_turn,))
-                conn.execute("DELETE FROM events WHERE offset < ?", (truncate_offset,))
-                conn.execute(
-                    "UPDATE turns SET start_offset = start_offset - ?1, end_offset = end_offset - ?1",
-                    (truncate_offset,),
-                )
-                conn.execute("UPDATE events SET offset = offset - ?", (truncate_offset,))
-                conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
+                yield conn
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
