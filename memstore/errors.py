@@ -83,3 +83,7 @@ class CapEvictionError(MemstoreError):
 
 class InvalidPack(MemstoreError, ValueError):
     """An audit pack is malformed, has an unsupported schema, or names an unsafe path."""
+
+
+class InvalidProgress(MemstoreError, ValueError):
+    """A progress ledger or goal snapshot does not have the expected JSON shape."""

@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 import orjson
 
-from .errors import MemstoreError
+from .errors import InvalidProgress, MemstoreError
 from .events import utc_now
 from .fsio import atomic_write, ensure_private_dir, read_no_follow, session_directory
 
@@ -44,10 +44,6 @@ _U32_MAX = 2**32 - 1
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _U64_MAX = 2**64 - 1
 _VERIFIER_ID_RE = re.compile(r"[0-9a-f]{12}")
-
-
-class InvalidProgress(MemstoreError, ValueError):
-    """A progress ledger or goal snapshot does not have the expected JSON shape."""
 
 
 # --------------------------------------------------------------------------------------------
