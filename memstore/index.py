@@ -184,7 +184,9 @@ class SessionIndex:
             conn.execute("SELECT count(*) FROM manifest").fetchone()
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise IndexCorrupt(f"{path}: {exc}") from exc
+            if _is_corruption(exc):
+                raise IndexCorrupt(f"{path}: {exc}") from exc
+            raise StoreIOError("open index", path, str(exc)) from exc
         except BaseException:
             conn.close()
             raise
@@ -231,7 +233,9 @@ class SessionIndex:
             if manifest.in_turn:
                 open_turn = self.turn(manifest.turn_count + 1)
         except sqlite3.DatabaseError as exc:
-            raise IndexCorrupt(f"{self.path}: {exc}") from exc
+            if _is_corruption(exc):
+                raise IndexCorrupt(f"{self.path}: {exc}") from exc
+            raise StoreIOError("read index", self.path, str(exc)) from exc
         return SavedState(manifest, bytes(row[-1]), open_turn)
 
     def turn(self, number: int) -> Optional[Turn]:
@@ -340,10 +344,29 @@ class SessionIndex:
                 yield conn
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                # SQLite may already have rolled back (a full disk does); the first error is the
+                # one to report.
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
                 raise
         except (sqlite3.Error, OverflowError) as exc:
             raise StoreIOError("update index", self.path, str(exc)) from exc
+
+
+_CORRUPTION_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+
+def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    """Whether ``exc`` says the file is damaged or not a database (rebuild it), as opposed to an
+    I/O failure such as a full disk (report it; deleting the index would not help)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _CORRUPTION_CODES
+    text = str(exc).lower()
+    return "malformed" in text or "not a database" in text
 
 
 def _manifest_row(m: Manifest) -> tuple:
