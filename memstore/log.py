@@ -212,25 +212,37 @@ class CapPlan:
     first_kept_turn: Optional[int]
 
 
+def cap_low_water(max_events: int) -> int:
+    """How far a cap rewrite evicts: 10% below the cap (rounded down to whole events).
+
+    VT Code evicts just below the cap, so a session at its cap rewrites the whole log, and writes
+    another eviction summary, on every turn. The headroom makes that once per ~10% of the cap.
+    Below a cap of 10 there is no headroom, and eviction is exactly VT Code's.
+    """
+    return max_events - max_events // 10
+
+
 def plan_cap_eviction(
     turns: Iterable[tuple[int, int, int, int]], event_count: int, max_events: int, open_turn: Optional[int] = None
 ) -> Optional[CapPlan]:
     """Plan a cap eviction over ``(number, start, end, event_count)`` turn spans, oldest first.
 
-    Whole turns are taken from the oldest until ``event_count - evicted <= max_events``; the open
-    turn (number ``open_turn``) is never taken. ``None`` when under the cap, when ``max_events``
-    is 0 (no cap), or when nothing can be evicted. ``turns`` is consumed lazily, only as far as
-    needed; nothing is mutated.
+    Once ``event_count`` exceeds ``max_events``, whole turns are taken from the oldest until
+    ``event_count - evicted <= cap_low_water(max_events)``; the open turn (number ``open_turn``)
+    is never taken. ``None`` when under the cap, when ``max_events`` is 0 (no cap), or when
+    nothing can be evicted. ``turns`` is consumed lazily, only as far as needed; nothing is
+    mutated.
     """
     if max_events <= 0 or event_count <= max_events:
         return None
+    target = cap_low_water(max_events)
     evicted = 0
     taken = 0
     truncate = None
     spans = iter(turns)
     first_kept = None
     for number, _start, end, count in spans:
-        if number == open_turn or event_count - evicted <= max_events:
+        if number == open_turn or event_count - evicted <= target:
             first_kept = number
             break
         evicted += count

@@ -1074,3 +1074,22 @@ def test_rebuild_from_the_log_alone_keeps_ordinals_after_a_cap_rewrite(tmp_path)
     with memstore.open_session(tmp_path, "s", max_events=0) as log:
         assert [t.number for t in log.turns()] == [3, 4]
         assert log.append(TURN_STARTED) == 9
+
+
+def test_a_session_at_its_cap_does_not_rewrite_the_log_every_turn(tmp_path):
+    from memstore.log import cap_low_water
+
+    assert [cap_low_water(n) for n in (1, 2, 9, 10, 100, 10_000)] == [1, 2, 9, 9, 90, 9_000]
+    counts = []
+    with memstore.open_session(tmp_path, "s", max_events=100) as log:
+        for _ in range(60):
+            log.append(TURN_STARTED)
+            for i in range(8):
+                log.append({"type": "note", "i": i})
+            log.append(TURN_COMPLETED)
+            counts.append(log.event_count)
+        assert [t.number for t in log.turns()][-1] == 60
+    assert max(counts) <= 100
+    rewrites = len(list((session_dir(tmp_path) / "derived").glob("eviction-summary-*.json")))
+    # 50 turns past the cap: VT Code would rewrite 50 times, memstore every ~2 turns of headroom.
+    assert 20 <= rewrites <= 26, rewrites
