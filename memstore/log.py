@@ -728,10 +728,10 @@ class _Session:
         On a failed write the file is truncated back to its previous length and the session
         fails closed; on a failed sync it fails closed (the kernel may have dropped the pages).
         """
-        if self.buffer:
-            data = bytes(self.buffer)
+        buffer = self.buffer
+        if buffer:
             try:
-                write_all(self.fd, data, self.events_path)
+                write_all(self.fd, buffer, self.events_path)
             except StoreIOError as exc:
                 self.failed = exc
                 try:
@@ -739,9 +739,9 @@ class _Session:
                 except OSError:
                     pass  # the next open cuts the torn tail; the log stays readable
                 raise
-            self.file_len += len(data)
-            self.buffer.clear()
-            self.tail = (self.tail + data[-TAIL_BYTES:])[-TAIL_BYTES:]
+            self.file_len += len(buffer)
+            self.tail = (self.tail + buffer[-TAIL_BYTES:])[-TAIL_BYTES:]
+            del buffer[:]
             self.unsynced = True
         if sync and getattr(self, "unsynced", False):
             try:
