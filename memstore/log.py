@@ -179,10 +179,6 @@ class LogState:
             return True, turn.number
         return False, turn.number
 
-    def take_dirty(self) -> list[Turn]:
-        turns = list(self.dirty.values())
-        self.dirty.clear()
-        return turns
 
 
 def _context_timestamp(event: dict) -> Optional[str]:
@@ -630,7 +626,8 @@ class _Session:
         manifest = self.state.manifest
         manifest.persisted_file_len = offset
         self.tail = self._pread(max(0, offset - TAIL_BYTES), min(TAIL_BYTES, offset))
-        self.index.commit(rows, self.state.take_dirty(), manifest, self.tail, reset=reset)
+        self.index.commit(rows, self.state.dirty.values(), manifest, self.tail, reset=reset)
+        self.state.dirty.clear()
 
     def _repair_tail(self, floor: int) -> None:
         """Cut a torn tail (a partial last line, or trailing lines that are not JSON, such as a
@@ -743,7 +740,7 @@ class _Session:
             self.tail = (self.tail + buffer[-TAIL_BYTES:])[-TAIL_BYTES:]
             del buffer[:]
             self.unsynced = True
-        if sync and getattr(self, "unsynced", False):
+        if sync and self.unsynced:
             try:
                 os.fdatasync(self.fd)
             except OSError as exc:
@@ -753,12 +750,15 @@ class _Session:
             self.unsynced = False
 
     def publish(self, *, manifest: bool = True) -> None:
-        """Commit the index rows for everything written, then publish the manifest."""
+        """Commit the index rows for everything written, then (with ``manifest``) publish the
+        manifest. If the index transaction fails, nothing is forgotten: the next publish
+        retries the same rows and turns."""
         if self.buffer:
             raise AssertionError("publish() before write_out()")
-        manifest = self.state.manifest
-        manifest.persisted_file_len = self.file_len
-        self.index.commit(self.pending, self.state.take_dirty(), manifest, self.tail)
+        state = self.state
+        state.manifest.persisted_file_len = self.file_len
+        self.index.commit(self.pending, state.dirty.values(), state.manifest, self.tail)
+        state.dirty.clear()
         self.pending = []
         self.unpublished = 0
         if manifest:

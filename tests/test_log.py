@@ -1093,3 +1093,45 @@ def test_a_session_at_its_cap_does_not_rewrite_the_log_every_turn(tmp_path):
     rewrites = len(list((session_dir(tmp_path) / "derived").glob("eviction-summary-*.json")))
     # 50 turns past the cap: VT Code would rewrite 50 times, memstore every ~2 turns of headroom.
     assert 20 <= rewrites <= 26, rewrites
+
+
+def test_a_failed_index_transaction_is_retried_without_losing_turns(tmp_path, monkeypatch):
+    from memstore.index import SessionIndex
+
+    log = memstore.open_session(tmp_path, "s")
+    log.append(TURN_STARTED)
+    log.flush()
+    real_commit = SessionIndex.commit
+    calls = []
+
+    def failing_once(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise memstore.StoreIOError("update index", self.path, "database or disk is full")
+        return real_commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(SessionIndex, "commit", failing_once)
+    with pytest.raises(memstore.StoreIOError, match="disk is full"):
+        log.append(TURN_COMPLETED)  # logged and synced; the index missed it
+    assert not log.failed  # the log is fine: appends go on
+    two_event_turn(log)
+    assert [(t.number, t.status) for t in log.turns()] == [(1, "completed"), (2, "completed")]
+    log.close()
+    before = db(tmp_path).execute("SELECT * FROM turns ORDER BY number").fetchall()
+    memstore.rebuild(tmp_path, "s")
+    assert db(tmp_path).execute("SELECT * FROM turns ORDER BY number").fetchall() == before
+
+
+def test_bulk_mode_publishes_the_manifest_on_flush_not_per_batch(tmp_path):
+    log = memstore.open_session(tmp_path, "s", durability="none", max_events=0)
+    path = session_dir(tmp_path) / "manifest.json"
+    for _ in range(300):
+        log.append(TURN_STARTED)
+        log.append({"type": "note", "text": "x" * 4000})
+        log.append(TURN_COMPLETED)
+    log._s.publisher.drain()
+    assert json.loads(path.read_text())["event_count"] == 0  # indexed in batches, not published
+    assert db(tmp_path).execute("SELECT event_count FROM manifest").fetchone()[0] > 0
+    log.flush()
+    assert json.loads(path.read_text())["event_count"] == 900
+    log.close()
