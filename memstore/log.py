@@ -810,15 +810,25 @@ class _Session:
             ) from exc
         new_len = self.file_len - cut
         write_marker(self.dir, CapRewriteMarker(self.file_len, new_len, base))
-        self._replace_log_from(cut)
-        manifest.event_count -= len(evicted)
-        manifest.retained_turn_base = base
-        manifest.persisted_file_len = new_len
-        if self.state.open_turn is not None:
-            self.state.open_turn.start_offset -= cut
-            self.state.open_turn.end_offset -= cut
-        self.tail = self._pread(max(0, new_len - TAIL_BYTES), min(TAIL_BYTES, new_len))
-        self.index.evict(cut, base, manifest, self.tail)
+        try:
+            self._replace_log_from(cut)
+        except BaseException:
+            clear_marker(self.dir)  # the log was not replaced: nothing to recover
+            raise
+        try:
+            manifest.event_count -= len(evicted)
+            manifest.retained_turn_base = base
+            manifest.persisted_file_len = new_len
+            if self.state.open_turn is not None:
+                self.state.open_turn.start_offset -= cut
+                self.state.open_turn.end_offset -= cut
+            self.tail = self._pread(max(0, new_len - TAIL_BYTES), min(TAIL_BYTES, new_len))
+            self.index.evict(cut, base, manifest, self.tail)
+        except BaseException as exc:
+            # The log is rewritten but the index still describes the old one: only a reopen,
+            # guided by the marker, can bring them together again.
+            self.failed = exc
+            raise
         self._publish_manifest(wait=True)
         clear_marker(self.dir)
 

@@ -1135,3 +1135,25 @@ def test_bulk_mode_publishes_the_manifest_on_flush_not_per_batch(tmp_path):
     log.flush()
     assert json.loads(path.read_text())["event_count"] == 900
     log.close()
+
+
+def test_index_failure_after_the_cap_rewrite_fails_closed_and_reopen_recovers(tmp_path, monkeypatch):
+    from memstore.index import SessionIndex
+
+    def broken_evict(self, *args, **kwargs):
+        raise memstore.StoreIOError("update index", self.path, "I/O error")
+
+    log = memstore.open_session(tmp_path, "s", max_events=4)
+    two_event_turn(log)
+    two_event_turn(log)
+    monkeypatch.setattr(SessionIndex, "evict", broken_evict)
+    with pytest.raises(memstore.StoreIOError):
+        log.append(TURN_STARTED)  # the fifth event: turn 1 is evicted, then the index fails
+    assert log.failed
+    monkeypatch.undo()
+    log.close()
+    assert (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
+    with memstore.open_session(tmp_path, "s", max_events=4) as log:
+        assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
+        assert log.event_count == 3 and log.turn_count == 2
+    assert not (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
