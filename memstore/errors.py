@@ -62,7 +62,8 @@ class TurnNotFound(MemstoreError, LookupError):
 
 
 class LogFailedError(MemstoreError):
-    """A previous write or fsync on this session failed; the handle refuses further appends.
+    """A previous write or fsync on this session failed; the handle refuses further appends,
+    flushes and reads (close still releases it).
 
     After a failed fsync the kernel may have dropped the data while a retry would report success,
     so the only honest state is closed. Reopen the session to continue: the log on disk is valid.
