@@ -322,11 +322,3 @@ def verify_command(session, pack_path, root, as_json):
             click.echo(f"NOT verified: {len(result.mismatches)} mismatched, {len(result.missing)} missing")
     if not result.verified:
         sys.exit(1)
-
-
-def main() -> None:
-    try:
-        cli(standalone_mode=True)
-    except errors.MemstoreError as exc:  # pragma: no cover - click handles most
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(2)
