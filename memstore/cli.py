@@ -305,6 +305,11 @@ def verify_command(session, pack_path, root, as_json):
     try:
         pack = read_audit_pack(path)
         result = verify_audit_pack(root, session, pack)
+    except errors.InvalidPack as exc:
+        message = str(exc)
+        if not message.startswith(str(path)):
+            message = f"{path}: {message}"
+        raise _ExitWith(message, 2) from exc
     except errors.MemstoreError as exc:
         raise _ExitWith(str(exc), 2) from exc
     if as_json:

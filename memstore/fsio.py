@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import uuid
 from pathlib import Path
@@ -22,6 +23,19 @@ SESSIONS_DIR = "sessions"
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# Opening a FIFO blocks until the other end opens; with O_NONBLOCK the open returns and the
+# regular-file check refuses it. It changes nothing for regular files.
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+# Temp files of atomic_write (".<name>.tmp-<pid>-<hex>") and of cap rewrites
+# (".events.jsonl.cap-<pid>-<hex>"): transient, and removable once their writer is gone.
+_TEMP_NAME = re.compile(r"^\.[^/]+\.(?:tmp|cap)-(\d+)-[0-9a-f]+$")
+
+
+def temp_file_pid(name: str) -> Optional[int]:
+    """The writer's pid if ``name`` is one of memstore's temp files, else ``None``."""
+    match = _TEMP_NAME.match(name)
+    return int(match.group(1)) if match else None
 
 
 def sanitize_session_id(session_id: str) -> str:
@@ -130,7 +144,7 @@ def open_private_append(path: os.PathLike | str) -> tuple[int, bool]:
     Returns ``(fd, created)``. A newly created file's directory entry is synced.
     """
     created = False
-    flags = os.O_WRONLY | os.O_APPEND | _O_NOFOLLOW | _O_CLOEXEC
+    flags = os.O_WRONLY | os.O_APPEND | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
     try:
         try:
             fd = os.open(path, flags)
@@ -156,7 +170,7 @@ def open_private_append(path: os.PathLike | str) -> tuple[int, bool]:
 def open_private_rw(path: os.PathLike | str) -> int:
     """Open (creating 0600 if needed) ``path`` for read and write without following symlinks."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, FILE_MODE)
     except OSError as exc:
         raise StoreIOError.from_os_error("open", path, exc) from exc
     _require_regular(fd, path, "open")
@@ -170,7 +184,7 @@ def open_private_rw(path: os.PathLike | str) -> int:
 def open_read_no_follow(path: os.PathLike | str) -> Optional[int]:
     """Open ``path`` read-only without following symlinks; ``None`` when it does not exist."""
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import threading
 import uuid
 from collections import Counter
@@ -46,6 +45,7 @@ from .fsio import (
     sanitize_session_id,
     session_directory,
     sessions_root,
+    temp_file_pid,
     write_all,
     write_new_file,
 )
@@ -421,7 +421,7 @@ class _Session:
             except OSError:
                 continue
             for name in names:
-                pid = _temp_file_pid(name)
+                pid = temp_file_pid(name)
                 if pid is None or _pid_alive(pid):
                     continue
                 try:
@@ -949,14 +949,6 @@ class _Session:
                     self.liveness.release()
             if error is not None:
                 raise error
-
-
-_TEMP_NAME = re.compile(r"^\.[^/]+\.(?:tmp|cap)-(\d+)-[0-9a-f]+$")
-
-
-def _temp_file_pid(name: str) -> Optional[int]:
-    match = _TEMP_NAME.match(name)
-    return int(match.group(1)) if match else None
 
 
 def _pid_alive(pid: int) -> bool:

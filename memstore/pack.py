@@ -12,9 +12,10 @@ Safety rules:
 * files are hashed in fixed-size chunks, so memory stays flat whatever the session's size;
 * any file named ``audit-pack.json`` is excluded, so a pack stored in the session does not
   inventory itself;
-* hidden names (a component starting with ``.``, e.g. the temp files of an atomic write) and names
-  that could not be verified safely (backslashes, drive-like ``C:`` components, NUL, names that
-  are not UTF-8) are not inventoried; ``verify`` lists such files as ``unaccounted``;
+* memstore's own transient temp files (``.<name>.tmp-<pid>-<hex>``) are left out; hidden files
+  are inventoried like any other;
+* names that could not be verified safely (backslashes, drive-like ``C:`` components, NUL, names
+  that are not UTF-8) are not inventoried; ``verify`` lists such files as ``unaccounted``;
 * before opening anything, ``verify`` validates every entry path of the pack and refuses the whole
   pack (``InvalidPack``) if one is empty, absolute, contains ``..`` or any of the above.
 """
@@ -28,13 +29,13 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import orjson
 
 from .errors import InvalidPack, StoreIOError, UnsafePathError
 from .events import utc_now
-from .fsio import atomic_write, ensure_private_dir, read_no_follow, session_directory
+from .fsio import atomic_write, ensure_private_dir, read_no_follow, session_directory, temp_file_pid
 from .manifest import MANIFEST_FILE, load_summary
 
 PACK_SCHEMA_VERSION = 1
@@ -168,8 +169,6 @@ def _component_problem(component: str) -> Optional[str]:
         return "has an empty component"
     if component in (".", ".."):
         return f"has a {component!r} component"
-    if component.startswith("."):
-        return "has a hidden component (starts with '.')"
     if "\\" in component:
         return "contains a backslash"
     if "\x00" in component:
@@ -221,10 +220,10 @@ def _session_dir(root: os.PathLike | str, session_id: str) -> Path:
     return path
 
 
-def _walk_files(session_dir: Path) -> Iterator[str]:
+def _walk_files(session_dir: Path, exclude: frozenset = frozenset()) -> Iterator[str]:
     """Relative ``/``-joined paths of every regular file under ``session_dir`` (symlinks and
-    special files skipped, directories entered without following symlinks, ``audit-pack.json``
-    excluded), in name order."""
+    special files skipped, directories entered without following symlinks; ``audit-pack.json``,
+    memstore's own transient temp files and the ``exclude`` paths left out), in name order."""
     stack = [""]
     while stack:
         prefix = stack.pop()
@@ -244,7 +243,12 @@ def _walk_files(session_dir: Path) -> Iterator[str]:
                     continue
                 if entry.is_dir(follow_symlinks=False):
                     subdirs.append(rel)
-                elif entry.is_file(follow_symlinks=False) and entry.name != PACK_FILE:
+                elif (
+                    entry.is_file(follow_symlinks=False)
+                    and entry.name != PACK_FILE
+                    and temp_file_pid(entry.name) is None
+                    and rel not in exclude
+                ):
                     yield rel
             except OSError as exc:
                 raise StoreIOError.from_os_error("stat", directory / entry.name, exc) from exc
@@ -304,8 +308,13 @@ def _is_regular(fd: int) -> bool:
 # Public API
 
 
-def create_audit_pack(root: os.PathLike | str, session_id: str) -> SessionAuditPack:
+def create_audit_pack(
+    root: os.PathLike | str, session_id: str, *, exclude: Iterable[str] = ()
+) -> SessionAuditPack:
     """Inventory the session: size and SHA-256 of every regular file, sorted by path.
+
+    Left out: files named ``audit-pack.json``, memstore's transient temp files, and the
+    session-relative paths in ``exclude`` (``write_audit_pack`` excludes its own output).
 
     Status and counts are copied from ``manifest.json``. A missing session directory, or a
     missing or malformed manifest, raises ``StoreIOError`` naming the path. A file that vanishes
@@ -318,7 +327,7 @@ def create_audit_pack(root: os.PathLike | str, session_id: str) -> SessionAuditP
         detail = "is not a valid session manifest" if os.path.lexists(manifest) else "No such file or directory"
         raise StoreIOError("read manifest", manifest, detail)
     entries = []
-    for rel in _walk_files(session_dir):
+    for rel in _walk_files(session_dir, frozenset(exclude)):
         if _path_problem(rel):
             continue
         try:
@@ -357,7 +366,6 @@ def write_audit_pack(
 ) -> tuple[SessionAuditPack, Path]:
     """Create a pack and write it (pretty JSON, atomically, mode 0600) to ``output`` or to
     ``derived/audit-pack.json``; return ``(pack, path)``. ``output``'s directory must exist."""
-    pack = create_audit_pack(root, session_id)
     if output is None:
         path = default_pack_path(root, session_id)
         ensure_private_dir(path.parent)
@@ -365,6 +373,12 @@ def write_audit_pack(
         path = Path(output)
         if not path.parent.is_dir():
             raise StoreIOError("write audit pack", path.parent, "directory does not exist", errno.ENOENT)
+    # A pack written inside the session must not inventory its own previous version.
+    session_dir = os.path.realpath(session_directory(root, session_id))
+    target = os.path.join(os.path.realpath(path.parent), path.name)
+    inside = os.path.commonpath([session_dir, target]) == session_dir
+    exclude = [Path(os.path.relpath(target, session_dir)).as_posix()] if inside else []
+    pack = create_audit_pack(root, session_id, exclude=exclude)
     atomic_write(path, pack.to_json())
     return pack, path
 
@@ -389,7 +403,7 @@ def read_audit_pack(path: os.PathLike | str) -> SessionAuditPack:
 def verify_audit_pack(root: os.PathLike | str, session_id: str, pack: SessionAuditPack) -> PackVerification:
     """Check the session against ``pack``.
 
-    Every entry path is validated first; one unsafe path (empty, absolute, ``..``, hidden,
+    Every entry path is validated first; one unsafe path (empty, absolute, ``.`` or ``..``,
     backslash, drive letter) or a duplicate raises ``InvalidPack`` before any file is opened.
     Then each entry is opened without following symlinks: absent → ``missing``; a different size
     or digest, a symlink or a non-regular file → ``mismatches``; other I/O errors raise
