@@ -174,3 +174,12 @@ def test_pack_missing_session_exits_2_naming_the_path(tmp_path):
 def test_verify_usage_error_exits_2(tmp_path):
     result = run("verify", "--root", tmp_path)
     assert result.exit_code == 2
+
+
+def test_verify_warns_when_the_pack_belongs_to_another_session(tmp_path):
+    for sid in ("s1", "s2"):
+        make_session(tmp_path, sid)
+    pack_path = tmp_path / "s1-pack.json"
+    CliRunner().invoke(cli, ["pack", "s1", "--root", str(tmp_path), "--output", str(pack_path)])
+    result = CliRunner().invoke(cli, ["verify", "s2", str(pack_path), "--root", str(tmp_path)])
+    assert "is a pack of session 's1', not 's2'" in result.stderr
