@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import queue
 import threading
 import uuid
 from collections import Counter
@@ -340,12 +341,44 @@ def _spans_valid(spans: Sequence[tuple[int, int, int, int]], length: int) -> boo
 
 _registry: dict[str, "_Session"] = {}
 _registry_lock = threading.Lock()
+# Sessions of handles dropped without close(); SimpleQueue.put is safe to call from __del__.
+_dropped: "queue.SimpleQueue[_Session]" = queue.SimpleQueue()
+_reaper: Optional[threading.Thread] = None
+
+
+def _reap_dropped_handles() -> None:
+    while True:
+        session = _dropped.get()
+        try:
+            session.release(flush_metadata=False)
+        except Exception:
+            pass  # nobody holds the dropped handle to report to; reopening repairs from the log
+
+
+def _start_reaper() -> None:
+    global _reaper
+    if _reaper is None:
+        _reaper = threading.Thread(target=_reap_dropped_handles, name="memstore-reaper", daemon=True)
+        _reaper.start()
+
+
+def _drain_dropped_handles() -> None:
+    while True:
+        try:
+            session = _dropped.get_nowait()
+        except queue.Empty:
+            return
+        try:
+            session.release(flush_metadata=False)
+        except Exception:
+            pass
 
 
 @atexit.register
 def _flush_open_sessions_at_exit() -> None:
     """Sessions still open at interpreter exit are flushed (written, synced, indexed) while the
     publisher threads still run; a crash, not a normal exit, is what loses buffered events."""
+    _drain_dropped_handles()
     with _registry_lock:
         sessions = list(_registry.values())
     for session in sessions:
@@ -1052,13 +1085,12 @@ class SessionLog:
         self.close()
 
     def __del__(self) -> None:
-        # Dropped without close(): write buffered bytes only, like VT Code's Drop.
+        # Dropped without close(): write buffered bytes only, like VT Code's Drop. The garbage
+        # collector may run this inside any critical section of any thread, so it takes no lock
+        # here: the reaper thread does the release.
         if not getattr(self, "_closed", True):
             self._closed = True
-            try:
-                self._s.release(flush_metadata=False)
-            except Exception:
-                pass
+            _dropped.put(self._s)
 
     @property
     def turn_count(self) -> int:
@@ -1145,11 +1177,10 @@ def _open(root, session_id, max_events, durability, on_evict, *, force_rescan: b
         raise ValueError(f"durability must be one of {DURABILITY_POLICIES}, not {durability!r}")
     if type(max_events) is not int or max_events < 0:
         raise ValueError("max_events must be a non-negative int (0 disables the cap)")
-    root = Path(root)
-    try:
-        os.makedirs(root, exist_ok=True)
-    except OSError as exc:
-        raise StoreIOError.from_os_error("create directory", root, exc) from exc
+    # Absolute, so that a later os.chdir() cannot redirect an open handle to another store.
+    root = Path(root).absolute()
+    _create_root(root)
+    _start_reaper()
     ensure_private_dir(sessions_root(root))
     directory = ensure_private_dir(session_directory(root, session_id))
     key = os.path.realpath(directory)
@@ -1180,6 +1211,26 @@ def _open(root, session_id, max_events, durability, on_evict, *, force_rescan: b
                     shared.release(flush_metadata=False)
                     raise
         return SessionLog(shared, max_events, durability, on_evict)
+
+
+def _create_root(root: Path) -> None:
+    """Create a missing store root (a user-chosen path: it may sit behind symlinks), syncing the
+    parent of each directory created so the new store survives a power cut."""
+    missing = []
+    probe = root
+    while not os.path.lexists(probe) and probe.parent != probe:
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o755 if directory != root else 0o700)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise StoreIOError.from_os_error("create directory", directory, exc) from exc
+        fsync_dir(directory.parent)
+    if not root.is_dir():
+        raise StoreIOError("open store", root, "is not a directory")
 
 
 def rebuild(root: os.PathLike | str, session_id: str) -> Manifest:

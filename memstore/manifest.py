@@ -25,6 +25,7 @@ from .fsio import atomic_write, read_no_follow, remove_if_exists
 MANIFEST_FILE = "manifest.json"
 MARKER_FILE = "pending-cap-rewrite.json"
 STORE_SCHEMA_VERSION = 1
+_I64_MAX = 2**63 - 1  # counters live in SQLite integers too
 STATUS_ACTIVE = "active"
 STATUS_COMPLETED = "completed"
 
@@ -62,7 +63,7 @@ class Manifest:
 
         Keys VT Code's older versions lack (``in_turn``, ``persisted_file_len``,
         ``retained_turn_base``) take their defaults; the manifest remembers which keys
-        was present (see :meth:`has`), because the open path needs to know.
+        were present (see :meth:`has`), because the open path needs to know.
         """
         summary = SessionSummary.from_dict(data)
         if summary is None:
@@ -86,7 +87,7 @@ class Manifest:
 def _ints_ok(m: Manifest) -> bool:
     for name in ("turn_count", "event_count", "persisted_file_len", "retained_turn_base", "next_seq"):
         value = getattr(m, name)
-        if type(value) is not int or value < 0:
+        if type(value) is not int or not 0 <= value <= _I64_MAX:
             return False
     return isinstance(m.in_turn, bool) and isinstance(m.created_at, str) and m.retained_turn_base >= 1
 

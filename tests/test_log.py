@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -61,6 +62,17 @@ def db(root, sid="s"):
 
 def types(events):
     return [e["type"] for e in events]
+
+
+def eventually(predicate, timeout=10.0):
+    """Poll ``predicate`` until true; a handle dropped without close() is released by a
+    background reaper thread, promptly but not synchronously."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,6 +129,7 @@ def test_reopening_after_drop_scans_bytes_flushed_without_metadata(tmp_path):
     log.append(THREAD_STARTED)
     del log
     gc.collect()
+    assert eventually(lambda: not memstore.is_live(session_dir(tmp_path)))
     assert len(log_lines(tmp_path)) == 1
     with memstore.open_session(tmp_path, "s") as log:
         assert log.event_count == 1
@@ -620,7 +633,7 @@ def test_liveness_probe_held_lock_reports_live_consistently(tmp_path):
     assert memstore.is_live(d)
     del log
     gc.collect()
-    assert not memstore.is_live(d)
+    assert eventually(lambda: not memstore.is_live(d))
 
 
 def test_is_live_without_lock_file(tmp_path):

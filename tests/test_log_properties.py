@@ -18,6 +18,7 @@ import itertools
 import os
 import shutil
 import sqlite3
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional
@@ -391,6 +392,11 @@ class Runner:
             if drop:
                 del log
                 gc.collect()
+                # A dropped handle is released by memstore's reaper thread, promptly but not
+                # synchronously: wait until the session is no longer live.
+                deadline = time.monotonic() + 10
+                while memstore.is_live(session_dir(self.root)) and time.monotonic() < deadline:
+                    time.sleep(0.005)
             else:
                 log.close()
 
