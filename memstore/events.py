@@ -245,11 +245,13 @@ def describe(event: dict) -> tuple:
     """The columns the index keeps for ``event``, as a plain tuple in :class:`EventFacts` order:
     its type, its item's type and id, the tool or command it names, a status and an exit code.
 
-    On the append path for every event, hence written for speed.
+    Values are the plain ``str``/``int`` the JSON decodes to, so an event described at append
+    time (where the caller may pass dict subclasses or str enums) indexes exactly like the same
+    event read back from the log. On the append path for every event, hence written for speed.
     """
-    kind = event["type"]
+    kind = str(event["type"])
     item = event.get("item")
-    if type(item) is dict:
+    if isinstance(item, dict):
         get = item.get
         item_type = get("type")
         if item_type == "command_execution":
@@ -259,17 +261,17 @@ def describe(event: dict) -> tuple:
         else:
             name = get("tool_name")
         status = get("status")
-        if type(status) is not str:
+        if not isinstance(status, str):
             status = get("outcome")
         item_id = get("id")
         code = get("exit_code")
         return (
             kind,
-            item_type if type(item_type) is str else None,
-            item_id if type(item_id) is str else None,
-            name if type(name) is str else None,
-            status if type(status) is str else None,
-            code if type(code) is int and -(2**63) <= code < 2**63 else None,
+            _str_or_none(item_type),
+            _str_or_none(item_id),
+            _str_or_none(name),
+            _str_or_none(status),
+            int(code) if isinstance(code, int) and not isinstance(code, bool) and -(2**63) <= code < 2**63 else None,
         )
     if kind == THREAD_COMPLETED:
         return (kind, None, None, None, _str_or_none(event.get("subtype")), None)
@@ -279,7 +281,9 @@ def describe(event: dict) -> tuple:
 
 
 def _str_or_none(value: Any) -> Optional[str]:
-    return value if isinstance(value, str) else None
+    if type(value) is str:
+        return value
+    return str.__str__(value) if isinstance(value, str) else None
 
 
 def usage_of(event: dict) -> tuple[int, int, int, int]:

@@ -238,21 +238,22 @@ class SessionIndex:
             raise StoreIOError("read index", self.path, str(exc)) from exc
         return SavedState(manifest, bytes(row[-1]), open_turn)
 
+    def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
+        try:
+            return self.conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreIOError("read index", self.path, str(exc)) from exc
+
     def turn(self, number: int) -> Optional[Turn]:
-        row = self.conn.execute(
-            f"SELECT {', '.join(_TURN_COLUMNS)} FROM turns WHERE number = ?", (number,)
-        ).fetchone()
-        return Turn(*row) if row else None
+        rows = self._read(f"SELECT {', '.join(_TURN_COLUMNS)} FROM turns WHERE number = ?", (number,))
+        return Turn(*rows[0]) if rows else None
 
     def turns(self) -> list[Turn]:
-        rows = self.conn.execute(f"SELECT {', '.join(_TURN_COLUMNS)} FROM turns ORDER BY number")
-        return [Turn(*row) for row in rows]
+        return [Turn(*row) for row in self._read(f"SELECT {', '.join(_TURN_COLUMNS)} FROM turns ORDER BY number")]
 
     def turn_spans(self) -> list[tuple[int, int, int, int]]:
         """``(number, start_offset, end_offset, event_count)`` of every turn, oldest first."""
-        return self.conn.execute(
-            "SELECT number, start_offset, end_offset, event_count FROM turns ORDER BY number"
-        ).fetchall()
+        return self._read("SELECT number, start_offset, end_offset, event_count FROM turns ORDER BY number")
 
     def is_consistent(self, manifest: Manifest) -> bool:
         """Whether the turn and event rows agree with the manifest row.

@@ -805,7 +805,11 @@ class _Session:
             self.publisher.submit(data)
             self.published = data
         if wait:
-            self.publisher.drain()
+            try:
+                self.publisher.drain()
+            except BaseException:
+                self.published = None  # not on disk: the next flush publishes it again
+                raise
 
     def flush(self, *, sync: bool = True) -> None:
         with self.lock:
@@ -869,9 +873,7 @@ class _Session:
         """Turn spans oldest first, from the index overlaid with turns not yet committed to it."""
         dirty = self.state.dirty
         seen = set()
-        for number, start, end, count in self.index.conn.execute(
-            "SELECT number, start_offset, end_offset, event_count FROM turns ORDER BY number"
-        ):
+        for number, start, end, count in self.index.turn_spans():
             seen.add(number)
             turn = dirty.get(number)
             yield (number, turn.start_offset, turn.end_offset, turn.event_count) if turn else (number, start, end, count)

@@ -176,6 +176,15 @@ def rebuild_from_log_and_manifest(root: Path, scratch_base: Path) -> dict:
     return rebuilt
 
 
+def wait_until_released(root: Path) -> None:
+    """A handle dropped without close() is released by memstore's reaper thread, promptly but
+    not synchronously: wait until the session is no longer live."""
+    deadline = time.monotonic() + 10
+    while memstore.is_live(session_dir(root)):
+        assert time.monotonic() < deadline, "a dropped handle was never released"
+        time.sleep(0.002)
+
+
 def check_session(root: Path, scratch_base: Path, appended: list[dict], log=None, context: str = "",
                   capped: bool = False) -> dict:
     """Everything that must hold once all appended events were flushed (or the log closed):
@@ -377,6 +386,7 @@ class Runner:
             # Dropped without close(): buffered bytes are written, the metadata is not.
             self.log = None
             gc.collect()
+            wait_until_released(self.root)
             self.log = self.open(arg)
         self.check(context)
 
@@ -392,11 +402,7 @@ class Runner:
             if drop:
                 del log
                 gc.collect()
-                # A dropped handle is released by memstore's reaper thread, promptly but not
-                # synchronously: wait until the session is no longer live.
-                deadline = time.monotonic() + 10
-                while memstore.is_live(session_dir(self.root)) and time.monotonic() < deadline:
-                    time.sleep(0.005)
+                wait_until_released(self.root)
             else:
                 log.close()
 
