@@ -709,7 +709,8 @@ class _Session:
     def check_usable(self) -> None:
         if self.failed is not None:
             raise LogFailedError(
-                f"an earlier write to {self.events_path} failed ({self.failed}); reopen the session"
+                f"an earlier operation on {self.events_path} failed ({self.failed}); close every handle "
+                "of this session and open it again (the log on disk is valid)"
             ) from self.failed
 
     def append(self, event: dict, durability: str, max_events: int, on_evict: Optional[EvictionHook]) -> int:
@@ -848,11 +849,20 @@ class _Session:
         new_len = self.file_len - cut
         write_marker(self.dir, CapRewriteMarker(self.file_len, new_len, base))
         try:
-            self._replace_log_from(cut)
+            self._copy_log_from(cut)
         except BaseException:
             clear_marker(self.dir)  # the log was not replaced: nothing to recover
             raise
         try:
+            # The log is replaced from here on. Should anything fail now, the descriptors or
+            # the index may still describe the old log: the session fails closed and a reopen,
+            # guided by the marker, brings them together again.
+            fsync_dir(self.dir)
+            old = (self.fd, self.rfd)
+            self.fd, self.rfd = -1, -1
+            for fd in old:
+                os.close(fd)
+            self._open_files()
             manifest.event_count -= len(evicted)
             manifest.retained_turn_base = base
             manifest.persisted_file_len = new_len
@@ -862,8 +872,6 @@ class _Session:
             self.tail = self._pread(max(0, new_len - TAIL_BYTES), min(TAIL_BYTES, new_len))
             self.index.evict(cut, base, manifest, self.tail)
         except BaseException as exc:
-            # The log is rewritten but the index still describes the old one: only a reopen,
-            # guided by the marker, can bring them together again.
             self.failed = exc
             raise
         self._publish_manifest(wait=True)
@@ -881,8 +889,9 @@ class _Session:
             turn = dirty[number]
             yield (number, turn.start_offset, turn.end_offset, turn.event_count)
 
-    def _replace_log_from(self, cut: int) -> None:
-        """Atomically replace the log by its bytes from ``cut`` on, then reopen the descriptors."""
+    def _copy_log_from(self, cut: int) -> None:
+        """Atomically replace the log by its bytes from ``cut`` on (copy to a temp file, fsync,
+        rename). The caller syncs the directory and reopens the descriptors."""
         tmp = self.dir / f".{EVENTS_FILE}.cap-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         fd, _ = open_private_append(tmp)
         try:
@@ -910,12 +919,6 @@ class _Session:
             except OSError:
                 pass
             raise
-        fsync_dir(self.dir)
-        old = (self.fd, self.rfd)
-        self.fd, self.rfd = -1, -1
-        for fd_ in old:
-            os.close(fd_)
-        self._open_files()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -1208,8 +1211,14 @@ def _open(root, session_id, max_events, durability, on_evict, *, force_rescan: b
             elif force_rescan:
                 try:
                     shared.flush()
-                    shared._recover(force_rescan=True)
                 except BaseException:
+                    shared.release(flush_metadata=False)
+                    raise
+                try:
+                    shared._recover(force_rescan=True)
+                except BaseException as exc:
+                    # A half-done rescan leaves the shared state describing part of the log.
+                    shared.failed = exc
                     shared.release(flush_metadata=False)
                     raise
         return SessionLog(shared, max_events, durability, on_evict)
