@@ -188,16 +188,78 @@ class Record(NamedTuple):
     event: dict
 
 
-def encode_record(seq: int, ts: str, event: dict) -> bytes:
+def encode_record(seq: int, ts: str, event: dict, retained_turn_base: Optional[int] = None) -> bytes:
     """Serialize one envelope line (with its trailing newline); :class:`InvalidEvent` if the event
-    cannot be represented as JSON."""
+    cannot be represented as JSON. ``retained_turn_base`` is given for the first line of a log
+    whose oldest turns were evicted (see :func:`decode_log_head`)."""
     try:
+        if retained_turn_base is not None:
+            return orjson.dumps(
+                {"retained_turn_base": retained_turn_base, "schema_version": SCHEMA_VERSION, "seq": seq,
+                 "ts": ts, "event": event},
+                option=orjson.OPT_APPEND_NEWLINE,
+            )
         return orjson.dumps(
             {"schema_version": SCHEMA_VERSION, "seq": seq, "ts": ts, "event": event},
             option=orjson.OPT_APPEND_NEWLINE,
         )
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise InvalidEvent(f"event cannot be serialized as JSON: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# The log head: what a cap rewrite leaves in the log about what it evicted
+#
+# Turn ordinals and sequence numbers continue across cap rewrites, and the log alone must be
+# enough to rebuild them. So the first line of a log whose oldest turns were evicted carries
+# ``"retained_turn_base": N`` (the number of its first turn) as an extra envelope key, and a log
+# the cap emptied holds one anchor line without an event: {"schema_version", "retained_turn_base",
+# "next_seq"}. Readers that do not know these keys ignore them (VT Code skips the anchor, as it
+# skips any line without an event).
+
+_HEAD_KEY = b'{"retained_turn_base":'
+
+
+class LogHead(NamedTuple):
+    retained_turn_base: Optional[int]
+    next_seq: Optional[int]
+
+
+def decode_log_head(line: bytes) -> LogHead:
+    """What the first line of a log says about evicted turns and sequence numbers."""
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return LogHead(None, None)
+    if type(data) is not dict:
+        return LogHead(None, None)
+    base, next_seq = data.get("retained_turn_base"), data.get("next_seq")
+    return LogHead(
+        base if type(base) is int and 1 <= base <= _I64_MAX else None,
+        next_seq if "event" not in data and type(next_seq) is int and 1 <= next_seq <= _I64_MAX else None,
+    )
+
+
+def encode_anchor(retained_turn_base: int, next_seq: int) -> bytes:
+    """The line a cap rewrite leaves when it evicted everything."""
+    return orjson.dumps(
+        {"schema_version": SCHEMA_VERSION, "retained_turn_base": retained_turn_base, "next_seq": next_seq},
+        option=orjson.OPT_APPEND_NEWLINE,
+    )
+
+
+def tag_retained_base(line: bytes, retained_turn_base: int) -> Optional[bytes]:
+    """``line`` (one valid envelope, without its newline) with ``retained_turn_base`` as its
+    first key, replacing the one an earlier rewrite put there; the event's bytes are not
+    touched. ``None`` if the line does not start with ``{`` (the caller writes an anchor)."""
+    if line.startswith(_HEAD_KEY):
+        comma = line.find(b",", len(_HEAD_KEY))
+        if comma < 0:
+            return None
+        line = b"{" + line[comma + 1 :]
+    if not line.startswith(b"{"):
+        return None
+    return _HEAD_KEY + str(retained_turn_base).encode() + b"," + line[1:]
 
 
 def decode_line(line: bytes | str) -> Optional[Record]:

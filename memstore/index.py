@@ -322,17 +322,32 @@ class SessionIndex:
                 conn.executemany(_TURN_UPSERT, turn_rows)
             conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
 
-    def evict(self, truncate_offset: int, first_kept_turn: int, manifest: Manifest, tail: bytes) -> None:
+    def evict(
+        self, truncate_offset: int, first_kept_turn: int, manifest: Manifest, tail: bytes,
+        *, pivot: int, delta: int, grown: bool,
+    ) -> None:
         """Apply a cap rewrite: drop turns before ``first_kept_turn`` and events before
-        ``truncate_offset``, shift the remaining offsets, and store the new manifest row."""
+        ``truncate_offset``, move the remaining offsets back by ``truncate_offset`` and, from
+        ``pivot`` on, by ``delta`` more (the log head the rewrite wrote); with ``grown`` the
+        line at ``truncate_offset`` itself got ``delta`` bytes longer. Stores the new manifest
+        row, all in one transaction."""
+        params = {"cut": truncate_offset, "pivot": pivot, "delta": delta,
+                  "grown": truncate_offset if grown else -1}
         with self._transaction() as conn:
             conn.execute("DELETE FROM turns WHERE number < ?", (first_kept_turn,))
             conn.execute("DELETE FROM events WHERE offset < ?", (truncate_offset,))
             conn.execute(
-                "UPDATE turns SET start_offset = start_offset - ?1, end_offset = end_offset - ?1",
-                (truncate_offset,),
+                "UPDATE turns SET "
+                "start_offset = start_offset - :cut + (CASE WHEN start_offset >= :pivot THEN :delta ELSE 0 END), "
+                "end_offset = end_offset - :cut + (CASE WHEN end_offset >= :pivot THEN :delta ELSE 0 END)",
+                params,
             )
-            conn.execute("UPDATE events SET offset = offset - ?", (truncate_offset,))
+            conn.execute(
+                "UPDATE events SET "
+                "offset = offset - :cut + (CASE WHEN offset >= :pivot THEN :delta ELSE 0 END), "
+                "length = length + (CASE WHEN offset = :grown THEN :delta ELSE 0 END)",
+                params,
+            )
             conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
 
     @contextmanager

@@ -252,14 +252,13 @@ def plan_cap_eviction(
     return CapPlan(truncate, evicted, taken, first_kept)
 
 
-def write_eviction_summary(session_dir: Path, session_id: str, events: list, **extra) -> Path:
+def write_eviction_summary(session_dir: Path, session_id: str, events: list) -> Path:
     """The default cap-eviction hook: record what was evicted in
     ``derived/eviction-summary-<32 hex>.json``.
 
     The summary counts the evicted events by type and keeps up to five grounded facts (the
     agent's messages, whitespace-normalized, at most 180 characters each, newest last) as plain
-    strings, as VT Code does. ``extra`` keys (the retained turn base, the next sequence number)
-    are stored too, so a rebuild after a cap rewrite can keep turn ordinals without a manifest.
+    strings, as VT Code does.
     """
     facts: list[str] = []
     for event in events:
@@ -278,31 +277,11 @@ def write_eviction_summary(session_dir: Path, session_id: str, events: list, **e
         "event_types": dict(sorted(Counter(e.get("type") for e in events).items())),
         "created_at": ev.utc_now(),
         "grounded_facts": facts[-EVICTION_SUMMARY_FACTS:],
-        **extra,
     }
     derived = ensure_private_dir(Path(session_dir) / DERIVED_DIR)
     path = derived / f"eviction-summary-{uuid.uuid4().hex}.json"
     atomic_write(path, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     return path
-
-
-def _eviction_summaries(session_dir: Path) -> list[dict]:
-    """The readable eviction summaries of a session, newest first."""
-    derived = session_dir / DERIVED_DIR
-    try:
-        names = [n for n in os.listdir(derived) if n.startswith("eviction-summary-") and n.endswith(".json")]
-    except OSError:
-        return []
-    summaries = []
-    for name in names:
-        try:
-            data = orjson.loads(read_no_follow(derived / name) or b"null")
-        except (orjson.JSONDecodeError, MemstoreError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("created_at"), str):
-            summaries.append(data)
-    summaries.sort(key=lambda d: d["created_at"], reverse=True)
-    return summaries
 
 
 # --------------------------------------------------------------------------------------------
@@ -548,12 +527,20 @@ class _Session:
         return self._pread(covered - len(saved.tail), len(saved.tail)) == saved.tail
 
     def _scan_turn_base(self, marker: Optional[CapRewriteMarker], on_disk: Optional[Manifest], saved: Optional[SavedState]) -> int:
-        """The ordinal of the first turn the log holds, for a rescan (reference 5.3 step 6)."""
+        """The ordinal of the first turn the log holds, for a rescan (reference 5.3 step 6, with
+        memstore's log head first: a log memstore rewrote says its base itself)."""
         if marker is not None:
             return max(1, marker.retained_turn_base)
+        head = self._log_head()
+        if head.retained_turn_base is not None:
+            return head.retained_turn_base
         stale = on_disk or (saved.manifest if saved else None)
         stale_spans = self.index.turn_spans() if saved is not None else _legacy_spans(self.dir)
-        if stale is not None and stale.persisted_file_len > self.file_len:
+        if (
+            stale is not None
+            and stale.persisted_file_len > self.file_len
+            and self._prefix_removed(saved, stale.persisted_file_len - self.file_len) is not False
+        ):
             removed = stale.persisted_file_len - self.file_len
             if _spans_valid(stale_spans, stale.persisted_file_len):
                 for number, start, _end, _count in stale_spans:
@@ -567,25 +554,64 @@ class _Session:
             return saved.manifest.retained_turn_base
         if stale_spans and _spans_valid(stale_spans, self.file_len):
             return max(1, stale_spans[0][0])
-        # Without manifest and index (a rebuild "from the log alone"), the eviction summaries are
-        # the only record of evicted turns. One counts only if the log really starts where its
-        # rewrite cut: a writer may have died after the summary, before the cut.
-        first = next(self._records(0, self.file_len), None)
-        first_seq = first.seq if first is not None else None
-        for summary in _eviction_summaries(self.dir):
-            base = summary.get("retained_turn_base")
-            if type(base) is int and base >= 1 and "first_retained_seq" in summary:
-                if summary["first_retained_seq"] == first_seq:
-                    return base
         return 1
+
+    def _log_head(self) -> ev.LogHead:
+        """What the log's first line says about evicted turns (see ``events.decode_log_head``)."""
+        end = self._find_newline(0)
+        if end < 0:
+            return ev.LogHead(None, None)
+        return ev.decode_log_head(self._pread(0, end + 1))
+
+    def _find_newline(self, start: int) -> int:
+        """Position of the first ``\\n`` at or after ``start`` (``-1`` if none)."""
+        pos = start
+        while pos < self.file_len:
+            chunk = self._pread(pos, min(1 << 16, self.file_len - pos))
+            found = chunk.find(b"\n")
+            if found >= 0:
+                return pos + found
+            pos += len(chunk)
+        return -1
+
+    def _prefix_removed(self, saved: Optional[SavedState], removed: int) -> Optional[bool]:
+        """When the log is shorter than the stale metadata says, was a prefix removed (a cap
+        rewrite that crashed before its index caught up) or a suffix lost (a power cut took
+        unsynced bytes the metadata already described)? Answered by finding the log's first
+        record in the stale index; ``None`` when that cannot tell."""
+        if saved is None:
+            return None
+        first = next(self._records(0, self.file_len), None)
+        if first is None or first.seq is None:
+            return None
+        try:
+            rows = self.index.conn.execute("SELECT offset FROM events WHERE seq = ?", (first.seq,)).fetchall()
+        except Exception:
+            return None
+        if len(rows) != 1:
+            return None
+        here = self._find_record_offset(first.seq)
+        if here is None:
+            return None
+        if rows[0][0] == here:
+            return False
+        return True if rows[0][0] == here + removed else None
+
+    def _find_record_offset(self, seq: int) -> Optional[int]:
+        pos = 0
+        while pos < self.file_len:
+            end = self._find_newline(pos)
+            if end < 0:
+                return None
+            record = ev.decode_line(self._pread(pos, end + 1 - pos))
+            if record is not None:
+                return pos if record.seq == seq else None
+            pos = end + 1
+        return None
 
     def _rescan(self, base: int, on_disk: Optional[Manifest], saved: Optional[SavedState]) -> None:
         known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
-        summary_seq = 0
-        if not known:
-            # A summary's next_seq was real when written, so the largest one is safe to resume from.
-            seqs = [d["next_seq"] for d in _eviction_summaries(self.dir) if type(d.get("next_seq")) is int]
-            summary_seq = max(seqs, default=0)
+        head_seq = self._log_head().next_seq or 1
         manifest = Manifest(
             session_id=known[0].session_id if known else self.session_id,
             created_at=known[0].created_at if known else ev.utc_now(),
@@ -595,7 +621,7 @@ class _Session:
             # A status the log no longer shows (its thread.completed evicted by the cap, or set by
             # retention) stands until the log says otherwise.
             status=known[0].status if known else STATUS_ACTIVE,
-            next_seq=max([m.next_seq for m in known] + [1, summary_seq]),
+            next_seq=max([m.next_seq for m in known] + [head_seq]),
         )
         self.state = LogState(manifest)
         self.tail = b""
@@ -723,10 +749,13 @@ class _Session:
             manifest = state.manifest
             seq = manifest.next_seq
             ts = _utc_now()
-            line = _encode_record(seq, ts, event)
-            size = len(line)
             buffer = self.buffer
             start = self.file_len + len(buffer)
+            if start == 0 and manifest.retained_turn_base > 1:
+                line = _encode_record(seq, ts, event, manifest.retained_turn_base)
+            else:
+                line = _encode_record(seq, ts, event)
+            size = len(line)
             buffer += line
             manifest.next_seq = seq + 1
             manifest.updated_at = ts
@@ -834,22 +863,19 @@ class _Session:
             raise StoreIOError("cap rewrite", self.events_path, f"planned offset {cut} is past the end ({self.file_len})")
         evicted = [r.event for r in self._records(0, cut)]
         base = plan.first_kept_turn if plan.first_kept_turn is not None else manifest.turn_count + 1
-        first_kept = next(self._records(cut, self.file_len), None)
+        head, skip, grown = self._retained_head(cut, base)
         hook = on_evict if on_evict is not None else write_eviction_summary
         try:
-            if on_evict is None:
-                hook(self.dir, manifest.session_id, evicted, retained_turn_base=base, next_seq=manifest.next_seq,
-                     first_retained_seq=first_kept.seq if first_kept is not None else None)
-            else:
-                hook(self.dir, manifest.session_id, evicted)
+            hook(self.dir, manifest.session_id, evicted)
         except Exception as exc:
             raise CapEvictionError(
                 f"eviction summary hook failed for {self.events_path}; the log was left intact: {exc}"
             ) from exc
-        new_len = self.file_len - cut
+        delta = len(head) - skip
+        new_len = self.file_len - cut + delta
         write_marker(self.dir, CapRewriteMarker(self.file_len, new_len, base))
         try:
-            self._copy_log_from(cut)
+            self._copy_log_from(cut + skip, head)
         except BaseException:
             clear_marker(self.dir)  # the log was not replaced: nothing to recover
             raise
@@ -866,11 +892,14 @@ class _Session:
             manifest.event_count -= len(evicted)
             manifest.retained_turn_base = base
             manifest.persisted_file_len = new_len
-            if self.state.open_turn is not None:
-                self.state.open_turn.start_offset -= cut
-                self.state.open_turn.end_offset -= cut
+            # Offsets move back by ``cut``; those past the head's first line move by ``delta``.
+            pivot = cut + 1 if grown else cut
+            turn = self.state.open_turn
+            if turn is not None:
+                turn.start_offset += -cut + (delta if turn.start_offset >= pivot else 0)
+                turn.end_offset += -cut + (delta if turn.end_offset >= pivot else 0)
             self.tail = self._pread(max(0, new_len - TAIL_BYTES), min(TAIL_BYTES, new_len))
-            self.index.evict(cut, base, manifest, self.tail)
+            self.index.evict(cut, base, manifest, self.tail, pivot=pivot, delta=delta, grown=grown)
         except BaseException as exc:
             self.failed = exc
             raise
@@ -889,14 +918,32 @@ class _Session:
             turn = dirty[number]
             yield (number, turn.start_offset, turn.end_offset, turn.event_count)
 
-    def _copy_log_from(self, cut: int) -> None:
-        """Atomically replace the log by its bytes from ``cut`` on (copy to a temp file, fsync,
-        rename). The caller syncs the directory and reopens the descriptors."""
+    def _retained_head(self, cut: int, base: int) -> tuple[bytes, int, bool]:
+        """How the rewritten log starts, so that it says which turns it lost: ``(head, skip,
+        grown)``. Normally its first line, tagged with ``retained_turn_base`` (``skip`` its old
+        length, ``grown`` true); an anchor line if that line cannot be tagged (``skip`` 0).
+        Nothing when nothing is left: VT Code's tests count the lines of such a log, and the
+        next append tags its own line instead."""
+        if cut >= self.file_len:
+            return b"", 0, False
+        end = self._find_newline(cut)
+        if end >= 0:
+            line = self._pread(cut, end + 1 - cut)
+            if ev.decode_line(line) is not None:
+                tagged = ev.tag_retained_base(line[:-1], base)
+                if tagged is not None:
+                    return tagged + b"\n", len(line), True
+        return ev.encode_anchor(base, self.state.manifest.next_seq), 0, False
+
+    def _copy_log_from(self, start: int, head: bytes) -> None:
+        """Atomically replace the log by ``head`` and its bytes from ``start`` on (copy to a
+        temp file, fsync, rename). The caller syncs the directory and reopens the descriptors."""
         tmp = self.dir / f".{EVENTS_FILE}.cap-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         fd, _ = open_private_append(tmp)
         try:
             try:
-                pos = cut
+                write_all(fd, head, tmp)
+                pos = start
                 while pos < self.file_len:
                     chunk = os.pread(self.rfd, min(1 << 20, self.file_len - pos), pos)
                     if not chunk:
@@ -942,19 +989,19 @@ class _Session:
             if record is not None:
                 yield record
 
-    def reconstruct_turn(self, number: int) -> list[dict]:
+    def reconstruct_turn(self, number: int, sync: bool) -> list[dict]:
         with self.lock:
-            self.flush(sync=False)
+            self.flush(sync=sync)
             turn = self.index.turn(number)
             if turn is None:
                 raise TurnNotFound(self.state.manifest.session_id, number)
             return [r.event for r in self._records(turn.start_offset, turn.end_offset)]
 
-    def snapshot_for_read(self):
+    def snapshot_for_read(self, sync: bool):
         """Flush and return ``(reader, length)`` for a reader that works unlocked: the reader
         stays on this inode even if a cap rewrite replaces the log meanwhile."""
         with self.lock:
-            self.flush(sync=False)
+            self.flush(sync=sync)
             return self._reader(), self.file_len
 
     # -- close -----------------------------------------------------------------------------
@@ -1029,6 +1076,12 @@ class SessionLog:
         self.durability = durability
         self.on_evict = on_evict
         self._closed = False
+
+    @property
+    def _sync_reads(self) -> bool:
+        # A read writes the buffer and indexes it; the index must never describe unsynced bytes
+        # (after a power cut it would be ahead of the log), so reads sync unless bulk mode.
+        return self.durability != "none"
 
     def _live(self) -> _Session:
         if self._closed:
@@ -1122,18 +1175,18 @@ class SessionLog:
         """Every turn the log holds, oldest first (the open turn last, status ``open``)."""
         s = self._live()
         with s.lock:
-            s.flush(sync=False)
+            s.flush(sync=self._sync_reads)
             return s.index.turns()
 
     def reconstruct_turn(self, number: int) -> list[dict]:
         """The events of turn ``number`` in log order; :class:`TurnNotFound` if the log does not
         hold it (never logged, or evicted by the cap)."""
-        return self._live().reconstruct_turn(number)
+        return self._live().reconstruct_turn(number, self._sync_reads)
 
     def iter_records(self) -> Iterator[Record]:
         """Every valid record (``seq``, ``ts``, ``event``) in log order, as of this call."""
         s = self._live()
-        reader, length = s.snapshot_for_read()
+        reader, length = s.snapshot_for_read(self._sync_reads)
         try:
             with reader:
                 pos = 0

@@ -1170,3 +1170,39 @@ def test_index_failure_after_the_cap_rewrite_fails_closed_and_reopen_recovers(tm
         assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
         assert log.event_count == 3 and log.turn_count == 2
     assert not (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
+
+
+def test_cap_rewrite_tags_the_first_retained_line_and_keeps_its_event_bytes(tmp_path):
+    with memstore.open_session(tmp_path, "s", max_events=6, durability="none") as log:
+        for _ in range(3):
+            two_event_turn(log)
+        original = log_lines(tmp_path)
+        assert len(original) == 6
+        log.append(TURN_STARTED)  # 7 events > 6: turn 1 goes
+        lines = log_lines(tmp_path)
+        assert json.loads(lines[0])["retained_turn_base"] == 2
+        assert lines[0] == b'{"retained_turn_base":2,' + original[2][1:]
+        assert lines[1:4] == original[3:] and len(lines) == 5
+        for _ in range(3):
+            two_event_turn(log)  # more rewrites: the tag moves, never doubles
+        first = log_lines(tmp_path)[0]
+        assert first.count(b"retained_turn_base") == 1
+        assert json.loads(first)["retained_turn_base"] == log.turns()[0].number
+        assert [e["type"] for e in log.iter_events()][:2] == ["turn.started", "turn.completed"]
+    before = db(tmp_path).execute("SELECT * FROM events ORDER BY id").fetchall()
+    memstore.rebuild(tmp_path, "s")
+    after = db(tmp_path).execute("SELECT * FROM events ORDER BY id").fetchall()
+    assert [row[1:] for row in after] == [row[1:] for row in before]
+
+
+def test_the_first_append_to_an_emptied_log_carries_the_turn_base(tmp_path):
+    with memstore.open_session(tmp_path, "s", max_events=2) as log:
+        two_event_turn(log)
+        log.append(TURN_STARTED)  # 3 > 2: turn 1 goes; the log keeps only this line
+        assert json.loads(log_lines(tmp_path)[0])["retained_turn_base"] == 2
+    with memstore.open_session(tmp_path, "s", max_events=2) as log:
+        log.append(TURN_COMPLETED)
+        log.append(TURN_STARTED)  # turn 2 goes; the log is empty until the next write
+        log.flush()
+    lines = log_lines(tmp_path)
+    assert json.loads(lines[0])["retained_turn_base"] == 3
