@@ -1,7 +1,7 @@
 """The ``memstore`` command line: a thin click shell over the library.
 
 Every command takes ``--root`` (or ``MEMSTORE_ROOT``) and, where it prints data, ``--json``.
-Exit codes: 0 success, 1 a check that did not pass, 2 usage errors and invalid input.
+Exit codes: 0 success, 1 a check that did not pass, 2 usage errors, invalid input and I/O errors.
 """
 
 from __future__ import annotations
@@ -222,8 +222,11 @@ def show_command(session, turn_number, root, as_json):
         from .index import read_turns
         from .manifest import load_manifest
 
-        manifest = load_manifest(directory)
-        turns = read_turns(directory / "index" / "session.db")
+        try:
+            manifest = load_manifest(directory)
+            turns = read_turns(directory / "index" / "session.db")
+        except errors.MemstoreError as exc:
+            raise _fail(exc) from exc
         if manifest is None:
             raise _ExitWith(f"session {session!r} is live and has no readable manifest yet", 1)
     except errors.MemstoreError as exc:

@@ -37,7 +37,7 @@ _I64_MAX = 2**63 - 1  # SQLite integers are signed 64-bit; counters saturate her
 # Timestamps
 
 
-_ts_cache: list = [None, ""]
+_ts_cache: tuple = (None, "")
 
 
 def utc_now() -> str:
@@ -45,13 +45,14 @@ def utc_now() -> str:
 
     One format everywhere, so timestamps also sort correctly as strings.
     """
+    global _ts_cache
     now = time.time()
     second = int(now)
-    if _ts_cache[0] != second:
-        _ts_cache[0] = second
-        _ts_cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-    millis = int((now - second) * 1000)
-    return f"{_ts_cache[1]}.{millis:03d}Z"
+    cached_second, prefix = _ts_cache  # one tuple, so threads never pair a second with another's text
+    if cached_second != second:
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _ts_cache = (second, prefix)
+    return f"{prefix}.{int((now - second) * 1000):03d}Z"
 
 
 def format_ts(dt: datetime) -> str:
@@ -292,20 +293,10 @@ def decode_line(line: bytes | str) -> Optional[Record]:
 # What an event says
 
 
-class EventFacts(NamedTuple):
-    """The indexed columns of one event."""
-
-    type: str
-    item_type: Optional[str]
-    item_id: Optional[str]
-    name: Optional[str]
-    status: Optional[str]
-    exit_code: Optional[int]
-
-
 def describe(event: dict) -> tuple:
-    """The columns the index keeps for ``event``, as a plain tuple in :class:`EventFacts` order:
-    its type, its item's type and id, the tool or command it names, a status and an exit code.
+    """The columns the index keeps for ``event``, as a plain tuple ``(type, item_type, item_id,
+    name, status, exit_code)``: its type, its item's type and id, the tool or command it names,
+    a status and an exit code.
 
     Values are the plain ``str``/``int`` the JSON decodes to, so an event described at append
     time (where the caller may pass dict subclasses or str enums) indexes exactly like the same

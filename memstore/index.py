@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -191,12 +192,12 @@ class SessionIndex:
             conn.close()
             raise
         for suffix in ("-wal", "-shm"):
-            side = Path(f"{path}{suffix}")
-            if side.exists():
-                try:
+            side = f"{path}{suffix}"
+            try:
+                if stat.S_ISREG(os.lstat(side).st_mode):  # never chmod through a symlink
                     os.chmod(side, 0o600)
-                except OSError:
-                    pass
+            except OSError:
+                pass
         return cls(path, conn)
 
     @staticmethod

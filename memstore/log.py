@@ -1298,10 +1298,14 @@ def _create_root(root: Path) -> None:
 
 
 def rebuild(root: os.PathLike | str, session_id: str) -> Manifest:
-    """Regenerate the session's index and manifest from ``events.jsonl``.
+    """Regenerate the session's index and manifest by rescanning ``events.jsonl``.
 
-    Works on a session this process has open (under its lock); refuses with
-    :class:`SessionBusyError` one that another process has open.
+    The log decides everything it records. What it cannot record is kept from the old metadata
+    when present: ``created_at``, a status set outside the log (retention marking a session
+    completed, or a ``thread.completed`` the cap evicted), and, for logs VT Code rewrote, the
+    first retained turn's number. A torn tail is cut (and kept) as on any open. Works on a
+    session this process has open (under its lock); refuses with :class:`SessionBusyError` one
+    that another process has open.
     """
     directory = session_directory(root, session_id)
     if directory.is_symlink() or not (directory / EVENTS_FILE).is_file():

@@ -136,17 +136,6 @@ def load_summary(session_dir: os.PathLike | str) -> Optional[SessionSummary]:
     return SessionSummary.from_dict(_load_json(Path(session_dir) / MANIFEST_FILE))
 
 
-def publish_manifest(session_dir: os.PathLike | str, manifest: Manifest, *, durable: bool = False) -> None:
-    """Atomically replace ``manifest.json``.
-
-    Not fsynced by default: the manifest is derived and the log it describes is synced first, so
-    after a power cut it can only be behind the log, which the next open detects and repairs.
-    """
-    path = os.path.join(session_dir, MANIFEST_FILE)
-    atomic_write(path, manifest.to_json(), durable=durable)
-    summary_cache.invalidate(path)
-
-
 # --------------------------------------------------------------------------------------------
 # The pending cap-rewrite marker (index/pending-cap-rewrite.json)
 
@@ -248,7 +237,7 @@ summary_cache = SummaryCache()
 class ManifestPublisher:
     """Publishes a session's manifest from a background thread, newest state only.
 
-    ``publish_manifest`` costs a temp file and a rename, as much as the per-turn fdatasync
+    Publishing costs a temp file and a rename, as much as the per-turn fdatasync
     itself; the agent does not need to wait for it. ``submit`` hands over the serialized
     manifest after the index transaction committed (so the order log, index, manifest holds);
     intermediate states are coalesced. ``drain`` waits until the newest state is on disk and

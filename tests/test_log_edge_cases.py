@@ -1,7 +1,7 @@
-"""Review findings on the event log (issue 2): each test reproduces one confirmed bug.
-
-Every test here fails on the code as reviewed; the docstring says what is wrong, why it matters
-and what the test does.
+"""Edge cases of the event log found in review (issue 2): power cuts after reads, failures
+inside cap rewrites and rebuilds, rebuilds from the log alone, manifest publish retries, index
+read errors, hostile counters, relative roots, handles collected inside locks. Each docstring
+says what went wrong before the fix, why it matters and what the test does.
 """
 
 from __future__ import annotations
