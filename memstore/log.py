@@ -556,6 +556,11 @@ class _Session:
             return max(1, stale_spans[0][0])
         return 1
 
+    def _first_record_ts(self) -> Optional[str]:
+        for record in self._records(0, self.file_len):
+            return record.ts
+        return None
+
     def _log_head(self) -> ev.LogHead:
         """What the log's first line says about evicted turns (see ``events.decode_log_head``)."""
         end = self._find_newline(0)
@@ -612,10 +617,12 @@ class _Session:
     def _rescan(self, base: int, on_disk: Optional[Manifest], saved: Optional[SavedState]) -> None:
         known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
         head_seq = self._log_head().next_seq or 1
+        created_at = known[0].created_at if known else self._first_record_ts() or ev.utc_now()
         manifest = Manifest(
             session_id=known[0].session_id if known else self.session_id,
-            created_at=known[0].created_at if known else ev.utc_now(),
-            updated_at=known[0].updated_at if known else ev.utc_now(),
+            # From the log alone: the first record's time; the scan moves updated_at forward.
+            created_at=created_at,
+            updated_at=known[0].updated_at if known else created_at,
             turn_count=base - 1,
             retained_turn_base=base,
             # A status the log no longer shows (its thread.completed evicted by the cap, or set by
@@ -677,8 +684,8 @@ class _Session:
         _boundary, turn = self.state.apply(event["type"], event, start, end, record.seq, record.ts)
         if record.seq is not None and record.seq >= manifest.next_seq:
             manifest.next_seq = record.seq + 1
-        if record.ts is not None:
-            manifest.updated_at = record.ts
+        if record.ts is not None and record.ts > manifest.updated_at:
+            manifest.updated_at = record.ts  # only forward: complete() may have bumped it past the log
         rows.append(_event_row(record.seq, start, end - start, turn, record.ts, event))
 
     def _commit_scan(self, rows: list, offset: int, reset: bool) -> None:

@@ -1206,3 +1206,25 @@ def test_the_first_append_to_an_emptied_log_carries_the_turn_base(tmp_path):
         log.flush()
     lines = log_lines(tmp_path)
     assert json.loads(lines[0])["retained_turn_base"] == 3
+
+
+def test_rebuild_from_the_log_alone_takes_its_times_from_the_log(tmp_path):
+    with memstore.open_session(tmp_path, "s") as log:
+        two_event_turn(log)
+        two_event_turn(log)
+    envelopes = [orjson.loads(line) for line in log_lines(tmp_path)]
+    d = session_dir(tmp_path)
+    for path in (d / "index").glob("session.db*"):
+        path.unlink()
+    (d / "manifest.json").unlink()
+    manifest = memstore.rebuild(tmp_path, "s")
+    assert (manifest.created_at, manifest.updated_at) == (envelopes[0]["ts"], envelopes[-1]["ts"])
+
+
+def test_rebuild_never_moves_updated_at_backwards(tmp_path):
+    with memstore.open_session(tmp_path, "s") as log:
+        two_event_turn(log)
+        time.sleep(0.01)
+        log.complete()
+        completed_at = log.manifest.updated_at
+    assert memstore.rebuild(tmp_path, "s").updated_at == completed_at
