@@ -129,11 +129,15 @@ def run_bare_bulk(path: Path, turns: list[list[dict]]) -> float:
     return time.perf_counter() - start
 
 
-def compare(name: str, ours, bare, reps: int) -> float:
+def compare(name: str, ours, bare, reps: int, base: Path) -> float:
     ours_times, bare_times = [], []
     for _ in range(reps):
-        bare_times.append(bare())
-        ours_times.append(ours())
+        for side, times in ((bare, bare_times), (ours, ours_times)):
+            work = fresh_dir(base)
+            times.append(side(work))
+            # Each side starts with the page cache as clean as the other's.
+            shutil.rmtree(work)
+            os.sync()
     o, b = statistics.median(ours_times), statistics.median(bare_times)
     ratio = b / o
     print(f"{name:<34} memstore {o * 1000:9.1f} ms   bare {b * 1000:9.1f} ms   ratio {ratio:5.2f}x of the floor")
@@ -204,15 +208,17 @@ def main() -> None:
         print(f"append workload: {n_turns} turns x 10 events, {payload / 1e6:.1f} MB of events")
         live = compare(
             "live append (fdatasync per turn)",
-            lambda: run_memstore(fresh_dir(base), turns, "turn"),
-            lambda: run_bare_turn(fresh_dir(base) / "events.jsonl", turns),
+            lambda work: run_memstore(work, turns, "turn"),
+            lambda work: run_bare_turn(work / "events.jsonl", turns),
             args.reps,
+            base,
         )
         bulk = compare(
             "bulk append (durability=none)",
-            lambda: run_memstore(fresh_dir(base), turns, "none"),
-            lambda: run_bare_bulk(fresh_dir(base) / "events.jsonl", turns),
+            lambda work: run_memstore(work, turns, "none"),
+            lambda work: run_bare_bulk(work / "events.jsonl", turns),
             args.reps,
+            base,
         )
 
         big_root = base / "big"
