@@ -8,6 +8,7 @@ from .errors import (
     CapEvictionError,
     InvalidEvent,
     InvalidPack,
+    InvalidProgress,
     LogFailedError,
     MemstoreError,
     SessionBusyError,
@@ -29,9 +30,7 @@ from .log import (
     rebuild,
     write_eviction_summary,
 )
-from .manifest import Manifest, SessionSummary
-
-# --- progress and audit packs ---
+from .manifest import Manifest, SessionSummary, list_sessions
 from .pack import (
     AuditPackEntry,
     PackVerification,
@@ -50,7 +49,6 @@ from .progress import (
     GoalPhase,
     GoalStatus,
     GoalTracker,
-    InvalidProgress,
     Milestone,
     MilestoneStatus,
     ProgressLedger,
@@ -61,3 +59,20 @@ from .progress import (
 )
 
 __version__ = "0.1.0"
+
+__all__ = [
+    # the event log
+    "open_session", "SessionLog", "rebuild", "Turn", "Manifest", "SessionSummary", "list_sessions",
+    "session_directory", "sanitize_session_id", "is_live", "plan_cap_eviction", "CapPlan",
+    "write_eviction_summary", "DEFAULT_MAX_EVENTS", "SCHEMA_VERSION",
+    # progress and goals
+    "ProgressLedger", "Milestone", "MilestoneStatus", "milestone_status_from_str", "load_progress",
+    "save_progress", "progress_path", "GoalTracker", "GoalStatus", "GoalPhase", "GoalEvent",
+    "GoalPauseReason", "GoalClassifierVerdict", "GoalOrchestration", "GoalHistoryEntry",
+    # audit packs
+    "SessionAuditPack", "AuditPackEntry", "PackVerification", "create_audit_pack", "write_audit_pack",
+    "read_audit_pack", "verify_audit_pack",
+    # errors
+    "MemstoreError", "StoreIOError", "UnsafePathError", "InvalidEvent", "TurnNotFound", "LogFailedError",
+    "SessionClosedError", "SessionBusyError", "CapEvictionError", "InvalidPack", "InvalidProgress",
+]

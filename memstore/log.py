@@ -27,7 +27,6 @@ import orjson
 from . import events as ev
 from .errors import (
     CapEvictionError,
-    InvalidEvent,
     LogFailedError,
     MemstoreError,
     SessionBusyError,

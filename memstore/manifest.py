@@ -257,7 +257,7 @@ class ManifestPublisher:
         with self._cond:
             self._pending = data
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=f"memstore-manifest", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="memstore-manifest", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
 

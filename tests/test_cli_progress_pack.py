@@ -3,25 +3,13 @@ from click.testing import CliRunner
 
 from memstore import Milestone, MilestoneStatus, ProgressLedger, save_progress
 from memstore.cli import cli
+from support import write_session_files
 
 EVENTS = b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n'
 
 
 def make_session(root, session_id="s1"):
-    session_dir = root / "sessions" / session_id
-    (session_dir / "derived").mkdir(parents=True)
-    manifest = {
-        "session_id": session_id,
-        "schema_version": 1,
-        "created_at": "2026-11-30T08:00:00.000Z",
-        "updated_at": "2026-11-30T08:30:29.123Z",
-        "turn_count": 1,
-        "event_count": 2,
-        "status": "completed",
-    }
-    (session_dir / "manifest.json").write_bytes(orjson.dumps(manifest))
-    (session_dir / "events.jsonl").write_bytes(EVENTS)
-    return session_dir
+    return write_session_files(root, session_id, events=EVENTS)
 
 
 def run(*args):

@@ -15,7 +15,6 @@ import os
 import random
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -25,14 +24,9 @@ from pathlib import Path
 import orjson
 
 import memstore
+import support
 
 SESSION_ID = "crash-session"
-MANIFEST_COUNTERS = ("turn_count", "event_count", "in_turn", "retained_turn_base", "next_seq", "persisted_file_len", "status")
-EVENT_COLUMNS = "seq, offset, length, turn, ts, type, item_type, item_id, name, status, exit_code"
-TURN_COLUMNS = (
-    "number, status, start_offset, end_offset, event_count, first_seq, last_seq, started_at, ended_at, "
-    "input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, error"
-)
 
 # The writer. argv: root, session id, durability, seed, max_events.
 # With durability="turn" it prints "turn <seq> <seq> ..." (every seq of the turn) once the append
@@ -83,19 +77,7 @@ def session_dir(root: Path) -> Path:
 
 
 def read_index(root: Path) -> dict:
-    """The session index's manifest counters, turn rows, and event rows without ``id``."""
-    db = session_dir(root) / "index" / "session.db"
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        row = conn.execute(f"SELECT {', '.join(MANIFEST_COUNTERS)} FROM manifest WHERE id = 1").fetchone()
-        assert row is not None, f"no manifest row in {db}"
-        manifest = dict(zip(MANIFEST_COUNTERS, row))
-        manifest["in_turn"] = bool(manifest["in_turn"])
-        turns = conn.execute(f"SELECT {TURN_COLUMNS} FROM turns ORDER BY number").fetchall()
-        events = conn.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY id").fetchall()
-    finally:
-        conn.close()
-    return {"manifest": manifest, "turns": turns, "events": events}
+    return support.read_index(session_dir(root))
 
 
 def rebuild_elsewhere(root: Path, scratch: Path, with_manifest: bool) -> dict:
@@ -264,7 +246,7 @@ def crash_many_times(tmp_path: Path, durability: str, kills: int, max_events: in
         for seq, offset, line in zip(seqs, itertools.accumulate((len(l) + 1 for l in lines), initial=0), lines)
     ], f"{what}: events rows do not describe the log's lines"
     on_disk = orjson.loads((session_dir(root) / "manifest.json").read_bytes())
-    assert {k: on_disk[k] for k in MANIFEST_COUNTERS} == incremental["manifest"], (
+    assert {k: on_disk[k] for k in support.MANIFEST_COUNTERS} == incremental["manifest"], (
         f"{what}: manifest.json {on_disk} disagrees with the index {incremental['manifest']}"
     )
     shutil.rmtree(tmp_path)  # the logs run to tens of MB; kept only when a check failed

@@ -10,7 +10,6 @@ import sqlite3
 import stat
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path

@@ -17,7 +17,6 @@ import gc
 import itertools
 import os
 import shutil
-import sqlite3
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -30,15 +29,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memstore
+import support
 from memstore.events import encode_record
 
 SESSION_ID = "prop-session"
-MANIFEST_COUNTERS = ("turn_count", "event_count", "in_turn", "retained_turn_base", "next_seq", "persisted_file_len", "status")
-EVENT_COLUMNS = "seq, offset, length, turn, ts, type, item_type, item_id, name, status, exit_code"
-TURN_COLUMNS = (
-    "number, status, start_offset, end_offset, event_count, first_seq, last_seq, started_at, ended_at, "
-    "input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, error"
-)
 LIFECYCLE = {"thread.started", "thread.completed", "turn.started", "turn.completed", "turn.failed"}
 
 _scratch_counter = itertools.count()
@@ -73,28 +67,13 @@ def log_bytes(root: Path) -> bytes:
 
 
 def read_index(root: Path) -> dict:
-    """The rows of the session's SQLite index, read through a separate read-only connection:
-    the manifest row's counters, every turn row, and every event row without its autoincrement
-    ``id`` (in log order)."""
-    db = session_dir(root) / "index" / "session.db"
-    assert db.exists(), f"index missing: {db}"
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        row = conn.execute(f"SELECT {', '.join(MANIFEST_COUNTERS)} FROM manifest WHERE id = 1").fetchone()
-        assert row is not None, f"no manifest row in {db}"
-        manifest = dict(zip(MANIFEST_COUNTERS, row))
-        manifest["in_turn"] = bool(manifest["in_turn"])
-        turns = conn.execute(f"SELECT {TURN_COLUMNS} FROM turns ORDER BY number").fetchall()
-        events = conn.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY id").fetchall()
-    finally:
-        conn.close()
-    return {"manifest": manifest, "turns": turns, "events": events}
+    return support.read_index(session_dir(root))
 
 
 def manifest_counters(manifest) -> dict:
     """The counters of a :class:`memstore.Manifest` or of a parsed manifest.json."""
     get = manifest.get if isinstance(manifest, dict) else lambda k: getattr(manifest, k)
-    return {k: get(k) for k in MANIFEST_COUNTERS}
+    return {k: get(k) for k in support.MANIFEST_COUNTERS}
 
 
 def rebuild_from_log_alone(root: Path, scratch_base: Path) -> dict:

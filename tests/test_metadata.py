@@ -8,7 +8,6 @@ from pathlib import Path
 import yaml
 from datasette.app import Datasette
 
-import memstore
 from memstore.demo import write_demo_session
 
 METADATA = Path(__file__).resolve().parent.parent / "metadata.yml"

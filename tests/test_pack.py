@@ -18,6 +18,7 @@ from memstore import (
     verify_audit_pack,
     write_audit_pack,
 )
+from support import write_session_files
 
 EVENTS = (
     b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n'
@@ -27,20 +28,8 @@ EVENTS = (
 
 def make_session(root, session_id="s1", status="completed"):
     """A session as the event log leaves it: manifest.json, events.jsonl, derived/ and index/."""
-    session_dir = root / "sessions" / session_id
-    (session_dir / "derived").mkdir(parents=True)
+    session_dir = write_session_files(root, session_id, status=status, events=EVENTS)
     (session_dir / "index").mkdir()
-    manifest = {
-        "session_id": session_id,
-        "schema_version": 1,
-        "created_at": "2026-11-30T08:00:00.000Z",
-        "updated_at": "2026-11-30T08:30:29.123Z",
-        "turn_count": 1,
-        "event_count": 2,
-        "status": status,
-    }
-    (session_dir / "manifest.json").write_bytes(orjson.dumps(manifest))
-    (session_dir / "events.jsonl").write_bytes(EVENTS)
     (session_dir / "derived" / "memory.json").write_bytes(b'{"facts":[]}')
     (session_dir / "index" / "turns.json").write_bytes(b"[]")
     return session_dir

@@ -1,0 +1,53 @@
+"""Helpers shared by several test files (pytest puts this directory on sys.path)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import orjson
+
+MANIFEST_COUNTERS = ("turn_count", "event_count", "in_turn", "retained_turn_base", "next_seq", "persisted_file_len", "status")
+EVENT_COLUMNS = "seq, offset, length, turn, ts, type, item_type, item_id, name, status, exit_code"
+TURN_COLUMNS = (
+    "number, status, start_offset, end_offset, event_count, first_seq, last_seq, started_at, ended_at, "
+    "input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, error"
+)
+ONE_EVENT = b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n'
+
+
+def write_session_files(root: Path, session_id: str = "s1", *, status: str = "completed", events: bytes = ONE_EVENT) -> Path:
+    """A session directory written by hand, as the event log leaves one: manifest.json,
+    events.jsonl and derived/. For tests of code that only reads sessions."""
+    session_dir = root / "sessions" / session_id
+    (session_dir / "derived").mkdir(parents=True)
+    manifest = {
+        "session_id": session_id,
+        "schema_version": 1,
+        "created_at": "2026-11-30T08:00:00.000Z",
+        "updated_at": "2026-11-30T08:30:29.123Z",
+        "turn_count": 1,
+        "event_count": 2,
+        "status": status,
+    }
+    (session_dir / "manifest.json").write_bytes(orjson.dumps(manifest))
+    (session_dir / "events.jsonl").write_bytes(events)
+    return session_dir
+
+
+def read_index(session_dir: Path) -> dict:
+    """The rows of a session's SQLite index, read through a separate read-only connection: the
+    manifest row's counters, every turn row, and every event row without its ``id`` (log order)."""
+    db = session_dir / "index" / "session.db"
+    assert db.exists(), f"index missing: {db}"
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = conn.execute(f"SELECT {', '.join(MANIFEST_COUNTERS)} FROM manifest WHERE id = 1").fetchone()
+        assert row is not None, f"no manifest row in {db}"
+        manifest = dict(zip(MANIFEST_COUNTERS, row))
+        manifest["in_turn"] = bool(manifest["in_turn"])
+        turns = conn.execute(f"SELECT {TURN_COLUMNS} FROM turns ORDER BY number").fetchall()
+        events = conn.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY id").fetchall()
+    finally:
+        conn.close()
+    return {"manifest": manifest, "turns": turns, "events": events}
