@@ -386,7 +386,7 @@ class Runner:
                 log.close()
 
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(max_examples=int(os.environ.get("MEMSTORE_PROPERTY_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 # --------------------------------------------------------------------------------------------
