@@ -12,12 +12,14 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
 from .fsio import open_private_rw
 
 LOCK_FILE = "session.lock"
+_ATTEMPTS = 5
 
 
 class LivenessLock:
@@ -44,14 +46,30 @@ class LivenessLock:
             fd = open_private_rw(self.path)
         except Exception:
             return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            self.holder_elsewhere = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
-            return False
+        for attempt in range(_ATTEMPTS):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                self.holder_elsewhere = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+                if not self.holder_elsewhere or attempt == _ATTEMPTS - 1:
+                    os.close(fd)
+                    return False
+                # Another process's is_live() probe holds the lock for an instant: try again.
+                time.sleep(0.01)
+        self.holder_elsewhere = False
         self._fd = fd
         return True
+
+    def forget(self) -> None:
+        """Close this process's descriptor without unlocking: after fork() the lock belongs to
+        the parent, whose descriptor shares it."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def release(self) -> None:
         """Release the lock if held. The file stays: deleting it would race another locker."""

@@ -322,6 +322,27 @@ _registry_lock = threading.Lock()
 # Sessions of handles dropped without close(); SimpleQueue.put is safe to call from __del__.
 _dropped: "queue.SimpleQueue[_Session]" = queue.SimpleQueue()
 _reaper: Optional[threading.Thread] = None
+_inherited_connections: list = []
+
+
+def _release_now_if_safe(session: "_Session") -> bool:
+    """Release a dropped handle's session at once if no lock it needs is held by anyone (this
+    thread included); return whether it did."""
+    lock = session.lock
+    owned = getattr(lock, "_is_owned", None)
+    if owned is None or owned() or not lock.acquire(blocking=False):
+        return False
+    try:
+        if not _registry_lock.acquire(blocking=False):
+            return False
+        _registry_lock.release()
+        try:
+            session.release(flush_metadata=False)
+        except Exception:
+            pass  # nobody holds the dropped handle to report to; reopening repairs from the log
+        return True
+    finally:
+        lock.release()
 
 
 def _reap_dropped_handles() -> None:
@@ -350,6 +371,25 @@ def _drain_dropped_handles() -> None:
             session.release(flush_metadata=False)
         except Exception:
             pass
+
+
+def _forget_sessions_in_forked_child() -> None:
+    """After fork(), the child must not act on the parent's sessions: their buffers, state and
+    liveness lock belong to the parent. The child drops them (closing only its copies of the
+    descriptors; unlocking would release the parent's lock) and starts with a fresh registry,
+    so its own opens take the lock like any other process's."""
+    global _registry, _registry_lock, _dropped, _reaper
+    inherited = list(_registry.values())
+    _registry = {}
+    _registry_lock = threading.Lock()
+    _dropped = queue.SimpleQueue()
+    _reaper = None
+    for session in inherited:
+        session.forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_sessions_in_forked_child)
 
 
 @atexit.register
@@ -397,6 +437,8 @@ class _Session:
         self.publisher = ManifestPublisher(directory)
         self.unsynced = False
         self.ready = False
+        self.inherited = False
+        self._status_floor = 0
 
     # -- open ------------------------------------------------------------------------------
 
@@ -533,7 +575,8 @@ class _Session:
         head = self._log_head()
         if head.retained_turn_base is not None:
             return head.retained_turn_base
-        stale = on_disk or (saved.manifest if saved else None)
+        # The index's manifest row matches its spans; manifest.json may lag (published later).
+        stale = saved.manifest if saved is not None else on_disk
         stale_spans = self.index.turn_spans() if saved is not None else _legacy_spans(self.dir)
         if (
             stale is not None
@@ -554,11 +597,6 @@ class _Session:
         if stale_spans and _spans_valid(stale_spans, self.file_len):
             return max(1, stale_spans[0][0])
         return 1
-
-    def _first_record_ts(self) -> Optional[str]:
-        for record in self._records(0, self.file_len):
-            return record.ts
-        return None
 
     def _log_head(self) -> ev.LogHead:
         """What the log's first line says about evicted turns (see ``events.decode_log_head``)."""
@@ -581,27 +619,35 @@ class _Session:
     def _prefix_removed(self, saved: Optional[SavedState], removed: int) -> Optional[bool]:
         """When the log is shorter than the stale metadata says, was a prefix removed (a cap
         rewrite that crashed before its index caught up) or a suffix lost (a power cut took
-        unsynced bytes the metadata already described)? Answered by finding the log's first
-        record in the stale index; ``None`` when that cannot tell."""
+        bytes the metadata already described)? Answered by finding the log's first record in
+        the stale index: by its seq, or for a VT Code line by its length and type at the two
+        candidate offsets. ``None`` when that cannot tell."""
         if saved is None:
             return None
-        first = next(self._records(0, self.file_len), None)
-        if first is None or first.seq is None:
+        first = self._first_record()
+        if first is None:
             return None
+        here, length, record = first
         try:
-            rows = self.index.conn.execute("SELECT offset FROM events WHERE seq = ?", (first.seq,)).fetchall()
+            if record.seq is not None:
+                rows = self.index.conn.execute("SELECT offset FROM events WHERE seq = ?", (record.seq,)).fetchall()
+                offsets = {row[0] for row in rows} if len(rows) == 1 else set()
+            else:
+                rows = self.index.conn.execute(
+                    "SELECT offset FROM events WHERE offset IN (?, ?) AND length = ? AND type = ?",
+                    (here, here + removed, length, record.event["type"]),
+                ).fetchall()
+                offsets = {row[0] for row in rows}
         except Exception:
             return None
-        if len(rows) != 1:
-            return None
-        here = self._find_record_offset(first.seq)
-        if here is None:
-            return None
-        if rows[0][0] == here:
+        if offsets == {here}:
             return False
-        return True if rows[0][0] == here + removed else None
+        if offsets == {here + removed}:
+            return True
+        return None
 
-    def _find_record_offset(self, seq: int) -> Optional[int]:
+    def _first_record(self) -> Optional[tuple[int, int, Record]]:
+        """``(offset, length, record)`` of the log's first valid record."""
         pos = 0
         while pos < self.file_len:
             end = self._find_newline(pos)
@@ -609,29 +655,33 @@ class _Session:
                 return None
             record = ev.decode_line(self._pread(pos, end + 1 - pos))
             if record is not None:
-                return pos if record.seq == seq else None
+                return pos, end + 1 - pos, record
             pos = end + 1
         return None
 
     def _rescan(self, base: int, on_disk: Optional[Manifest], saved: Optional[SavedState]) -> None:
         known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
         head_seq = self._log_head().next_seq or 1
-        created_at = known[0].created_at if known else self._first_record_ts() or ev.utc_now()
         manifest = Manifest(
             session_id=known[0].session_id if known else self.session_id,
-            # From the log alone: the first record's time; the scan moves updated_at forward.
-            created_at=created_at,
-            updated_at=known[0].updated_at if known else created_at,
+            # From the log alone these start empty: the scan takes them from the records' times.
+            created_at=known[0].created_at if known else "",
+            updated_at=known[0].updated_at if known else "",
             turn_count=base - 1,
             retained_turn_base=base,
-            # A status the log no longer shows (its thread.completed evicted by the cap, or set by
-            # retention) stands until the log says otherwise.
             status=known[0].status if known else STATUS_ACTIVE,
             next_seq=max([m.next_seq for m in known] + [head_seq]),
         )
         self.state = LogState(manifest)
         self.tail = b""
-        self._scan(0, reset=True)
+        # A status the log no longer shows (set by retention, or by a thread.completed the cap
+        # evicted) stands against the records the old metadata already covered; only newer
+        # records may change it.
+        self._status_floor = known[0].persisted_file_len if known else 0
+        try:
+            self._scan(0, reset=True)
+        finally:
+            self._status_floor = 0
 
     # -- scanning --------------------------------------------------------------------------
 
@@ -680,15 +730,25 @@ class _Session:
     def _apply_record(self, record: Record, start: int, end: int, rows: list) -> None:
         event = record.event
         manifest = self.state.manifest
+        status = manifest.status
         _boundary, turn = self.state.apply(event["type"], event, start, end, record.seq, record.ts)
+        if start < self._status_floor:
+            manifest.status = status
         if record.seq is not None and record.seq >= manifest.next_seq:
             manifest.next_seq = record.seq + 1
-        if record.ts is not None and record.ts > manifest.updated_at:
-            manifest.updated_at = record.ts  # only forward: complete() may have bumped it past the log
+        if record.ts is not None:
+            if not manifest.created_at:
+                manifest.created_at = record.ts
+            if record.ts > manifest.updated_at:
+                manifest.updated_at = record.ts  # only forward: complete() may have bumped it past the log
         rows.append(_event_row(record.seq, start, end - start, turn, record.ts, event))
 
     def _commit_scan(self, rows: list, offset: int, reset: bool) -> None:
         manifest = self.state.manifest
+        if not manifest.created_at:  # no record with a time yet (VT Code lines have none)
+            manifest.created_at = ev.utc_now()
+        if not manifest.updated_at:
+            manifest.updated_at = manifest.created_at
         manifest.persisted_file_len = offset
         self.tail = self._pread(max(0, offset - TAIL_BYTES), min(TAIL_BYTES, offset))
         self.index.commit(rows, self.state.dirty.values(), manifest, self.tail, reset=reset)
@@ -737,6 +797,27 @@ class _Session:
         return floor - 1
 
     # -- writing ---------------------------------------------------------------------------
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: make this inherited session unusable without touching the
+        parent's files, lock or threads."""
+        self.failed = SessionBusyError(
+            f"session {self.session_id!r} was opened by the parent of this forked process; open it again here"
+        )
+        self.inherited = True
+        for name in ("fd", "rfd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                setattr(self, name, -1)
+        self.liveness.forget()
+        # The SQLite connection is the parent's: closing it here (even by garbage collection)
+        # could checkpoint the parent's database under it. Keep it referenced, unused.
+        _inherited_connections.append(self.index)
+        self.index = None
 
     def check_usable(self) -> None:
         if self.failed is not None:
@@ -1014,6 +1095,8 @@ class _Session:
 
     def release(self, *, flush_metadata: bool) -> None:
         """Drop one handle. The last one closes the files and releases the liveness lock."""
+        if self.inherited:
+            return  # a forked child's copy: forget_after_fork already let go of everything
         with self.lock:
             error: Optional[BaseException] = None
             if self.failed is None:
@@ -1150,11 +1233,15 @@ class SessionLog:
 
     def __del__(self) -> None:
         # Dropped without close(): write buffered bytes only, like VT Code's Drop. The garbage
-        # collector may run this inside any critical section of any thread, so it takes no lock
-        # here: the reaper thread does the release.
-        if not getattr(self, "_closed", True):
-            self._closed = True
-            _dropped.put(self._s)
+        # collector may run this inside a critical section of this very thread, where taking
+        # the locks would deadlock or re-enter half-done work: then the reaper thread does it.
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        session = self._s
+        if _release_now_if_safe(session):
+            return
+        _dropped.put(session)
 
     @property
     def turn_count(self) -> int:

@@ -63,17 +63,6 @@ def types(events):
     return [e["type"] for e in events]
 
 
-def eventually(predicate, timeout=10.0):
-    """Poll ``predicate`` until true; a handle dropped without close() is released by a
-    background reaper thread, promptly but not synchronously."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
-
 # --------------------------------------------------------------------------------------------
 # Reference 4.1: the log, the manifest and the index
 
@@ -128,7 +117,7 @@ def test_reopening_after_drop_scans_bytes_flushed_without_metadata(tmp_path):
     log.append(THREAD_STARTED)
     del log
     gc.collect()
-    assert eventually(lambda: not memstore.is_live(session_dir(tmp_path)))
+    assert not memstore.is_live(session_dir(tmp_path))
     assert len(log_lines(tmp_path)) == 1
     with memstore.open_session(tmp_path, "s") as log:
         assert log.event_count == 1
@@ -632,7 +621,7 @@ def test_liveness_probe_held_lock_reports_live_consistently(tmp_path):
     assert memstore.is_live(d)
     del log
     gc.collect()
-    assert eventually(lambda: not memstore.is_live(d))
+    assert not memstore.is_live(d)
 
 
 def test_is_live_without_lock_file(tmp_path):
