@@ -251,16 +251,14 @@ def encode_anchor(retained_turn_base: int, next_seq: int) -> bytes:
 
 def tag_retained_base(line: bytes, retained_turn_base: int) -> Optional[bytes]:
     """``line`` (one valid envelope, without its newline) with ``retained_turn_base`` as its
-    first key, replacing the one an earlier rewrite put there; the event's bytes are not
-    touched. ``None`` if the line does not start with ``{`` (the caller writes an anchor)."""
-    if line.startswith(_HEAD_KEY):
-        comma = line.find(b",", len(_HEAD_KEY))
-        if comma < 0:
-            return None
-        line = b"{" + line[comma + 1 :]
-    if not line.startswith(b"{"):
+    first key; the event's bytes are not touched. ``None`` unless the result decodes to the same
+    record with that base (the caller then writes an anchor line instead)."""
+    if not line.startswith(b"{") or line.startswith(_HEAD_KEY):
         return None
-    return _HEAD_KEY + str(retained_turn_base).encode() + b"," + line[1:]
+    tagged = _HEAD_KEY + str(retained_turn_base).encode() + b"," + line[1:]
+    if decode_log_head(tagged).retained_turn_base != retained_turn_base or decode_line(tagged) != decode_line(line):
+        return None
+    return tagged
 
 
 def decode_line(line: bytes | str) -> Optional[Record]:

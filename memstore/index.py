@@ -262,8 +262,8 @@ class SessionIndex:
         Turn numbers must run contiguously from ``retained_turn_base`` to ``turn_count`` (plus the
         open turn), the first and last turns must be non-empty byte ranges inside the covered log,
         the last two must not overlap, and the event rows (ids are assigned contiguously) must
-        number ``event_count`` and end inside the covered log. Every query is an index lookup or
-        a count, so reopening a million-event session stays cheap; the interior rows are kept
+        number ``event_count`` and end inside the covered log. Index lookups and one count over
+        the turns, so reopening a million-event session stays cheap; the interior rows are kept
         consistent by the transactions that write them.
         """
         covered = manifest.persisted_file_len

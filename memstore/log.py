@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import os
+from contextlib import contextmanager
 import queue
 import threading
 import uuid
@@ -1343,8 +1344,8 @@ def _open(root, session_id, max_events, durability, on_evict, *, force_rescan: b
                 shared = _Session(root, session_id, directory, key)
                 _registry[key] = shared
             shared.handles += 1
-        with shared.lock:
-            if fresh:
+        if fresh:
+            with shared.lock:
                 try:
                     shared.open(force_rescan=force_rescan)
                 except BaseException:
@@ -1352,7 +1353,15 @@ def _open(root, session_id, max_events, durability, on_evict, *, force_rescan: b
                         _registry.pop(key, None)
                     raise
                 shared.ready = True
-            elif not shared.ready:
+            return SessionLog(shared, max_events, durability, on_evict)
+        try:
+            shared.lock.acquire()
+        except BaseException:  # interrupted while waiting: give the handle count back
+            with _registry_lock:
+                shared.handles -= 1
+            raise
+        with _released(shared.lock):
+            if not shared.ready:
                 continue  # its first open failed while we waited; try afresh
             elif force_rescan:
                 try:
@@ -1368,6 +1377,15 @@ def _open(root, session_id, max_events, durability, on_evict, *, force_rescan: b
                     shared.release(flush_metadata=False)
                     raise
         return SessionLog(shared, max_events, durability, on_evict)
+
+
+@contextmanager
+def _released(lock) -> Iterator[None]:
+    """Release an already acquired ``lock`` when the block ends."""
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _create_root(root: Path) -> None:
