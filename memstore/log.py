@@ -494,15 +494,18 @@ class _Session:
         self.file_len = os.fstat(self.fd).st_size
         return created
 
-    def _close_files(self) -> None:
+    def _close_descriptors(self) -> None:
         for name in ("fd", "rfd"):
             fd = getattr(self, name)
             if fd >= 0:
+                setattr(self, name, -1)
                 try:
                     os.close(fd)
                 except OSError:
-                    pass
-                setattr(self, name, -1)
+                    pass  # after fdatasync a close error says nothing about the data
+
+    def _close_files(self) -> None:
+        self._close_descriptors()
         if self.index is not None:
             self.index.close()
             self.index = None
@@ -799,27 +802,6 @@ class _Session:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def forget_after_fork(self) -> None:
-        """In a forked child: make this inherited session unusable without touching the
-        parent's files, lock or threads."""
-        self.failed = SessionBusyError(
-            f"session {self.session_id!r} was opened by the parent of this forked process; open it again here"
-        )
-        self.inherited = True
-        for name in ("fd", "rfd"):
-            fd = getattr(self, name)
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-                setattr(self, name, -1)
-        self.liveness.forget()
-        # The SQLite connection is the parent's: closing it here (even by garbage collection)
-        # could checkpoint the parent's database under it. Keep it referenced, unused.
-        _inherited_connections.append(self.index)
-        self.index = None
-
     def check_usable(self) -> None:
         if self.failed is not None:
             raise LogFailedError(
@@ -972,10 +954,7 @@ class _Session:
             # the index may still describe the old log: the session fails closed and a reopen,
             # guided by the marker, brings them together again.
             fsync_dir(self.dir)
-            old = (self.fd, self.rfd)
-            self.fd, self.rfd = -1, -1
-            for fd in old:
-                os.close(fd)
+            self._close_descriptors()
             self._open_files()
             manifest.event_count -= len(evicted)
             manifest.retained_turn_base = base
@@ -1042,17 +1021,13 @@ class _Session:
             finally:
                 os.close(fd)
             os.replace(tmp, self.events_path)
-        except OSError as exc:
+        except BaseException as exc:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
-            raise StoreIOError.from_os_error("cap rewrite", self.events_path, exc) from exc
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            if isinstance(exc, OSError):
+                raise StoreIOError.from_os_error("cap rewrite", self.events_path, exc) from exc
             raise
 
     # -- reading ---------------------------------------------------------------------------
@@ -1093,6 +1068,20 @@ class _Session:
             return self._reader(), self.file_len
 
     # -- close -----------------------------------------------------------------------------
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: make this inherited session unusable without touching the
+        parent's files, lock or threads."""
+        self.failed = SessionBusyError(
+            f"session {self.session_id!r} was opened by the parent of this forked process; open it again here"
+        )
+        self.inherited = True
+        self._close_descriptors()
+        self.liveness.forget()
+        # The SQLite connection is the parent's: closing it here (even by garbage collection)
+        # could checkpoint the parent's database under it. Keep it referenced, unused.
+        _inherited_connections.append(self.index)
+        self.index = None
 
     def release(self, *, flush_metadata: bool) -> None:
         """Drop one handle. The last one closes the files and releases the liveness lock."""
