@@ -7,18 +7,20 @@ repair; turn reconstruction; and the cap rewrite.
 Durability ordering at every write point: (1) one ``write()`` of whole lines, (2) ``fdatasync``
 per the durability policy, (3) the index transaction, (4) the manifest's atomic replace. Each
 later step only describes bytes an earlier step made durable, so after any crash the views are
-at most behind the log, never ahead of it.
+at most behind the log, never ahead of it. (Bulk mode, ``durability="none"``, indexes written
+but unsynced bytes; an open that finds the log shorter than its metadata checks which bytes
+went missing before trusting either.)
 """
 
 from __future__ import annotations
 
 import atexit
 import os
-from contextlib import contextmanager
 import queue
 import threading
 import uuid
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence
@@ -43,7 +45,6 @@ from .fsio import (
     open_private_append,
     open_read_no_follow,
     read_no_follow,
-    sanitize_session_id,
     session_directory,
     sessions_root,
     temp_file_pid,
@@ -128,13 +129,7 @@ class LogState:
         turn = self.open_turn
         if turn is not None and kind not in ev.LIFECYCLE_KINDS:
             # The common case on the append path: an item inside the open turn.
-            turn.end_offset = end
-            turn.event_count += 1
-            if seq is not None:
-                turn.last_seq = seq
-                if turn.first_seq is None:
-                    turn.first_seq = seq
-            self.dirty[turn.number] = turn
+            self._extend(turn, end, seq)
             return False, turn.number
         if kind == ev.TURN_STARTED:
             if turn is not None:
@@ -155,13 +150,7 @@ class LogState:
                 m.status = STATUS_COMPLETED
                 return True, None
             return kind in (ev.TURN_COMPLETED, ev.TURN_FAILED), None
-        turn.end_offset = end
-        turn.event_count += 1
-        if seq is not None:
-            turn.last_seq = seq
-            if turn.first_seq is None:
-                turn.first_seq = seq
-        self.dirty[turn.number] = turn
+        self._extend(turn, end, seq)
         if kind in (ev.TURN_COMPLETED, ev.TURN_FAILED):
             turn.status = TURN_COMPLETED if kind == ev.TURN_COMPLETED else TURN_FAILED
             turn.ended_at = ts or event.get("completed_at")
@@ -180,6 +169,14 @@ class LogState:
             return True, turn.number
         return False, turn.number
 
+    def _extend(self, turn: Turn, end: int, seq: Optional[int]) -> None:
+        turn.end_offset = end
+        turn.event_count += 1
+        if seq is not None:
+            turn.last_seq = seq
+            if turn.first_seq is None:
+                turn.first_seq = seq
+        self.dirty[turn.number] = turn
 
 
 def _context_timestamp(event: dict) -> Optional[str]:
@@ -1426,5 +1423,5 @@ __all__ = [
     "plan_cap_eviction",
     "rebuild",
     "write_eviction_summary",
-    "sanitize_session_id",
+    "cap_low_water",
 ]
