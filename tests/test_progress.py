@@ -487,18 +487,11 @@ def test_complete_from_active_succeeds(tmp_path):
     assert t.snapshot().current_subagent_role is None
 
 
-def test_complete_from_paused_succeeds(tmp_path):
+@pytest.mark.parametrize("reason", [GoalPauseReason.USER, GoalPauseReason.VERIFICATION])
+def test_complete_from_paused_or_blocked_succeeds(tmp_path, reason):
     t = make_tracker(tmp_path)
     activate(t)
-    t.pause(GoalPauseReason.USER)
-    assert t.complete()
-    assert t.status() is GoalStatus.COMPLETE
-
-
-def test_complete_from_blocked_succeeds(tmp_path):
-    t = make_tracker(tmp_path)
-    activate(t)
-    t.pause(GoalPauseReason.VERIFICATION)
+    t.pause(reason)
     assert t.complete()
     assert t.status() is GoalStatus.COMPLETE
 
