@@ -59,7 +59,21 @@ def format_ts(dt: datetime) -> str:
     """Format an aware (or UTC-naive) datetime in memstore's timestamp format."""
     if dt.tzinfo is not None:
         dt = dt.astimezone(timezone.utc)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}."
+            f"{dt.microsecond // 1000:03d}Z")
+
+
+def normalize_ts(value: Any) -> str:
+    """``value`` (an RFC 3339 timestamp) in memstore's format; :class:`InvalidEvent` if it is not one."""
+    try:
+        dt = parse_ts(value)
+        if dt is not None:
+            dt = dt.astimezone(timezone.utc)
+    except (OverflowError, ValueError):
+        dt = None
+    if dt is None:
+        raise InvalidEvent(f"ts must be an RFC 3339 timestamp string, not {value!r}")
+    return format_ts(dt)
 
 
 def parse_ts(value: Any) -> Optional[datetime]:

@@ -806,16 +806,19 @@ class _Session:
                 "of this session and open it again (the log on disk is valid)"
             ) from self.failed
 
-    def append(self, event: dict, durability: str, max_events: int, on_evict: Optional[EvictionHook]) -> int:
+    def append(self, event: dict, durability: str, max_events: int, on_evict: Optional[EvictionHook], ts: Optional[str] = None) -> int:
         # The agent's hot path: kept flat on purpose (locals, no helper calls per event).
         kind = _check_event(event)
+        if ts is not None:
+            ts = ev.normalize_ts(ts)
         with self.lock:
             if self.failed is not None:
                 self.check_usable()
             state = self.state
             manifest = state.manifest
             seq = manifest.next_seq
-            ts = _utc_now()
+            if ts is None:
+                ts = _utc_now()
             buffer = self.buffer
             start = self.file_len + len(buffer)
             if start == 0 and manifest.retained_turn_base > 1:
@@ -1181,8 +1184,11 @@ class SessionLog:
     def index_path(self) -> Path:
         return self._s.index_path
 
-    def append(self, event: dict) -> int:
+    def append(self, event: dict, *, ts: Optional[str] = None) -> int:
         """Append one event (the inner ``{"type": ...}`` object); return its sequence number.
+
+        ``ts`` is the envelope's time (an RFC 3339 timestamp, stored in memstore's format); by
+        default the current time. Importers pass the source's time.
 
         Raises :class:`InvalidEvent` (nothing written) for an event that is not a JSON object with
         a string ``type``, a malformed lifecycle event, or one that cannot be serialized;
@@ -1190,7 +1196,7 @@ class SessionLog:
         """
         if self._closed:
             self._live()
-        return self._s.append(event, self.durability, self.max_events, self.on_evict)
+        return self._s.append(event, self.durability, self.max_events, self.on_evict, ts)
 
     def flush(self) -> None:
         """Write, sync and index everything appended so far, and publish the manifest."""

@@ -1216,3 +1216,15 @@ def test_rebuild_never_moves_updated_at_backwards(tmp_path):
         log.complete()
         completed_at = log.manifest.updated_at
     assert memstore.rebuild(tmp_path, "s").updated_at == completed_at
+
+
+def test_append_takes_the_source_time_in_memstores_format(tmp_path):
+    with memstore.open_session(tmp_path, "imported") as log:
+        log.append({"type": "turn.started"}, ts="2025-09-25T15:12:14.5+02:00")
+        log.append({"type": "turn.completed", "usage": {}}, ts="0999-01-02T03:04:05Z")
+        with pytest.raises(memstore.InvalidEvent, match="RFC 3339"):
+            log.append({"type": "x"}, ts="yesterday")
+        with pytest.raises(memstore.InvalidEvent):
+            log.append({"type": "x"}, ts="0001-01-01T00:00:00+01:00")  # before year 1 in UTC
+    records = list(memstore.open_session(tmp_path, "imported").iter_records())
+    assert [r.ts for r in records] == ["2025-09-25T13:12:14.500Z", "0999-01-02T03:04:05.000Z"]
