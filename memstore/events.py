@@ -28,7 +28,10 @@ THREAD_COMPLETED = "thread.completed"
 TURN_STARTED = "turn.started"
 TURN_COMPLETED = "turn.completed"
 TURN_FAILED = "turn.failed"
-LIFECYCLE_KINDS = frozenset({THREAD_STARTED, THREAD_COMPLETED, TURN_STARTED, TURN_COMPLETED, TURN_FAILED})
+# memstore's extension: the user (or the agent's runtime) stopped the turn; not a failure.
+TURN_ABORTED = "turn.aborted"
+TURN_ENDS = frozenset({TURN_COMPLETED, TURN_FAILED, TURN_ABORTED})
+LIFECYCLE_KINDS = frozenset({THREAD_STARTED, THREAD_COMPLETED, TURN_STARTED, TURN_COMPLETED, TURN_FAILED, TURN_ABORTED})
 USAGE_FIELDS = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
 _U64_MAX = 2**64 - 1
 _I64_MAX = 2**63 - 1  # SQLite integers are signed 64-bit; counters saturate here
@@ -159,6 +162,9 @@ def valid_lifecycle(event: dict) -> bool:
             and (usage is None or valid_usage(usage))
             and _opt_str(event, "completed_at")
         )
+    if kind == TURN_ABORTED:
+        usage = event.get("usage")
+        return _opt_str(event, "reason") and (usage is None or valid_usage(usage)) and _opt_str(event, "completed_at")
     if kind == THREAD_STARTED:
         return isinstance(event.get("thread_id"), str)
     if kind == THREAD_COMPLETED:

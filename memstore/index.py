@@ -83,6 +83,7 @@ TURN_OPEN = "open"
 TURN_COMPLETED = "completed"
 TURN_FAILED = "failed"
 TURN_INTERRUPTED = "interrupted"
+TURN_ABORTED = "aborted"
 
 
 @dataclass(slots=True)

@@ -54,6 +54,7 @@ from .fsio import (
 from .index import (
     INDEX_FILE,
     TURN_COMPLETED,
+    TURN_ABORTED,
     TURN_FAILED,
     TURN_INTERRUPTED,
     TURN_OPEN,
@@ -149,15 +150,17 @@ class LogState:
             elif kind == ev.THREAD_COMPLETED:
                 m.status = STATUS_COMPLETED
                 return True, None
-            return kind in (ev.TURN_COMPLETED, ev.TURN_FAILED), None
+            return kind in ev.TURN_ENDS, None
         self._extend(turn, end, seq)
-        if kind in (ev.TURN_COMPLETED, ev.TURN_FAILED):
-            turn.status = TURN_COMPLETED if kind == ev.TURN_COMPLETED else TURN_FAILED
+        if kind in ev.TURN_ENDS:
+            turn.status = _TURN_STATUS[kind]
             turn.ended_at = ts or event.get("completed_at")
             (turn.input_tokens, turn.cached_input_tokens, turn.cache_creation_tokens,
              turn.output_tokens) = ev.usage_of(event)
             if kind == ev.TURN_FAILED:
                 turn.error = event.get("message")
+            elif kind == ev.TURN_ABORTED:
+                turn.error = event.get("reason")
             m.turn_count = max(m.turn_count, turn.number)
             m.in_turn = False
             self.open_turn = None
@@ -177,6 +180,9 @@ class LogState:
             if turn.first_seq is None:
                 turn.first_seq = seq
         self.dirty[turn.number] = turn
+
+
+_TURN_STATUS = {ev.TURN_COMPLETED: TURN_COMPLETED, ev.TURN_FAILED: TURN_FAILED, ev.TURN_ABORTED: TURN_ABORTED}
 
 
 def _context_timestamp(event: dict) -> Optional[str]:

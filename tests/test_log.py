@@ -1228,3 +1228,16 @@ def test_append_takes_the_source_time_in_memstores_format(tmp_path):
             log.append({"type": "x"}, ts="0001-01-01T00:00:00+01:00")  # before year 1 in UTC
     records = list(memstore.open_session(tmp_path, "imported").iter_records())
     assert [r.ts for r in records] == ["2025-09-25T13:12:14.500Z", "0999-01-02T03:04:05.000Z"]
+
+
+def test_turn_aborted_closes_the_turn_as_aborted(tmp_path):
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append({"type": "turn.started"})
+        log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "working"}})
+        log.append({"type": "turn.aborted", "reason": "interrupted", "usage": {"input_tokens": 5, "output_tokens": 1}})
+        with pytest.raises(memstore.InvalidEvent):
+            log.append({"type": "turn.aborted", "reason": 3})
+        turns = log.turns()
+    assert log.turn_count == 1
+    assert [(t.status, t.error, t.event_count, t.input_tokens) for t in turns] == [("aborted", "interrupted", 3, 5)]
+    assert memstore.rebuild(tmp_path, "s").turn_count == 1
