@@ -257,6 +257,26 @@ class SessionIndex:
         """``(number, start_offset, end_offset, event_count)`` of every turn, oldest first."""
         return self._read("SELECT number, start_offset, end_offset, event_count FROM turns ORDER BY number")
 
+    def count_events_before(self, offset: int) -> int:
+        """How many records lie before byte ``offset`` (what a cap rewrite cut there evicts)."""
+        return self._read("SELECT count(*) FROM events WHERE offset < ?", (offset,))[0][0]
+
+    def offsets_of(self, seq: Optional[int], candidates: tuple[int, int], length: int, kind: str) -> set[int]:
+        """Where the index has a record: the one with ``seq``, or (for a line without one) a record
+        of ``length`` bytes and type ``kind`` at one of the ``candidates`` offsets. Empty when the
+        index cannot tell (it failed, or the seq is not unique)."""
+        try:
+            if seq is not None:
+                rows = self.conn.execute("SELECT offset FROM events WHERE seq = ?", (seq,)).fetchall()
+                return {row[0] for row in rows} if len(rows) == 1 else set()
+            rows = self.conn.execute(
+                "SELECT offset FROM events WHERE offset IN (?, ?) AND length = ? AND type = ?",
+                (*candidates, length, kind),
+            ).fetchall()
+        except sqlite3.Error:
+            return set()
+        return {row[0] for row in rows}
+
     def is_consistent(self, manifest: Manifest) -> bool:
         """Whether the turn and event rows agree with the manifest row.
 

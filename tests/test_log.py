@@ -150,14 +150,16 @@ def test_manifest_shortcut_skips_scan_on_reopen(tmp_path, monkeypatch):
     with memstore.open_session(tmp_path, "s") as log:
         sample_turn(log)
 
-    def no_rescan(*args, **kwargs):
-        raise AssertionError("a clean reopen must not rescan the log")
-
-    monkeypatch.setattr(memstore.log._Session, "_rescan", no_rescan)
+    rescans = []
+    real_rescan = memstore.recovery._rescan
+    monkeypatch.setattr(memstore.recovery, "_rescan", lambda *args: rescans.append(args) or real_rescan(*args))
     with memstore.open_session(tmp_path, "s") as log:
         assert log.turn_count == 1
         assert log.manifest.status == "completed"
         assert len(log.reconstruct_turn(1)) == 2
+    assert rescans == [], "a clean reopen must not rescan the log"
+    memstore.rebuild(tmp_path, "s")
+    assert len(rescans) == 1, "the patch must see a rescan when one happens"
 
 
 def test_reopen_indexes_only_bytes_past_the_covered_offset(tmp_path, monkeypatch):
@@ -169,13 +171,13 @@ def test_reopen_indexes_only_bytes_past_the_covered_offset(tmp_path, monkeypatch
         fh.write(b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n')
         fh.write(b'{"schema_version":"0.18.0","event":{"type":"turn.completed","usage":{}}}\n')
     scanned_from = []
-    original = memstore.log._Session._scan
+    original = memstore.recovery.scan
 
-    def spy(self, start, *, reset):
+    def spy(session, start, **kwargs):
         scanned_from.append(start)
-        return original(self, start, reset=reset)
+        return original(session, start, **kwargs)
 
-    monkeypatch.setattr(memstore.log._Session, "_scan", spy)
+    monkeypatch.setattr(memstore.recovery, "scan", spy)
     with memstore.open_session(tmp_path, "s") as log:
         assert scanned_from == [covered]
         assert log.turn_count == 2
@@ -1091,7 +1093,9 @@ def test_a_session_at_its_cap_does_not_rewrite_the_log_every_turn(tmp_path):
             counts.append(log.event_count)
         assert [t.number for t in log.turns()][-1] == 60
     assert max(counts) <= 100
-    rewrites = len(list((session_dir(tmp_path) / "derived").glob("eviction-summary-*.json")))
+    rewrites = len((session_dir(tmp_path) / "derived" / "eviction-summaries.jsonl").read_bytes().splitlines())
+    # Only the newest summary files are kept; every summary is a line of the JSON Lines file.
+    assert len(list((session_dir(tmp_path) / "derived").glob("eviction-summary-*.json"))) == 10
     # 50 turns past the cap: VT Code would rewrite 50 times, memstore every ~2 turns of headroom.
     assert 20 <= rewrites <= 26, rewrites
 

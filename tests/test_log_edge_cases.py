@@ -147,13 +147,18 @@ def test_a_failure_after_the_cap_rewrite_replaced_the_log_does_not_lose_later_ev
         capped.append(TURN_STARTED)
         capped.append(TURN_COMPLETED)
 
+    failed = []
+
     def failing_fsync_dir(path):
+        failed.append(path)
         raise memstore.StoreIOError("fsync directory", path, "Input/output error")
 
-    monkeypatch.setattr(memstore.log, "fsync_dir", failing_fsync_dir)
+    monkeypatch.setattr(memstore.cap, "fsync_dir", failing_fsync_dir)
     with pytest.raises(memstore.StoreIOError):
         capped.append(TURN_STARTED)  # the fifth event: the cap rewrite replaces the log, then fails
     monkeypatch.undo()
+    assert failed, "the patched fsync_dir never ran"
+
 
     marker = {"type": "note", "text": "acknowledged after the failed rewrite"}
     try:
@@ -243,8 +248,8 @@ def test_a_failed_rebuild_of_an_open_session_leaves_its_handles_consistent(tmp_p
     for _ in range(4):
         log.append(TURN_STARTED)
         log.append(TURN_COMPLETED)
-    monkeypatch.setattr(memstore.log, "SCAN_BATCH_EVENTS", 2)
-    real_commit = memstore.log.SessionIndex.commit
+    monkeypatch.setattr(memstore.recovery, "SCAN_BATCH_EVENTS", 2)
+    real_commit = memstore.index.SessionIndex.commit
     calls = []
 
     def full_disk_on_second_batch(self, *args, **kwargs):
@@ -253,10 +258,12 @@ def test_a_failed_rebuild_of_an_open_session_leaves_its_handles_consistent(tmp_p
             raise memstore.StoreIOError("update index", self.path, "database or disk is full")
         return real_commit(self, *args, **kwargs)
 
-    monkeypatch.setattr(memstore.log.SessionIndex, "commit", full_disk_on_second_batch)
+    monkeypatch.setattr(memstore.index.SessionIndex, "commit", full_disk_on_second_batch)
     with pytest.raises(memstore.StoreIOError):
         memstore.rebuild(tmp_path, "s")
     monkeypatch.undo()
+    assert len(calls) == 2, "the patched commit must fail the rebuild's second batch"
+
     try:
         log.append(TURN_STARTED)
         log.append({"type": "note", "text": "turn five"})

@@ -1,0 +1,133 @@
+"""The one turn-lifecycle state machine, shared by append, rescan and the read-only reader.
+
+Every accepted record advances :class:`LogState` by one step: ``turn.started`` opens a turn,
+``turn.completed`` / ``turn.failed`` / ``turn.aborted`` close it, ``thread.completed`` completes
+the session, and every other event inside an open turn belongs to that turn.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from . import events as ev
+from .events import Record
+from .index import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, TURN_INTERRUPTED, TURN_OPEN, Turn
+from .manifest import STATUS_ACTIVE, STATUS_COMPLETED, Manifest
+
+_TURN_STATUS = {ev.TURN_COMPLETED: TURN_COMPLETED, ev.TURN_FAILED: TURN_FAILED, ev.TURN_ABORTED: TURN_ABORTED}
+
+
+class LogState:
+    """The session state that append and scan both advance, one event at a time.
+
+    ``manifest`` carries the counters (``turn_count`` counts closed turns, ``event_count`` every
+    accepted record, thread events included); ``open_turn`` is the turn in progress; ``dirty``
+    collects the turns changed since the index last stored them.
+    """
+
+    __slots__ = ("manifest", "open_turn", "dirty")
+
+    def __init__(self, manifest: Manifest, open_turn: Optional[Turn] = None):
+        self.manifest = manifest
+        self.open_turn = open_turn if manifest.in_turn else None
+        self.dirty: dict[int, Turn] = {}
+
+    def apply(self, kind: str, event: dict, start: int, end: int, seq: Optional[int], ts: Optional[str]) -> tuple[bool, Optional[int]]:
+        """Advance the state by one accepted event occupying bytes ``[start, end)``.
+
+        Returns ``(boundary, turn)``: whether the event ends a unit of work (a turn closed or the
+        thread completed), and the number of the turn it belongs to (``None`` outside turns).
+
+        Every event inside an open turn belongs to it, lifecycle or not, so a turn's byte range
+        and its event count always describe the same lines. A ``turn.started`` while a turn is
+        open closes that turn as ``interrupted`` (VT Code would number both turns the same).
+        """
+        m = self.manifest
+        m.event_count += 1
+        turn = self.open_turn
+        if turn is not None and kind not in ev.LIFECYCLE_KINDS:
+            # The common case on the append path: an item inside the open turn.
+            self._extend(turn, end, seq)
+            return False, turn.number
+        if kind == ev.TURN_STARTED:
+            if turn is not None:
+                turn.status = TURN_INTERRUPTED
+                self.dirty[turn.number] = turn
+                m.turn_count = max(m.turn_count, turn.number)
+            started = ts or _context_timestamp(event)
+            turn = Turn(m.turn_count + 1, TURN_OPEN, start, end, 1, seq, seq, started)
+            self.open_turn = turn
+            self.dirty[turn.number] = turn
+            m.status = STATUS_ACTIVE
+            m.in_turn = True
+            return False, turn.number
+        if turn is None:
+            if kind == ev.THREAD_STARTED:
+                m.status = STATUS_ACTIVE
+            elif kind == ev.THREAD_COMPLETED:
+                m.status = STATUS_COMPLETED
+                return True, None
+            return kind in ev.TURN_ENDS, None
+        self._extend(turn, end, seq)
+        if kind in ev.TURN_ENDS:
+            turn.status = _TURN_STATUS[kind]
+            turn.ended_at = ts or event.get("completed_at")
+            (turn.input_tokens, turn.cached_input_tokens, turn.cache_creation_tokens,
+             turn.output_tokens) = ev.usage_of(event)
+            if kind == ev.TURN_FAILED:
+                turn.error = event.get("message")
+            elif kind == ev.TURN_ABORTED:
+                turn.error = event.get("reason")
+            m.turn_count = max(m.turn_count, turn.number)
+            m.in_turn = False
+            self.open_turn = None
+            return True, turn.number
+        if kind == ev.THREAD_STARTED:
+            m.status = STATUS_ACTIVE
+        elif kind == ev.THREAD_COMPLETED:
+            m.status = STATUS_COMPLETED
+            return True, turn.number
+        return False, turn.number
+
+    def _extend(self, turn: Turn, end: int, seq: Optional[int]) -> None:
+        turn.end_offset = end
+        turn.event_count += 1
+        if seq is not None:
+            turn.last_seq = seq
+            if turn.first_seq is None:
+                turn.first_seq = seq
+        self.dirty[turn.number] = turn
+
+    def apply_record(self, record: Record, start: int, end: int, *, keep_status: bool = False) -> tuple:
+        """Advance the state by one record read back from the log; return its index row.
+
+        With ``keep_status`` the session's status is left as it was: a status the log no longer
+        shows (set by retention, or by a ``thread.completed`` the cap evicted) stands against
+        the records the old metadata already covered.
+        """
+        event = record.event
+        manifest = self.manifest
+        status = manifest.status
+        _boundary, turn = self.apply(event["type"], event, start, end, record.seq, record.ts)
+        if keep_status:
+            manifest.status = status
+        if record.seq is not None and record.seq >= manifest.next_seq:
+            manifest.next_seq = record.seq + 1
+        if record.ts is not None:
+            if not manifest.created_at:
+                manifest.created_at = record.ts
+            if record.ts > manifest.updated_at:
+                manifest.updated_at = record.ts  # only forward: complete() may have bumped it past the log
+        return event_row(record.seq, start, end - start, turn, record.ts, event)
+
+
+def _context_timestamp(event: dict) -> Optional[str]:
+    context = event.get("context")
+    if isinstance(context, dict) and isinstance(context.get("timestamp"), str):
+        return context["timestamp"]
+    return None
+
+
+def event_row(seq: Optional[int], offset: int, length: int, turn: Optional[int], ts: Optional[str], event: dict) -> tuple:
+    """The ``events`` index row of one record."""
+    return (seq, offset, length, turn, ts) + ev.describe(event)

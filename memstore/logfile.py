@@ -1,0 +1,254 @@
+"""``events.jsonl`` as a file: its descriptors, the append buffer, positioned reads, torn-tail
+repair, and the atomic replacement a cap rewrite makes.
+
+:class:`LogFile` knows bytes and lines, not events: what a line means is decided in
+``events.py``, and what the session does with it in ``log.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from pathlib import Path
+from typing import BinaryIO, Iterator, Optional
+
+import orjson
+
+from . import events as ev
+from .errors import StoreIOError
+from .events import Record
+from .fsio import open_private_append, open_read_no_follow, write_all, write_new_file
+
+logger = logging.getLogger("memstore")
+
+EVENTS_FILE = "events.jsonl"
+TAIL_BYTES = 256
+_READ_CHUNK = 1 << 20
+
+
+class LogFile:
+    """The canonical log of one session: an ``O_APPEND`` descriptor for writing, a separate one
+    for positioned reads, and the buffer of whole lines not yet written.
+
+    ``length`` is the size of the file on disk (the buffer not included) and ``tail`` its last
+    bytes, which the index records to recognize the log on the next open.
+    """
+
+    def __init__(self, session_dir: Path):
+        self.dir = session_dir
+        self.path = session_dir / EVENTS_FILE
+        self.fd = -1
+        self.rfd = -1
+        self.length = 0
+        self.buffer = bytearray()
+        self.tail = b""
+        self.unsynced = False
+
+    # -- descriptors -----------------------------------------------------------------------
+
+    def open(self) -> bool:
+        """Open the append and read descriptors; return whether the log was created (which
+        synced the session directory)."""
+        self.fd, created = open_private_append(self.path)
+        rfd = open_read_no_follow(self.path)
+        if rfd is None:
+            raise StoreIOError("open", self.path, "disappeared while opening")
+        self.rfd = rfd
+        self.length = os.fstat(self.fd).st_size
+        return created
+
+    def close(self) -> None:
+        for name in ("fd", "rfd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                setattr(self, name, -1)
+                try:
+                    os.close(fd)
+                except OSError as exc:
+                    # After fdatasync a close error says nothing about the data.
+                    logger.debug("closing %s: %s", self.path, exc)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def pread(self, offset: int, length: int) -> bytes:
+        try:
+            return os.pread(self.rfd, length, offset)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("read", self.path, exc) from exc
+
+    def reader(self) -> BinaryIO:
+        """A new buffered reader on the log's current inode (with its own file offset)."""
+        fd = open_read_no_follow(self.path)
+        if fd is None:
+            raise StoreIOError("read", self.path, "the log disappeared")
+        return os.fdopen(fd, "rb", buffering=_READ_CHUNK)
+
+    def find_newline(self, start: int) -> int:
+        """Position of the first ``\\n`` at or after ``start`` (``-1`` if none)."""
+        pos = start
+        while pos < self.length:
+            chunk = self.pread(pos, min(1 << 16, self.length - pos))
+            found = chunk.find(b"\n")
+            if found >= 0:
+                return pos + found
+            pos += len(chunk)
+        return -1
+
+    def rfind_newline(self, floor: int, end: int) -> int:
+        """Position of the last ``\\n`` in ``[floor, end)``, or ``floor - 1`` if there is none."""
+        pos = end
+        while pos > floor:
+            size = min(1 << 16, pos - floor)
+            chunk = self.pread(pos - size, size)
+            found = chunk.rfind(b"\n")
+            if found >= 0:
+                return pos - size + found
+            pos -= size
+        return floor - 1
+
+    def records(self, start: int, end: int) -> Iterator[Record]:
+        """Decode the valid records in ``[start, end)``; lines that fail decoding are skipped."""
+        pos = start
+        leftover = b""
+        while pos < end:
+            chunk = self.pread(pos, min(_READ_CHUNK, end - pos))
+            if not chunk:
+                break
+            pos += len(chunk)
+            lines = (leftover + chunk).split(b"\n")
+            leftover = lines.pop()
+            for line in lines:
+                record = ev.decode_line(line)
+                if record is not None:
+                    yield record
+        if leftover:
+            record = ev.decode_line(leftover)
+            if record is not None:
+                yield record
+
+    def first_record(self) -> Optional[tuple[int, int, Record]]:
+        """``(offset, length, record)`` of the log's first valid record."""
+        pos = 0
+        while pos < self.length:
+            end = self.find_newline(pos)
+            if end < 0:
+                return None
+            record = ev.decode_line(self.pread(pos, end + 1 - pos))
+            if record is not None:
+                return pos, end + 1 - pos, record
+            pos = end + 1
+        return None
+
+    def head(self) -> ev.LogHead:
+        """What the log's first line says about evicted turns (see ``events.decode_log_head``)."""
+        end = self.find_newline(0)
+        if end < 0:
+            return ev.LogHead(None, None)
+        return ev.decode_log_head(self.pread(0, end + 1))
+
+    def read_tail(self, end: int) -> bytes:
+        """The ``TAIL_BYTES`` bytes that end at ``end``."""
+        return self.pread(max(0, end - TAIL_BYTES), min(TAIL_BYTES, end))
+
+    # -- torn tails ------------------------------------------------------------------------
+
+    def repair_tail(self, floor: int) -> Optional[Path]:
+        """Cut a torn tail (a partial last line, or trailing lines that are not JSON, such as a
+        run of NUL bytes) back to the last complete line at or after ``floor``. The cut bytes are
+        saved beside the log first, never discarded; returns where, or ``None`` if nothing was
+        cut."""
+        cut = self._last_good_end(floor)
+        if cut >= self.length:
+            return None
+        torn = self.pread(cut, self.length - cut)
+        keep = self.dir / f"{EVENTS_FILE}.torn-{cut}-{ev.utc_now().replace(':', '')}"
+        kept = write_new_file(keep, torn)
+        try:
+            os.ftruncate(self.fd, cut)
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("truncate torn tail of", self.path, exc) from exc
+        logger.warning("cut a torn tail of %d bytes from %s (kept in %s)", len(torn), self.path, kept)
+        self.length = cut
+        return kept
+
+    def _last_good_end(self, floor: int) -> int:
+        end = self.length
+        if end <= floor:
+            return end
+        cut = self.rfind_newline(floor, end) + 1
+        while cut > floor:
+            line_start = self.rfind_newline(floor, cut - 1) + 1
+            line = self.pread(line_start, cut - line_start)
+            if not line.strip() or _is_json(line):
+                break
+            cut = line_start
+        return max(cut, floor)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def write_out(self, *, sync: bool) -> None:
+        """Write the buffer with one ``write()`` of whole lines, then ``fdatasync`` if asked.
+
+        On a failed write the file is truncated back to its previous length; either failure
+        raises :class:`StoreIOError`, and the caller must fail the session closed (after a
+        failed sync the kernel may have dropped the pages, and a retry could lie).
+        """
+        buffer = self.buffer
+        if buffer:
+            try:
+                write_all(self.fd, buffer, self.path)
+            except StoreIOError:
+                try:
+                    os.ftruncate(self.fd, self.length)
+                except OSError as exc:
+                    logger.warning("could not truncate %s back after a failed write (the next open cuts it): %s",
+                                   self.path, exc)
+                raise
+            self.length += len(buffer)
+            self.tail = (self.tail + buffer[-TAIL_BYTES:])[-TAIL_BYTES:]
+            del buffer[:]
+            self.unsynced = True
+        if sync and self.unsynced:
+            try:
+                os.fdatasync(self.fd)
+            except OSError as exc:
+                raise StoreIOError.from_os_error("fdatasync", self.path, exc) from exc
+            self.unsynced = False
+
+    def replace_from(self, start: int, head: bytes) -> None:
+        """Atomically replace the log by ``head`` followed by its bytes from ``start`` on (copy to
+        a temp file, fsync, rename). The caller syncs the directory and reopens the descriptors."""
+        tmp = self.dir / f".{EVENTS_FILE}.cap-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        fd, _ = open_private_append(tmp)
+        try:
+            try:
+                write_all(fd, head, tmp)
+                pos = start
+                while pos < self.length:
+                    chunk = os.pread(self.rfd, min(_READ_CHUNK, self.length - pos), pos)
+                    if not chunk:
+                        raise StoreIOError("cap rewrite", self.path, "log shrank while copying")
+                    write_all(fd, chunk, tmp)
+                    pos += len(chunk)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except BaseException as exc:
+            try:
+                os.unlink(tmp)
+            except OSError as cleanup:
+                logger.warning("could not remove the cap rewrite's temp file %s: %s", tmp, cleanup)
+            if isinstance(exc, OSError):
+                raise StoreIOError.from_os_error("cap rewrite", self.path, exc) from exc
+            raise
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        orjson.loads(line)
+        return True
+    except orjson.JSONDecodeError:
+        return False

@@ -1,0 +1,232 @@
+"""Opening a session's views against its log: trust the index for the prefix it covers and
+index the rest, or rescan the whole log when the metadata cannot be trusted.
+
+The index records the log length it covers and the last bytes it saw there. An open that finds
+those bytes in the log indexes only what follows; otherwise (index missing, corrupt, inconsistent
+with itself or with the manifest, describing another log, or a cap rewrite interrupted) it
+rebuilds the index from the log. Turn ordinals survive a rescan: the first retained turn's
+number comes from the rewrite marker, the log's own head, or the stale metadata (reference
+section 5.3, step 6).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional, Sequence
+
+import orjson
+
+from . import events as ev
+from .errors import MemstoreError, StoreIOError
+from .fsio import read_no_follow
+from .lifecycle import LogState
+from .logfile import TAIL_BYTES
+from .manifest import STATUS_ACTIVE, CapRewriteMarker, Manifest, clear_marker, load_manifest, load_marker
+
+if TYPE_CHECKING:
+    from .index import SavedState
+    from .log import _Session
+
+SCAN_BATCH_EVENTS = 20_000
+INDEX_DIR = "index"
+
+
+def recover(session: "_Session", force_rescan: bool) -> None:
+    """Bring the session's state, index and manifest in line with its log (called on open)."""
+    log = session.log
+    marker = load_marker(session.dir)
+    on_disk = load_manifest(session.dir)
+    saved = session.open_index()
+    marker_applies = marker is not None and marker.matches(log.length)
+    fast = (
+        not force_rescan
+        and saved is not None
+        and not marker_applies
+        and _covers_prefix(session, saved)
+        and session.index.is_consistent(saved.manifest)
+    )
+    if fast and on_disk is not None and on_disk.persisted_file_len == saved.manifest.persisted_file_len:
+        mine, theirs = saved.manifest, on_disk
+        if (mine.turn_count, mine.event_count, mine.in_turn, mine.retained_turn_base) != (
+            theirs.turn_count, theirs.event_count, theirs.in_turn, theirs.retained_turn_base
+        ):
+            fast = False
+        else:
+            # Retention may have marked the session completed; keep what it published.
+            mine.status, mine.created_at, mine.updated_at = theirs.status, theirs.created_at, theirs.updated_at
+    if fast:
+        session.state = LogState(saved.manifest, saved.open_turn)
+        log.tail = saved.tail
+        start = saved.manifest.persisted_file_len
+        log.repair_tail(start)
+        if log.length > start:
+            scan(session, start, reset=False)
+    else:
+        base = _scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
+        log.repair_tail(0)
+        _rescan(session, base, on_disk, saved)
+    session.publish_manifest(force=on_disk is None or on_disk != session.state.manifest, wait=True)
+    if marker is not None:
+        clear_marker(session.dir)
+
+
+def _covers_prefix(session: "_Session", saved: "SavedState") -> bool:
+    """Whether the saved state describes a prefix of the log on disk (same tail bytes)."""
+    covered = saved.manifest.persisted_file_len
+    if covered > session.log.length:
+        return False
+    if covered == 0:
+        return saved.tail == b""
+    if len(saved.tail) != min(TAIL_BYTES, covered) or not saved.tail.endswith(b"\n"):
+        return False
+    return session.log.pread(covered - len(saved.tail), len(saved.tail)) == saved.tail
+
+
+def _scan_turn_base(
+    session: "_Session", marker: Optional[CapRewriteMarker], on_disk: Optional[Manifest], saved: Optional["SavedState"]
+) -> int:
+    """The ordinal of the first turn the log holds, for a rescan (reference 5.3 step 6, with
+    memstore's log head first: a log memstore rewrote says its base itself)."""
+    log = session.log
+    if marker is not None:
+        return max(1, marker.retained_turn_base)
+    head = log.head()
+    if head.retained_turn_base is not None:
+        return head.retained_turn_base
+    # The index's manifest row matches its spans; manifest.json may lag (published later).
+    stale = saved.manifest if saved is not None else on_disk
+    stale_spans = session.index.turn_spans() if saved is not None else legacy_spans(session)
+    if (
+        stale is not None
+        and stale.persisted_file_len > log.length
+        and _prefix_removed(session, saved, stale.persisted_file_len - log.length) is not False
+    ):
+        removed = stale.persisted_file_len - log.length
+        if spans_valid(stale_spans, stale.persisted_file_len):
+            for number, start, _end, _count in stale_spans:
+                if start >= removed:
+                    return max(1, number)
+        if log.length == 0:
+            return stale.turn_count + 1
+    if on_disk is not None and on_disk.has("retained_turn_base"):
+        return on_disk.retained_turn_base
+    if saved is not None:
+        return saved.manifest.retained_turn_base
+    if stale_spans and spans_valid(stale_spans, log.length):
+        return max(1, stale_spans[0][0])
+    return 1
+
+
+def _prefix_removed(session: "_Session", saved: Optional["SavedState"], removed: int) -> Optional[bool]:
+    """When the log is shorter than the stale metadata says, was a prefix removed (a cap
+    rewrite that crashed before its index caught up) or a suffix lost (a power cut took bytes
+    the metadata already described)? Answered by finding the log's first record in the stale
+    index: by its seq, or for a VT Code line by its length and type at the two candidate
+    offsets. ``None`` when that cannot tell."""
+    if saved is None:
+        return None
+    first = session.log.first_record()
+    if first is None:
+        return None
+    here, length, record = first
+    offsets = session.index.offsets_of(record.seq, (here, here + removed), length, record.event["type"])
+    if offsets == {here}:
+        return False
+    if offsets == {here + removed}:
+        return True
+    return None
+
+
+def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: Optional["SavedState"]) -> None:
+    known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
+    head_seq = session.log.head().next_seq or 1
+    manifest = Manifest(
+        session_id=known[0].session_id if known else session.session_id,
+        # From the log alone these start empty: the scan takes them from the records' times.
+        created_at=known[0].created_at if known else "",
+        updated_at=known[0].updated_at if known else "",
+        turn_count=base - 1,
+        retained_turn_base=base,
+        status=known[0].status if known else STATUS_ACTIVE,
+        next_seq=max([m.next_seq for m in known] + [head_seq]),
+    )
+    session.state = LogState(manifest)
+    session.log.tail = b""
+    # A status the log no longer shows (set by retention, or by a thread.completed the cap
+    # evicted) stands against the records the old metadata already covered; only newer
+    # records may change it.
+    status_floor = known[0].persisted_file_len if known else 0
+    scan(session, 0, reset=True, status_floor=status_floor)
+
+
+def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0) -> None:
+    """Index the log from byte ``start`` to the end of the file, committing in batches so an
+    interrupted scan resumes where it stopped."""
+    state = session.state
+    log = session.log
+    rows: list[tuple] = []
+    offset = start
+    end = log.length
+    with log.reader() as reader:
+        try:
+            reader.seek(start)
+            for line in reader:
+                line_start = offset
+                offset += len(line)
+                if offset > end or line[-1:] != b"\n":
+                    offset = line_start
+                    break
+                record = ev.decode_line(line)
+                if record is None:
+                    continue
+                rows.append(state.apply_record(record, line_start, offset, keep_status=line_start < status_floor))
+                if len(rows) >= SCAN_BATCH_EVENTS:
+                    _commit_scan(session, rows, offset, reset)
+                    rows, reset = [], False
+        except OSError as exc:
+            raise StoreIOError.from_os_error("read", log.path, exc) from exc
+    _commit_scan(session, rows, offset, reset)
+    state.manifest.persisted_file_len = offset
+
+
+def _commit_scan(session: "_Session", rows: list, offset: int, reset: bool) -> None:
+    state = session.state
+    manifest = state.manifest
+    if not manifest.created_at:  # no record with a time yet (VT Code lines have none)
+        manifest.created_at = ev.utc_now()
+    if not manifest.updated_at:
+        manifest.updated_at = manifest.created_at
+    manifest.persisted_file_len = offset
+    session.log.tail = session.log.read_tail(offset)
+    session.index.commit(rows, state.dirty.values(), manifest, session.log.tail, reset=reset)
+    state.dirty.clear()
+
+
+# --------------------------------------------------------------------------------------------
+# VT Code's turn index (index/turns.json), read only to keep turn ordinals on a rescan
+
+
+def legacy_spans(session: "_Session") -> list[tuple[int, int, int, int]]:
+    try:
+        data = orjson.loads(read_no_follow(session.dir / INDEX_DIR / "turns.json") or b"null")
+    except (orjson.JSONDecodeError, MemstoreError):
+        return []
+    entries = data.get("entries") if isinstance(data, dict) else None
+    spans = []
+    for entry in entries if isinstance(entries, list) else []:
+        try:
+            span = (entry["turn_number"], entry["start_offset"], entry["end_offset"], entry["event_count"])
+        except (KeyError, TypeError):
+            return []
+        if not all(type(v) is int for v in span):
+            return []
+        spans.append(span)
+    return spans
+
+
+def spans_valid(spans: Sequence[tuple[int, int, int, int]], length: int) -> bool:
+    previous_end = 0
+    for _number, start, end, count in spans:
+        if count <= 0 or start < previous_end or start > end or end > length:
+            return False
+        previous_end = end
+    return True
