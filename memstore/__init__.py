@@ -6,19 +6,22 @@ the manifest, derived views, the catalog) is regenerable from it.
 
 from .errors import (
     CapEvictionError,
+    EventNotFound,
     InvalidEvent,
+    InvalidSessionId,
     InvalidPack,
     InvalidProgress,
     LogFailedError,
     MemstoreError,
     SessionBusyError,
     SessionClosedError,
+    SessionNotFound,
     StoreIOError,
     TurnNotFound,
     UnsafePathError,
 )
 from .events import SCHEMA_VERSION
-from .fsio import sanitize_session_id, session_directory
+from .fsio import sanitize_session_id, session_dir_name, session_directory
 from .index import Turn
 from .lock import is_live
 from .log import (
@@ -63,7 +66,7 @@ __version__ = "0.1.0"
 __all__ = [
     # the event log
     "open_session", "SessionLog", "rebuild", "Turn", "Manifest", "SessionSummary", "list_sessions",
-    "session_directory", "sanitize_session_id", "is_live", "plan_cap_eviction", "CapPlan",
+    "session_directory", "session_dir_name", "sanitize_session_id", "is_live", "plan_cap_eviction", "CapPlan",
     "write_eviction_summary", "DEFAULT_MAX_EVENTS", "SCHEMA_VERSION",
     # progress and goals
     "ProgressLedger", "Milestone", "MilestoneStatus", "milestone_status_from_str", "load_progress",
@@ -73,6 +76,7 @@ __all__ = [
     "SessionAuditPack", "AuditPackEntry", "PackVerification", "create_audit_pack", "write_audit_pack",
     "read_audit_pack", "verify_audit_pack",
     # errors
-    "MemstoreError", "StoreIOError", "UnsafePathError", "InvalidEvent", "TurnNotFound", "LogFailedError",
+    "MemstoreError", "StoreIOError", "UnsafePathError", "InvalidEvent", "InvalidSessionId", "SessionNotFound",
+    "EventNotFound", "TurnNotFound", "LogFailedError",
     "SessionClosedError", "SessionBusyError", "CapEvictionError", "InvalidPack", "InvalidProgress",
 ]

@@ -315,9 +315,7 @@ def verify_command(session, pack_path, root, as_json):
         raise _ExitWith(message, 2) from exc
     except errors.MemstoreError as exc:
         raise _ExitWith(str(exc), 2) from exc
-    from .fsio import sanitize_session_id
-
-    if sanitize_session_id(pack.session_id) != sanitize_session_id(session):
+    if pack.session_id != session:
         click.echo(f"warning: {path} is a pack of session {pack.session_id!r}, not {session!r}", err=True)
     if as_json:
         _echo_json(result.to_dict())

@@ -52,6 +52,29 @@ class InvalidEvent(MemstoreError, ValueError):
     lifecycle event, or cannot be serialized. Nothing was written."""
 
 
+class InvalidSessionId(MemstoreError, ValueError):
+    """A session id memstore refuses: empty, ``.`` or ``..``, containing NUL, or absurdly long.
+    Nothing was created."""
+
+
+class SessionNotFound(MemstoreError, LookupError):
+    """There is no such session (no directory, or no ``events.jsonl`` in it)."""
+
+    def __init__(self, session_id: str, path: os.PathLike | str):
+        self.session_id = session_id
+        self.path = os.fspath(path)
+        super().__init__(f"no session {session_id!r} (no {self.path})")
+
+
+class EventNotFound(MemstoreError, LookupError):
+    """``record(seq)`` was asked for a sequence number the session does not (or no longer) hold."""
+
+    def __init__(self, session_id: str, seq: int):
+        self.session_id = session_id
+        self.seq = seq
+        super().__init__(f"no event with seq {seq} in session {session_id!r}")
+
+
 class TurnNotFound(MemstoreError, LookupError):
     """``reconstruct_turn`` was asked for a turn the session does not (or no longer) hold."""
 

@@ -522,9 +522,10 @@ def _open(root, session_id, max_events, durability, on_evict, *, force_rescan: b
         raise ValueError("max_events must be a non-negative int (0 disables the cap)")
     # Absolute, so that a later os.chdir() cannot redirect an open handle to another store.
     root = Path(root).absolute()
+    directory = session_directory(root, session_id)  # refuses a bad id before creating anything
     _create_root(root)
     ensure_private_dir(sessions_root(root))
-    directory = ensure_private_dir(session_directory(root, session_id))
+    ensure_private_dir(directory)
     key = os.path.realpath(directory)
     while True:
         shared, fresh = registry.acquire(key, lambda: _Session(root, session_id, directory, key))

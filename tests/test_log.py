@@ -686,20 +686,22 @@ def test_existing_directories_are_made_private(tmp_path):
 # Hostile ids and symlinks
 
 
-@pytest.mark.parametrize("sid, dirname", [
-    ("../outside", "_outside"),
-    ("..", "session"),
-    ("", "session"),
-    ("a/b\\c", "a_b_c"),
-    ("...hidden", "hidden"),
-    ("séance", "s_ance"),
-    ("ok-id_1.2", "ok-id_1.2"),
+@pytest.mark.parametrize("sid, sanitized, prefix", [
+    ("../outside", "_outside", "_outside~"),
+    ("a/b\\c", "a_b_c", "a_b_c~"),
+    ("...hidden", "hidden", "hidden~"),
+    ("séance", "s_ance", "s_ance~"),
+    ("ok-id_1.2", "ok-id_1.2", None),
 ])
-def test_session_ids_are_sanitized(tmp_path, sid, dirname):
-    assert memstore.sanitize_session_id(sid) == dirname
+def test_session_ids_map_to_directories_inside_the_store(tmp_path, sid, sanitized, prefix):
+    assert memstore.sanitize_session_id(sid) == sanitized  # VT Code's sanitizer, unchanged
     with memstore.open_session(tmp_path, sid) as log:
         log.append(TURN_STARTED)
-        assert log.directory == tmp_path / "sessions" / dirname
+        assert log.directory.parent == tmp_path / "sessions"
+        if prefix is None:
+            assert log.directory.name == sid  # an id VT Code leaves unchanged keeps its directory
+        else:
+            assert log.directory.name.startswith(prefix) and len(log.directory.name) == len(prefix) + 24
         assert log.manifest.session_id == sid
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sessions"]
 

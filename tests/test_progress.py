@@ -334,7 +334,9 @@ def test_only_done_is_terminal():
 
 
 def test_progress_path_is_under_derived_and_sanitized(tmp_path):
-    assert progress_path(tmp_path, "../outside") == tmp_path / "sessions" / "_outside" / "derived" / "progress.json"
+    path = progress_path(tmp_path, "../outside")
+    assert path == tmp_path / "sessions" / memstore.session_dir_name("../outside") / "derived" / "progress.json"
+    assert path.parent.parent.name.startswith("_outside~")
 
 
 def test_save_is_private_and_leaves_no_temp_files(tmp_path):
