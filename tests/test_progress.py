@@ -4,6 +4,7 @@ import stat
 import orjson
 import pytest
 
+import memstore
 import memstore.progress as progress_mod
 from memstore import (
     GoalEvent,
