@@ -21,7 +21,7 @@ import orjson
 from . import events as ev
 from .errors import CapEvictionError, StoreIOError
 from .fsio import atomic_write, ensure_private_dir, fsync_dir, open_private_append, write_all
-from .manifest import CapRewriteMarker, clear_marker, write_marker
+from .manifest import CapRewriteMarker, clear_marker, new_generation, write_marker
 
 if TYPE_CHECKING:
     from .log import _Session
@@ -211,6 +211,7 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
         log.open()
         manifest.event_count -= evicted_count
         manifest.retained_turn_base = base
+        manifest.generation = new_generation()
         manifest.persisted_file_len = new_len
         # Offsets move back by ``cut``; those past the head's first line move by ``delta``.
         pivot = cut + 1 if grown else cut
@@ -254,11 +255,18 @@ def _retained_head(session: "_Session", cut: int, base: int) -> tuple[bytes, int
     log = session.log
     if cut >= log.length:
         return b"", 0, False
+    # The seq the index gave the first retained record: the rewritten log must say it, so that
+    # a rebuild from the log alone gives the same seqs (its predecessors are gone).
+    first_seq = session.index.first_seq_from(cut)
     end = log.find_newline(cut)
-    if end >= 0:
+    if end >= 0 and first_seq is not None:
         line = log.pread(cut, end + 1 - cut)
         if ev.decode_line(line) is not None:
-            tagged = ev.tag_retained_base(line[:-1], base)
+            head = session.log_head(base)
+            head["retained_turn_base"] = base
+            head["seq"] = first_seq
+            tagged = ev.tag_head(line[:-1], head)
             if tagged is not None:
                 return tagged + b"\n", len(line), True
-    return ev.encode_anchor(base, session.state.manifest.next_seq), 0, False
+    next_seq = first_seq if first_seq is not None else session.state.manifest.next_seq
+    return ev.encode_anchor(base, next_seq, session.head_id), 0, False

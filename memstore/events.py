@@ -35,6 +35,10 @@ LIFECYCLE_KINDS = frozenset({THREAD_STARTED, THREAD_COMPLETED, TURN_STARTED, TUR
 USAGE_FIELDS = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
 _U64_MAX = 2**64 - 1
 _I64_MAX = 2**63 - 1  # SQLite integers are signed 64-bit; counters saturate here
+# The largest seq or turn number memstore accepts from a log or metadata: it stays exact as a
+# JSON number everywhere (JavaScript, Datasette's pages) and leaves room to count on. A larger
+# one is treated as absent, so a tampered line or manifest cannot exhaust the numbering.
+MAX_SEQ = 2**53 - 1
 
 # --------------------------------------------------------------------------------------------
 # Timestamps
@@ -209,15 +213,14 @@ class Record(NamedTuple):
     event: dict
 
 
-def encode_record(seq: int, ts: str, event: dict, retained_turn_base: Optional[int] = None) -> bytes:
+def encode_record(seq: int, ts: str, event: dict, head: Optional[dict] = None) -> bytes:
     """Serialize one envelope line (with its trailing newline); :class:`InvalidEvent` if the event
-    cannot be represented as JSON. ``retained_turn_base`` is given for the first line of a log
-    whose oldest turns were evicted (see :func:`decode_log_head`)."""
+    cannot be represented as JSON. ``head`` holds the log-head keys of a log's first line (see
+    :func:`decode_log_head`), written before the envelope's own keys."""
     try:
-        if retained_turn_base is not None:
+        if head:
             return orjson.dumps(
-                {"retained_turn_base": retained_turn_base, "schema_version": SCHEMA_VERSION, "seq": seq,
-                 "ts": ts, "event": event},
+                {**head, "schema_version": SCHEMA_VERSION, "seq": seq, "ts": ts, "event": event},
                 option=orjson.OPT_APPEND_NEWLINE,
             )
         return orjson.dumps(
@@ -229,56 +232,95 @@ def encode_record(seq: int, ts: str, event: dict, retained_turn_base: Optional[i
 
 
 # --------------------------------------------------------------------------------------------
-# The log head: what a cap rewrite leaves in the log about what it evicted
+# The log head: what the log itself says about the session and about what was evicted
 #
-# Turn ordinals and sequence numbers continue across cap rewrites, and the log alone must be
-# enough to rebuild them. So the first line of a log whose oldest turns were evicted carries
-# ``"retained_turn_base": N`` (the number of its first turn) as an extra envelope key, and a log
-# the cap emptied holds one anchor line without an event: {"schema_version", "retained_turn_base",
-# "next_seq"}. Readers that do not know these keys ignore them (VT Code skips the anchor, as it
-# skips any line without an event).
+# The log alone must be enough to rebuild every view. So its first line may carry extra
+# envelope keys before the usual ones: ``"session_id"`` (the original id, when the directory
+# name is a hash of it), ``"retained_turn_base"`` (the number of its first turn, once a cap
+# rewrite evicted older ones) and ``"seq"`` (added to a retained line that had none, so its seq
+# survives the loss of its predecessors). A log whose first retained line cannot be tagged, or
+# that the cap emptied, starts with an anchor line without an event: {"schema_version",
+# "retained_turn_base", "next_seq"}. Readers that do not know these keys ignore them (VT Code
+# skips the anchor, as it skips any line without an event).
 
-_HEAD_KEY = b'{"retained_turn_base":'
+HEAD_KEYS = ("session_id", "retained_turn_base", "seq")
 
 
 class LogHead(NamedTuple):
     retained_turn_base: Optional[int]
     next_seq: Optional[int]
+    session_id: Optional[str] = None
 
 
 def decode_log_head(line: bytes) -> LogHead:
-    """What the first line of a log says about evicted turns and sequence numbers."""
+    """What the first line of a log says about the session, evicted turns and sequence numbers."""
     try:
         data = orjson.loads(line)
     except orjson.JSONDecodeError:
         return LogHead(None, None)
     if type(data) is not dict:
         return LogHead(None, None)
-    base, next_seq = data.get("retained_turn_base"), data.get("next_seq")
+    base, next_seq, session_id = data.get("retained_turn_base"), data.get("next_seq"), data.get("session_id")
     return LogHead(
-        base if type(base) is int and 1 <= base <= _I64_MAX else None,
-        next_seq if "event" not in data and type(next_seq) is int and 1 <= next_seq <= _I64_MAX else None,
+        base if type(base) is int and 1 <= base <= MAX_SEQ else None,
+        next_seq if "event" not in data and type(next_seq) is int and 1 <= next_seq <= MAX_SEQ else None,
+        session_id if type(session_id) is str and session_id else None,
     )
 
 
-def encode_anchor(retained_turn_base: int, next_seq: int) -> bytes:
-    """The line a cap rewrite leaves when it evicted everything."""
+def encode_anchor(retained_turn_base: int, next_seq: int, session_id: Optional[str] = None) -> bytes:
+    """The line a cap rewrite leaves first when it evicted everything, or when the first
+    retained line cannot be tagged."""
+    head = {"session_id": session_id} if session_id else {}
     return orjson.dumps(
-        {"schema_version": SCHEMA_VERSION, "retained_turn_base": retained_turn_base, "next_seq": next_seq},
+        {**head, "schema_version": SCHEMA_VERSION, "retained_turn_base": retained_turn_base, "next_seq": next_seq},
         option=orjson.OPT_APPEND_NEWLINE,
     )
 
 
-def tag_retained_base(line: bytes, retained_turn_base: int) -> Optional[bytes]:
-    """``line`` (one valid envelope, without its newline) with ``retained_turn_base`` as its
-    first key; the event's bytes are not touched. ``None`` unless the result decodes to the same
-    record with that base (the caller then writes an anchor line instead)."""
-    if not line.startswith(b"{") or line.startswith(_HEAD_KEY):
+def tag_head(line: bytes, head: dict) -> Optional[bytes]:
+    """``line`` (one valid envelope, without its newline) with the ``head`` keys first; the
+    event's bytes are not touched. A ``seq`` in ``head`` is only added to a line that has none.
+    ``None`` unless the result decodes to the same record (with that seq) and head (the caller
+    then writes an anchor line instead)."""
+    if not line.startswith(b"{"):
         return None
-    tagged = _HEAD_KEY + str(retained_turn_base).encode() + b"," + line[1:]
-    if decode_log_head(tagged).retained_turn_base != retained_turn_base or decode_line(tagged) != decode_line(line):
+    try:
+        envelope = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if type(envelope) is not dict:
+        return None
+    head = dict(head)
+    seq = head.pop("seq", None)
+    if seq is not None:
+        if "seq" in envelope:
+            if envelope["seq"] != seq:
+                return None
+        else:
+            head["seq"] = seq
+    if any(key in envelope for key in head):
+        return None
+    prefix = orjson.dumps(head)[:-1] if head else b"{"
+    tagged = prefix + (b"," if head else b"") + line[1:]
+    before, after = decode_line(line), decode_line(tagged)
+    if before is None or after is None or after.event != before.event or after.ts != before.ts:
+        return None
+    if seq is not None and after.seq != seq:
+        return None
+    found = decode_log_head(tagged)
+    if (found.retained_turn_base != head.get("retained_turn_base")
+            or found.session_id != head.get("session_id")):
         return None
     return tagged
+
+
+def assign_seq(envelope_seq: Optional[int], next_seq: int) -> int:
+    """The seq of a record: its envelope's when it is at least ``next_seq`` (one past the
+    previous record's), else ``next_seq``. Lines VT Code wrote have none, and a log edited by
+    hand may repeat or reorder them; assigned this way seqs are unique and increasing in log
+    order, and a rescan of the same log gives the same ones."""
+    return envelope_seq if envelope_seq is not None and envelope_seq >= next_seq else next_seq
 
 
 def decode_line(line: bytes | str) -> Optional[Record]:
@@ -303,7 +345,7 @@ def decode_line(line: bytes | str) -> Optional[Record]:
         return None
     seq = envelope.get("seq")
     ts = envelope.get("ts")
-    seq = seq if type(seq) is int and 0 < seq <= _I64_MAX else None
+    seq = seq if type(seq) is int and 0 < seq <= MAX_SEQ else None
     return Record(seq, ts if isinstance(ts, str) else None, event)
 
 

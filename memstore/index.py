@@ -1,83 +1,47 @@
 """The per-session SQLite index, ``index/session.db``.
 
 It holds the session's manifest row, one row per turn and one per event, enough to answer "which
-turns failed, what did each cost, which commands ran" in SQL without reading the log. It is a
-regenerable view of ``events.jsonl``: the manifest row records the log length it covers
-(``persisted_file_len``) and the last bytes of the log up to there (``tail``), so an open can tell
-whether the index still describes the log and index only the bytes past that offset.
+turns failed, what did each cost, which commands ran" in SQL without reading the log, plus the
+rows of derived tables (search chunks) that register here. It is a regenerable view of
+``events.jsonl``: the manifest row records the log length it covers (``persisted_file_len``) and
+the last bytes of the log up to there (``tail``), so an open can tell whether the index still
+describes the log and index only the bytes past that offset.
 
-The database runs in WAL mode so readers (Datasette, the catalog) never block the writer.
-``synchronous=NORMAL`` is enough: the log is fsynced before every index transaction, so after a
-power cut the index can only be behind the log, and an open catches it up.
+The schema is a set of named sqlite-utils migrations. An index of memstore's first format (no
+migrations table) or of an unknown one is never read: it is discarded and rebuilt from the log.
+
+While a writer has the session open the database runs in WAL mode, so readers (the catalog,
+Datasette, ``read_session``) never block it. ``synchronous=NORMAL`` is enough: the log is fsynced
+before every index transaction, so after a power cut the index can only be behind the log. On
+close the writer turns WAL off again, so a database at rest is one file, which a read-only
+reader can open without creating SQLite's side files.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from .errors import StoreIOError
+import orjson
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+from .errors import StoreIOError, UnsafePathError
 from .manifest import Manifest
 
+logger = logging.getLogger("memstore")
+
 INDEX_FILE = "session.db"
-INDEX_FORMAT = 1
-
-_SCHEMA_V1 = """
-CREATE TABLE manifest (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    session_id TEXT NOT NULL,
-    schema_version INTEGER NOT NULL,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    turn_count INTEGER NOT NULL,
-    event_count INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    in_turn INTEGER NOT NULL,
-    persisted_file_len INTEGER NOT NULL,
-    retained_turn_base INTEGER NOT NULL,
-    next_seq INTEGER NOT NULL,
-    tail BLOB NOT NULL
-);
-CREATE TABLE turns (
-    number INTEGER PRIMARY KEY,
-    status TEXT NOT NULL,
-    start_offset INTEGER NOT NULL,
-    end_offset INTEGER NOT NULL,
-    event_count INTEGER NOT NULL,
-    first_seq INTEGER,
-    last_seq INTEGER,
-    started_at TEXT,
-    ended_at TEXT,
-    input_tokens INTEGER NOT NULL DEFAULT 0,
-    cached_input_tokens INTEGER NOT NULL DEFAULT 0,
-    cache_creation_tokens INTEGER NOT NULL DEFAULT 0,
-    output_tokens INTEGER NOT NULL DEFAULT 0,
-    error TEXT
-);
-CREATE TABLE events (
-    id INTEGER PRIMARY KEY,
-    seq INTEGER,
-    offset INTEGER NOT NULL,
-    length INTEGER NOT NULL,
-    turn INTEGER,
-    ts TEXT,
-    type TEXT NOT NULL,
-    item_type TEXT,
-    item_id TEXT,
-    name TEXT,
-    status TEXT,
-    exit_code INTEGER
-);
-CREATE INDEX events_turn ON events(turn);
-"""
-
-# Each entry upgrades the schema by one format version; index i brings format i to i+1.
-_MIGRATIONS: list[str] = [_SCHEMA_V1]
+# PRAGMA user_version of an index whose schema the migrations manage. memstore's first format
+# had user_version 1 and no migrations table; that memstore reads this one as "newer" and
+# rebuilds it, and this one rebuilds that.
+INDEX_FORMAT = 2
 
 TURN_OPEN = "open"
 TURN_COMPLETED = "completed"
@@ -85,14 +49,51 @@ TURN_FAILED = "failed"
 TURN_INTERRUPTED = "interrupted"
 TURN_ABORTED = "aborted"
 
+migrations = Migrations("memstore.index")
+
+
+@migrations(name="log_tables")
+def _log_tables(db: sqlite_utils.Database) -> None:
+    db["manifest"].create(
+        {
+            "id": int, "session_id": str, "schema_version": int, "created_at": str, "updated_at": str,
+            "turn_count": int, "event_count": int, "status": str, "in_turn": int, "persisted_file_len": int,
+            "retained_turn_base": int, "next_seq": int, "generation": int, "source": str, "tail": bytes,
+        },
+        pk="id",
+        not_null={"session_id", "created_at", "updated_at", "status", "tail"},
+    )
+    db["turns"].create(
+        {
+            "number": int, "status": str, "start_offset": int, "end_offset": int, "event_count": int,
+            "first_seq": int, "last_seq": int, "started_at": str, "ended_at": str, "input_tokens": int,
+            "cached_input_tokens": int, "cache_creation_tokens": int, "output_tokens": int, "error": str,
+            "model": str,
+        },
+        pk="number",
+        not_null={"status", "start_offset", "end_offset", "event_count"},
+    )
+    db["events"].create(
+        {
+            "id": int, "seq": int, "offset": int, "length": int, "turn": int, "ts": str, "type": str,
+            "item_type": str, "item_id": str, "name": str, "status": str, "exit_code": int,
+        },
+        pk="id",
+        not_null={"seq", "offset", "length", "type"},
+    )
+    db["events"].create_index(["seq"], index_name="events_seq", unique=True)
+    db["events"].create_index(["turn"], index_name="events_turn")
+
 
 @dataclass(slots=True)
 class Turn:
     """One turn of a session as the index records it.
 
     ``status`` is ``open`` (no closing event yet), ``completed``, ``failed`` (closed by
-    ``turn.failed``) or ``interrupted`` (a new ``turn.started`` arrived before it closed).
-    Offsets are UTF-8 byte offsets into ``events.jsonl``; ``end_offset`` is exclusive.
+    ``turn.failed``), ``aborted`` (closed by ``turn.aborted``) or ``interrupted`` (a new
+    ``turn.started`` arrived before it closed). Offsets are UTF-8 byte offsets into
+    ``events.jsonl``; ``end_offset`` is exclusive. ``model`` is the model that answered, when the
+    turn's events say so.
     """
 
     number: int
@@ -109,20 +110,24 @@ class Turn:
     cache_creation_tokens: int = 0
     output_tokens: int = 0
     error: Optional[str] = None
+    model: Optional[str] = None
 
     def as_row(self) -> tuple:
         return (self.number, self.status, self.start_offset, self.end_offset, self.event_count,
                 self.first_seq, self.last_seq, self.started_at, self.ended_at, self.input_tokens,
-                self.cached_input_tokens, self.cache_creation_tokens, self.output_tokens, self.error)
+                self.cached_input_tokens, self.cache_creation_tokens, self.output_tokens, self.error,
+                self.model)
 
 
-_TURN_COLUMNS = tuple(f.name for f in fields(Turn))
+TURN_COLUMNS = tuple(f.name for f in fields(Turn))
+EVENT_COLUMNS = ("seq", "offset", "length", "turn", "ts", "type", "item_type", "item_id", "name", "status", "exit_code")
+_TURN_SELECT = f"SELECT {', '.join(TURN_COLUMNS)} FROM turns"
 _TURN_UPSERT = (
-    f"INSERT OR REPLACE INTO turns ({', '.join(_TURN_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(_TURN_COLUMNS))})"
+    f"INSERT OR REPLACE INTO turns ({', '.join(TURN_COLUMNS)}) VALUES ({', '.join('?' * len(TURN_COLUMNS))})"
 )
-_EVENT_COLUMNS = ("seq", "offset", "length", "turn", "ts", "type", "item_type", "item_id", "name", "status", "exit_code")
-_EVENT_INSERT = f"INSERT INTO events ({', '.join(_EVENT_COLUMNS)}) VALUES ({', '.join('?' * len(_EVENT_COLUMNS))})"
+# Raw executemany on the append path: per event it costs a fraction of what building dicts for
+# sqlite-utils' insert_all would (measured in bench/bench_log.py).
+_EVENT_INSERT = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join('?' * len(EVENT_COLUMNS))})"
 _MANIFEST_COLUMNS = tuple(f.name for f in fields(Manifest))
 _MANIFEST_UPSERT = (
     f"INSERT OR REPLACE INTO manifest (id, {', '.join(_MANIFEST_COLUMNS)}, tail) "
@@ -131,7 +136,7 @@ _MANIFEST_UPSERT = (
 
 
 class IndexCorrupt(Exception):
-    """The index file is not a usable SQLite database of a known format."""
+    """The index file is not a usable SQLite database of a format this memstore reads."""
 
 
 @dataclass
@@ -144,44 +149,102 @@ class SavedState:
     open_turn: Optional[Turn]
 
 
+# --------------------------------------------------------------------------------------------
+# Derived tables
+
+
+class BatchRecord:
+    """One record of an indexed batch, as derived tables see it: its ``seq``, ``turn``, ``ts``,
+    byte ``offset`` and ``length``, and its ``event``. On the append path the event is decoded
+    from the line that was written (never the caller's dict, which the caller may have changed
+    since), and only when a derived table asks for it."""
+
+    __slots__ = ("seq", "turn", "ts", "offset", "length", "_event", "_line")
+
+    def __init__(self, seq: int, turn: Optional[int], ts: Optional[str], offset: int, length: int,
+                 event: Optional[dict] = None, line: Optional[bytes] = None):
+        self.seq, self.turn, self.ts, self.offset, self.length = seq, turn, ts, offset, length
+        self._event, self._line = event, line
+
+    @property
+    def event(self) -> dict:
+        if self._event is None:
+            self._event = orjson.loads(self._line)["event"]
+        return self._event
+
+
+@dataclass(frozen=True)
+class DerivedTable:
+    """A table derived from the log, kept current inside the index's own transactions.
+
+    ``migrations`` create its schema (applied with the index's). ``on_batch(conn, records)`` is
+    called with every batch of newly indexed records (:class:`BatchRecord`, in log order), in
+    the transaction that inserts their event rows; ``on_evict(conn, first_kept_seq)`` when a cap
+    rewrite dropped every record before that seq (``None``: all of them); ``on_reset(conn)``
+    when the index is rebuilt from scratch. A rebuild and an incremental update must give the
+    same rows: derive them from the records alone.
+    """
+
+    name: str
+    migrations: Migrations
+    on_batch: Callable[[sqlite3.Connection, Sequence[BatchRecord]], None]
+    on_evict: Callable[[sqlite3.Connection, Optional[int]], None]
+    on_reset: Callable[[sqlite3.Connection], None]
+
+
+_derived: list[DerivedTable] = []
+
+
+def register_derived_table(table: DerivedTable) -> None:
+    """Keep ``table`` up to date in every session index opened from now on. An index that does
+    not have it yet is rebuilt from the log on its next open, so no row is ever missing."""
+    if any(t.name == table.name for t in _derived):
+        raise ValueError(f"a derived table named {table.name!r} is already registered")
+    _derived.append(table)
+
+
+def derived_tables() -> tuple[DerivedTable, ...]:
+    return tuple(_derived)
+
+
+# --------------------------------------------------------------------------------------------
+# The index
+
+
 class SessionIndex:
     """A connection to one session's ``index/session.db``."""
 
-    def __init__(self, path: os.PathLike | str, conn: sqlite3.Connection):
+    def __init__(self, path: os.PathLike | str, conn: sqlite3.Connection, *, readonly: bool = False):
         self.path = Path(path)
         self.conn = conn
+        self.readonly = readonly
+        # True when opening added tables (a newly registered derived table) to an index that
+        # already had rows: those tables are empty, so the index must be rebuilt.
+        self.needs_rebuild = False
 
     # -- opening -----------------------------------------------------------------------------
 
     @classmethod
     def open(cls, path: os.PathLike | str) -> "SessionIndex":
-        """Open (creating and migrating as needed) the index at ``path``.
+        """Open (creating and migrating as needed) the index at ``path`` for writing.
 
-        Raises :class:`IndexCorrupt` when the file is not a database or has an unknown format,
-        and :class:`StoreIOError` for other failures.
+        Raises :class:`IndexCorrupt` when the file is not a database or has a format this
+        memstore does not read, and :class:`StoreIOError` for other failures.
         """
         path = Path(path)
-        if path.is_symlink():
-            raise StoreIOError("open index", path, "is a symlink; refusing to follow it")
-        existed = path.exists()
+        identity = _create_private(path)
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreIOError("open index", path, str(exc)) from exc
+        index = cls(path, conn)
         try:
-            if not existed:
-                os.chmod(path, 0o600)
             conn.execute("PRAGMA journal_mode=WAL")
+            # What SQLite opened must be the file checked above, not a symlink swapped in since.
+            _check_identity(path, identity)
             conn.execute("PRAGMA synchronous=NORMAL")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > len(_MIGRATIONS):
-                raise IndexCorrupt(f"index format {version} is newer than this memstore ({len(_MIGRATIONS)})")
-            if version < len(_MIGRATIONS):
-                conn.execute("BEGIN IMMEDIATE")
-                for step in range(version, len(_MIGRATIONS)):
-                    _run_script(conn, _MIGRATIONS[step])
-                conn.execute(f"PRAGMA user_version={len(_MIGRATIONS)}")
-                conn.execute("COMMIT")
+            conn.execute("PRAGMA busy_timeout=5000")
+            index._migrate()
             # A quick structural probe: a damaged file usually fails here rather than later.
             conn.execute("SELECT count(*) FROM manifest").fetchone()
         except sqlite3.DatabaseError as exc:
@@ -192,18 +255,64 @@ class SessionIndex:
         except BaseException:
             conn.close()
             raise
-        for suffix in ("-wal", "-shm"):
-            side = f"{path}{suffix}"
-            try:
-                if stat.S_ISREG(os.lstat(side).st_mode):  # never chmod through a symlink
-                    os.chmod(side, 0o600)
-            except OSError:
-                pass
-        return cls(path, conn)
+        return index
+
+    @classmethod
+    def open_readonly(cls, path: os.PathLike | str) -> Optional["SessionIndex"]:
+        """Open the index read-only, creating and writing nothing; ``None`` when it does not
+        exist or is not of this memstore's format (the caller then reads the log instead)."""
+        path = Path(path)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreIOError.from_os_error("stat", path, exc) from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError("open index", path, "is a symlink or not a regular file")
+        try:
+            conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreIOError("open index", path, str(exc)) from exc
+        try:
+            conn.execute("PRAGMA busy_timeout=5000")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            applied = {row[0] for row in conn.execute(
+                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (migrations.name,))}
+            wanted = {m.name for m in migrations._migrations}
+            if version != INDEX_FORMAT or not wanted <= applied:
+                conn.close()
+                return None
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            logger.debug("not reading index %s: %s", path, exc)
+            return None
+        index = cls(path, conn, readonly=True)
+        index.needs_rebuild = any(not _derived_applied(conn, t) for t in _derived)
+        return index
+
+    def _migrate(self) -> None:
+        conn = self.conn
+        db = sqlite_utils.Database(conn)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = set(db.table_names())
+        if version not in (0, INDEX_FORMAT) or (version == 0 and tables):
+            raise IndexCorrupt(f"{self.path}: index format {version} is not this memstore's ({INDEX_FORMAT})")
+        pending = migrations.pending(db)
+        derived_pending = [t for t in _derived if t.migrations.pending(db)]
+        if not pending and not derived_pending:
+            return
+        had_rows = "manifest" in tables and conn.execute("SELECT count(*) FROM manifest").fetchone()[0] > 0
+        migrations.apply(db)
+        for table in derived_pending:
+            table.migrations.apply(db)
+        conn.execute(f"PRAGMA user_version={INDEX_FORMAT}")
+        self.needs_rebuild = had_rows
 
     @staticmethod
     def discard(path: os.PathLike | str) -> None:
-        """Delete an index file and its WAL side files (used when it is corrupt)."""
+        """Delete an index file and its WAL side files (used when it is corrupt or outdated)."""
         for suffix in ("", "-wal", "-shm", "-journal"):
             try:
                 os.unlink(f"{path}{suffix}")
@@ -213,32 +322,21 @@ class SessionIndex:
                 raise StoreIOError.from_os_error("remove", f"{path}{suffix}", exc) from exc
 
     def close(self) -> None:
+        """Close the connection. A writer first turns WAL off (checkpointing it into the main
+        file), so the index at rest can be read without SQLite creating side files; if a
+        reader is still attached that is left to a later close."""
+        if not self.readonly:
+            try:
+                self.conn.execute("PRAGMA busy_timeout=0")
+                self.conn.execute("PRAGMA journal_mode=DELETE")
+            except sqlite3.Error as exc:
+                logger.debug("index %s stays in WAL mode: %s", self.path, exc)
         try:
             self.conn.close()
-        except sqlite3.Error:
-            pass
+        except sqlite3.Error as exc:
+            logger.debug("closing index %s: %s", self.path, exc)
 
     # -- reading -----------------------------------------------------------------------------
-
-    def load(self) -> Optional[SavedState]:
-        """The saved state, or ``None`` when the index is empty."""
-        try:
-            row = self.conn.execute(
-                f"SELECT {', '.join(_MANIFEST_COLUMNS)}, tail FROM manifest WHERE id = 1"
-            ).fetchone()
-            if row is None:
-                return None
-            values = dict(zip(_MANIFEST_COLUMNS, row[:-1]))
-            values["in_turn"] = bool(values["in_turn"])
-            manifest = Manifest(**values)
-            open_turn = None
-            if manifest.in_turn:
-                open_turn = self.turn(manifest.turn_count + 1)
-        except sqlite3.DatabaseError as exc:
-            if _is_corruption(exc):
-                raise IndexCorrupt(f"{self.path}: {exc}") from exc
-            raise StoreIOError("read index", self.path, str(exc)) from exc
-        return SavedState(manifest, bytes(row[-1]), open_turn)
 
     def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
         try:
@@ -246,20 +344,50 @@ class SessionIndex:
         except sqlite3.Error as exc:
             raise StoreIOError("read index", self.path, str(exc)) from exc
 
+    def load(self) -> Optional[SavedState]:
+        """The saved state, or ``None`` when the index is empty (or must be rebuilt)."""
+        if self.needs_rebuild:
+            return None
+        try:
+            row = self.conn.execute(
+                f"SELECT {', '.join(_MANIFEST_COLUMNS)}, tail FROM manifest WHERE id = 1"
+            ).fetchone()
+            if row is None:
+                return None
+            manifest = _manifest_from_row(row[:-1])
+            if manifest is None:
+                return None
+            open_turn = self.turn(manifest.turn_count + 1) if manifest.in_turn else None
+        except sqlite3.DatabaseError as exc:
+            if _is_corruption(exc):
+                raise IndexCorrupt(f"{self.path}: {exc}") from exc
+            raise StoreIOError("read index", self.path, str(exc)) from exc
+        return SavedState(manifest, bytes(row[-1]), open_turn)
+
     def turn(self, number: int) -> Optional[Turn]:
-        rows = self._read(f"SELECT {', '.join(_TURN_COLUMNS)} FROM turns WHERE number = ?", (number,))
+        rows = self._read(f"{_TURN_SELECT} WHERE number = ?", (number,))
         return Turn(*rows[0]) if rows else None
 
     def turns(self) -> list[Turn]:
-        return [Turn(*row) for row in self._read(f"SELECT {', '.join(_TURN_COLUMNS)} FROM turns ORDER BY number")]
+        return [Turn(*row) for row in self._read(f"{_TURN_SELECT} ORDER BY number")]
 
     def turn_spans(self) -> list[tuple[int, int, int, int]]:
         """``(number, start_offset, end_offset, event_count)`` of every turn, oldest first."""
         return self._read("SELECT number, start_offset, end_offset, event_count FROM turns ORDER BY number")
 
+    def event_position(self, seq: int) -> Optional[tuple[int, int, Optional[int]]]:
+        """``(offset, length, turn)`` of the record with ``seq``, or ``None``."""
+        rows = self._read("SELECT offset, length, turn FROM events WHERE seq = ?", (seq,))
+        return rows[0] if rows else None
+
     def count_events_before(self, offset: int) -> int:
         """How many records lie before byte ``offset`` (what a cap rewrite cut there evicts)."""
         return self._read("SELECT count(*) FROM events WHERE offset < ?", (offset,))[0][0]
+
+    def first_seq_from(self, offset: int) -> Optional[int]:
+        """The seq of the first record at or after byte ``offset``."""
+        rows = self._read("SELECT seq FROM events WHERE offset >= ? ORDER BY offset LIMIT 1", (offset,))
+        return rows[0][0] if rows else None
 
     def offsets_of(self, seq: Optional[int], candidates: tuple[int, int], length: int, kind: str) -> set[int]:
         """Where the index has a record: the one with ``seq``, or (for a line without one) a record
@@ -283,9 +411,9 @@ class SessionIndex:
         Turn numbers must run contiguously from ``retained_turn_base`` to ``turn_count`` (plus the
         open turn), the first and last turns must be non-empty byte ranges inside the covered log,
         the last two must not overlap, and the event rows (ids are assigned contiguously) must
-        number ``event_count`` and end inside the covered log. Index lookups and one count over
-        the turns, so reopening a million-event session stays cheap; the interior rows are kept
-        consistent by the transactions that write them.
+        number ``event_count``, end inside the covered log, and have seqs below ``next_seq``.
+        Index lookups and one count over the turns, so reopening a million-event session stays
+        cheap; the interior rows are kept consistent by the transactions that write them.
         """
         covered = manifest.persisted_file_len
         try:
@@ -297,11 +425,14 @@ class SessionIndex:
                 "ORDER BY number DESC LIMIT 2)"
             ).fetchall()
             first_id = conn.execute("SELECT id FROM events ORDER BY id LIMIT 1").fetchone()
-            last_event = conn.execute("SELECT id, offset + length FROM events ORDER BY id DESC LIMIT 1").fetchone()
+            last_event = conn.execute("SELECT id, offset + length, seq FROM events ORDER BY id DESC LIMIT 1").fetchone()
+            top_seq = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
         except sqlite3.DatabaseError:
             return False
         events = 0 if last_event is None else last_event[0] - first_id[0] + 1
         if events != manifest.event_count or (last_event is not None and last_event[1] > covered):
+            return False
+        if top_seq is not None and top_seq >= manifest.next_seq:
             return False
         expected_last = manifest.turn_count + (1 if manifest.in_turn else 0)
         if count == 0:
@@ -314,7 +445,6 @@ class SessionIndex:
                 return False
         return len(edges) < 3 or edges[2][2] <= last[1]
 
-
     # -- writing -----------------------------------------------------------------------------
 
     def commit(
@@ -325,8 +455,10 @@ class SessionIndex:
         tail: bytes,
         *,
         reset: bool = False,
+        records: Optional[Sequence[BatchRecord]] = None,
     ) -> None:
-        """Record new event rows, changed turns and the manifest row in one transaction.
+        """Record new event rows, changed turns and the manifest row in one transaction, and
+        hand ``records`` (the same events, for derived tables) to every derived table.
 
         With ``reset`` every existing row is dropped first, in the same transaction. A rebuild
         commits in batches (so an interrupted one resumes where it stopped), so a concurrent
@@ -337,8 +469,13 @@ class SessionIndex:
                 conn.execute("DELETE FROM events")
                 conn.execute("DELETE FROM turns")
                 conn.execute("DELETE FROM manifest")
+                for table in _derived:
+                    table.on_reset(conn)
             if events:
                 conn.executemany(_EVENT_INSERT, events)
+                if records and _derived:
+                    for table in _derived:
+                        table.on_batch(conn, records)
             turn_rows = [t.as_row() for t in turns]
             if turn_rows:
                 conn.executemany(_TURN_UPSERT, turn_rows)
@@ -352,10 +489,13 @@ class SessionIndex:
         ``truncate_offset``, move the remaining offsets back by ``truncate_offset`` and, from
         ``pivot`` on, by ``delta`` more (the log head the rewrite wrote); with ``grown`` the
         line at ``truncate_offset`` itself got ``delta`` bytes longer. Stores the new manifest
-        row, all in one transaction."""
+        row and tells the derived tables, all in one transaction."""
         params = {"cut": truncate_offset, "pivot": pivot, "delta": delta,
                   "grown": truncate_offset if grown else -1}
         with self._transaction() as conn:
+            first_kept_seq = conn.execute(
+                "SELECT seq FROM events WHERE offset >= ? ORDER BY offset LIMIT 1", (truncate_offset,)
+            ).fetchone()
             conn.execute("DELETE FROM turns WHERE number < ?", (first_kept_turn,))
             conn.execute("DELETE FROM events WHERE offset < ?", (truncate_offset,))
             conn.execute(
@@ -370,6 +510,8 @@ class SessionIndex:
                 "length = length + (CASE WHEN offset = :grown THEN :delta ELSE 0 END)",
                 params,
             )
+            for table in _derived:
+                table.on_evict(conn, first_kept_seq[0] if first_kept_seq else None)
             conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
 
     @contextmanager
@@ -387,11 +529,55 @@ class SessionIndex:
                 if conn.in_transaction:
                     try:
                         conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass
+                    except sqlite3.Error as exc:
+                        logger.debug("rollback on %s: %s", self.path, exc)
                 raise
         except (sqlite3.Error, OverflowError) as exc:
             raise StoreIOError("update index", self.path, str(exc)) from exc
+
+
+def _derived_applied(conn: sqlite3.Connection, table: DerivedTable) -> bool:
+    names = {row[0] for row in conn.execute(
+        "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (table.migrations.name,))}
+    return {m.name for m in table.migrations._migrations} <= names
+
+
+def _create_private(path: Path) -> tuple[int, int]:
+    """Make sure ``path`` is a regular file, creating it empty and 0600 (from its first byte)
+    when missing; never through a symlink. Returns its ``(st_dev, st_ino)``."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("open index", path, exc) from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError("open index", path, "is not a regular file")
+        os.fchmod(fd, 0o600)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("chmod", path, exc) from exc
+    finally:
+        os.close(fd)
+    return st.st_dev, st.st_ino
+
+
+def _check_identity(path: Path, identity: tuple[int, int]) -> None:
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("stat", path, exc) from exc
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != identity:
+        raise UnsafePathError("open index", path, "was replaced while it was opened")
+    for suffix in ("-wal", "-shm"):
+        side = f"{path}{suffix}"
+        try:
+            if stat.S_ISREG(os.lstat(side).st_mode):  # never chmod through a symlink
+                os.chmod(side, 0o600)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            logger.warning("could not make %s private: %s", side, exc)
 
 
 _CORRUPTION_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
@@ -408,27 +594,32 @@ def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
 
 
 def _manifest_row(m: Manifest) -> tuple:
-    return (m.session_id, m.schema_version, m.created_at, m.updated_at, m.turn_count, m.event_count,
-            m.status, m.in_turn, m.persisted_file_len, m.retained_turn_base, m.next_seq)
+    values = []
+    for name in _MANIFEST_COLUMNS:
+        value = getattr(m, name)
+        if name == "source":
+            value = orjson.dumps(value).decode() if value is not None else None
+        values.append(value)
+    return tuple(values)
 
 
-def _run_script(conn: sqlite3.Connection, script: str) -> None:
-    # executescript() would COMMIT the surrounding transaction; run statement by statement.
-    for statement in script.split(";"):
-        if statement.strip():
-            conn.execute(statement)
+def _manifest_from_row(row: Sequence) -> Optional[Manifest]:
+    values = dict(zip(_MANIFEST_COLUMNS, row))
+    values["in_turn"] = bool(values["in_turn"])
+    source = values.get("source")
+    try:
+        values["source"] = orjson.loads(source) if source else None
+    except orjson.JSONDecodeError:
+        return None
+    return Manifest.from_dict(values)
 
 
 def read_turns(path: os.PathLike | str) -> list[Turn]:
-    """The turns of an index opened read-only (for a session another process is writing)."""
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    """The turns of an index opened read-only; [] when there is no usable index."""
+    index = SessionIndex.open_readonly(path)
+    if index is None:
+        return []
     try:
-        conn = sqlite3.connect(uri, uri=True)
-    except sqlite3.Error as exc:
-        raise StoreIOError("open index", path, str(exc)) from exc
-    try:
-        return SessionIndex(path, conn).turns()
-    except sqlite3.Error as exc:
-        raise StoreIOError("read index", path, str(exc)) from exc
+        return index.turns()
     finally:
-        conn.close()
+        index.close()

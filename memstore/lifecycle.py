@@ -56,6 +56,9 @@ class LogState:
                 m.turn_count = max(m.turn_count, turn.number)
             started = ts or _context_timestamp(event)
             turn = Turn(m.turn_count + 1, TURN_OPEN, start, end, 1, seq, seq, started)
+            model = event.get("model")
+            if type(model) is str:
+                turn.model = model
             self.open_turn = turn
             self.dirty[turn.number] = turn
             m.status = STATUS_ACTIVE
@@ -64,6 +67,7 @@ class LogState:
         if turn is None:
             if kind == ev.THREAD_STARTED:
                 m.status = STATUS_ACTIVE
+                _take_source(m, event)
             elif kind == ev.THREAD_COMPLETED:
                 m.status = STATUS_COMPLETED
                 return True, None
@@ -78,12 +82,16 @@ class LogState:
                 turn.error = event.get("message")
             elif kind == ev.TURN_ABORTED:
                 turn.error = event.get("reason")
+            model = event.get("model")
+            if type(model) is str:
+                turn.model = model
             m.turn_count = max(m.turn_count, turn.number)
             m.in_turn = False
             self.open_turn = None
             return True, turn.number
         if kind == ev.THREAD_STARTED:
             m.status = STATUS_ACTIVE
+            _take_source(m, event)
         elif kind == ev.THREAD_COMPLETED:
             m.status = STATUS_COMPLETED
             return True, turn.number
@@ -98,8 +106,14 @@ class LogState:
                 turn.first_seq = seq
         self.dirty[turn.number] = turn
 
-    def apply_record(self, record: Record, start: int, end: int, *, keep_status: bool = False) -> tuple:
-        """Advance the state by one record read back from the log; return its index row.
+    def apply_record(self, record: Record, start: int, end: int, *, keep_status: bool = False) -> tuple[int, tuple]:
+        """Advance the state by one record read back from the log; return ``(seq, row)``: the
+        record's sequence number and its index row.
+
+        Every record gets a seq, and the same one on every rescan: the envelope's when it is
+        past the previous record's, else the previous one's plus one (lines VT Code wrote have
+        none). So seqs are unique and increasing in log order, and a rebuild from the log alone
+        reproduces them (a cap rewrite leaves the first retained seq in the log's head).
 
         With ``keep_status`` the session's status is left as it was: a status the log no longer
         shows (set by retention, or by a ``thread.completed`` the cap evicted) stands against
@@ -108,17 +122,29 @@ class LogState:
         event = record.event
         manifest = self.manifest
         status = manifest.status
-        _boundary, turn = self.apply(event["type"], event, start, end, record.seq, record.ts)
+        seq = ev.assign_seq(record.seq, manifest.next_seq)
+        manifest.next_seq = seq + 1
+        _boundary, turn = self.apply(event["type"], event, start, end, seq, record.ts)
         if keep_status:
             manifest.status = status
-        if record.seq is not None and record.seq >= manifest.next_seq:
-            manifest.next_seq = record.seq + 1
         if record.ts is not None:
             if not manifest.created_at:
                 manifest.created_at = record.ts
             if record.ts > manifest.updated_at:
                 manifest.updated_at = record.ts  # only forward: complete() may have bumped it past the log
-        return event_row(record.seq, start, end - start, turn, record.ts, event)
+        return seq, event_row(seq, start, end - start, turn, record.ts, event)
+
+
+_SOURCE_KEYS_MAX = 32
+
+
+def _take_source(manifest: Manifest, event: dict) -> None:
+    """Keep what a ``thread.started`` says about the session's origin (an importer's ``source``
+    object: agent, version, cwd, git branch, the imported file, a parent session)."""
+    source = event.get("source")
+    if isinstance(source, dict) and source:
+        manifest.source = {str(k): v for k, v in list(source.items())[:_SOURCE_KEYS_MAX]
+                           if v is None or isinstance(v, (str, int, float, bool))}
 
 
 def _context_timestamp(event: dict) -> Optional[str]:

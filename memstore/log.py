@@ -35,7 +35,7 @@ from .cap import (
 from .errors import LogFailedError, SessionBusyError, SessionClosedError, StoreIOError, TurnNotFound
 from .events import Record
 from .fsio import ensure_private_dir, fsync_dir, session_directory, sessions_root, temp_file_pid
-from .index import INDEX_FILE, IndexCorrupt, SavedState, SessionIndex, Turn
+from .index import INDEX_FILE, BatchRecord, IndexCorrupt, SavedState, SessionIndex, Turn, derived_tables
 from .lifecycle import LogState
 from .lock import LivenessLock
 from .logfile import EVENTS_FILE, LogFile
@@ -75,6 +75,8 @@ class _Session:
         self.lock = threading.RLock()
         self.handles = 0
         self.pending: list[tuple] = []
+        # The lines of the pending rows, kept only when derived tables need the events.
+        self.pending_lines: Optional[list[bytes]] = [] if derived_tables() else None
         self.unpublished = 0
         self.failed: Optional[BaseException] = None
         self.liveness = LivenessLock(directory)
@@ -84,6 +86,17 @@ class _Session:
         self.publisher = ManifestPublisher(directory)
         self.ready = False
         self.inherited = False
+        # The log's first line names the session when the directory name cannot (a hashed id).
+        self.head_id = session_id if directory.name != session_id else None
+
+    def log_head(self, retained_turn_base: int) -> dict:
+        """The head keys of the log's first line (see ``events.decode_log_head``)."""
+        head: dict = {}
+        if self.head_id is not None:
+            head["session_id"] = self.head_id
+        if retained_turn_base > 1:
+            head["retained_turn_base"] = retained_turn_base
+        return head
 
     # -- open ------------------------------------------------------------------------------
 
@@ -178,8 +191,8 @@ class _Session:
             log = self.log
             buffer = log.buffer
             start = log.length + len(buffer)
-            if start == 0 and manifest.retained_turn_base > 1:
-                line = _encode_record(seq, ts, event, manifest.retained_turn_base)
+            if start == 0 and (self.head_id is not None or manifest.retained_turn_base > 1):
+                line = _encode_record(seq, ts, event, self.log_head(manifest.retained_turn_base))
             else:
                 line = _encode_record(seq, ts, event)
             size = len(line)
@@ -188,6 +201,8 @@ class _Session:
             manifest.updated_at = ts
             boundary, turn = state.apply(kind, event, start, start + size, seq, ts)
             self.pending.append((seq, start, size, turn, ts) + _describe(event))
+            if self.pending_lines is not None:
+                self.pending_lines.append(line)
             self.unpublished += size
             if durability == "event":
                 self.write_out(sync=True)
@@ -225,9 +240,15 @@ class _Session:
             raise AssertionError("publish() before write_out()")
         state = self.state
         state.manifest.persisted_file_len = self.log.length
-        self.index.commit(self.pending, state.dirty.values(), state.manifest, self.log.tail)
+        records = None
+        if self.pending_lines is not None:
+            records = [BatchRecord(row[0], row[3], row[4], row[1], row[2], line=line)
+                       for row, line in zip(self.pending, self.pending_lines)]
+        self.index.commit(self.pending, state.dirty.values(), state.manifest, self.log.tail, records=records)
         state.dirty.clear()
         self.pending = []
+        if self.pending_lines is not None:
+            self.pending_lines = []
         self.unpublished = 0
         if manifest:
             self.publish_manifest()
@@ -265,11 +286,12 @@ class _Session:
             return [r.event for r in self.log.records(turn.start_offset, turn.end_offset)]
 
     def snapshot_for_read(self, sync: bool):
-        """Flush and return ``(reader, length)`` for a reader that works unlocked: the reader
-        stays on this inode even if a cap rewrite replaces the log meanwhile."""
+        """Flush and return ``(reader, length, first_seq)`` for a reader that works unlocked (it
+        stays on this inode even if a cap rewrite replaces the log meanwhile); ``first_seq`` is
+        where seq assignment starts (the head's anchor, else 1)."""
         with self.lock:
             self.flush(sync=sync)
-            return self.log.reader(), self.log.length
+            return self.log.reader(), self.log.length, self.log.head().next_seq or 1
 
     # -- close -----------------------------------------------------------------------------
 
@@ -468,9 +490,10 @@ class SessionLog:
         return self._live().reconstruct_turn(number, self._sync_reads)
 
     def iter_records(self) -> Iterator[Record]:
-        """Every valid record (``seq``, ``ts``, ``event``) in log order, as of this call."""
+        """Every valid record (``seq``, ``ts``, ``event``) in log order, as of this call. Every
+        record has its seq, lines VT Code wrote included (see ``events.assign_seq``)."""
         s = self._live()
-        reader, length = s.snapshot_for_read(self._sync_reads)
+        reader, length, next_seq = s.snapshot_for_read(self._sync_reads)
         try:
             with reader:
                 pos = 0
@@ -480,7 +503,9 @@ class SessionLog:
                         break
                     record = ev.decode_line(line)
                     if record is not None:
-                        yield record
+                        seq = ev.assign_seq(record.seq, next_seq)
+                        next_seq = seq + 1
+                        yield record if seq == record.seq else record._replace(seq=seq)
         except OSError as exc:
             raise StoreIOError.from_os_error("read", s.events_path, exc) from exc
 

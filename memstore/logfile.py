@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional
@@ -147,6 +148,14 @@ class LogFile:
             return ev.LogHead(None, None)
         return ev.decode_log_head(self.pread(0, end + 1))
 
+    def torn_files(self) -> list[Path]:
+        """The torn tails cut from this log and kept beside it."""
+        try:
+            return sorted(p for p in self.dir.glob(f"{EVENTS_FILE}.torn-*") if not p.is_symlink() and p.is_file())
+        except OSError as exc:
+            logger.warning("could not list the torn tails of %s: %s", self.path, exc)
+            return []
+
     def read_tail(self, end: int) -> bytes:
         """The ``TAIL_BYTES`` bytes that end at ``end``."""
         return self.pread(max(0, end - TAIL_BYTES), min(TAIL_BYTES, end))
@@ -244,6 +253,26 @@ class LogFile:
             if isinstance(exc, OSError):
                 raise StoreIOError.from_os_error("cap rewrite", self.path, exc) from exc
             raise
+
+
+_SEQ = re.compile(rb'"seq":(\d{1,19})')
+
+
+def torn_seq_floor(*paths: Path) -> int:
+    """One past the largest ``seq`` written in the given torn-tail files (0 if none): those
+    seqs were handed out, even if never acknowledged, and are not given again."""
+    floor = 0
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            logger.warning("could not read torn bytes %s for their seqs: %s", path, exc)
+            continue
+        for match in _SEQ.finditer(data):
+            seq = int(match.group(1))
+            if seq <= ev.MAX_SEQ:
+                floor = max(floor, seq + 1)
+    return floor
 
 
 def _is_json(line: bytes) -> bool:

@@ -9,6 +9,7 @@ regenerable: a missing or malformed manifest is treated as absent and rewritten 
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import threading
 from collections import OrderedDict
@@ -19,7 +20,7 @@ from typing import Any, Optional
 import orjson
 
 from .errors import StoreIOError
-from .events import utc_now
+from .events import MAX_SEQ, utc_now
 from .fsio import atomic_write, read_no_follow, remove_if_exists
 
 MANIFEST_FILE = "manifest.json"
@@ -35,8 +36,12 @@ class Manifest:
     """The state of a session as published in ``manifest.json``.
 
     The first seven keys are VT Code's; ``in_turn``, ``persisted_file_len`` and
-    ``retained_turn_base`` are its [N] additions; ``next_seq`` is memstore's (the next envelope
-    sequence number, which must never repeat, even after a cap rewrite removed the old lines).
+    ``retained_turn_base`` are its [N] additions. The rest are memstore's: ``next_seq`` (the next
+    envelope sequence number, which never repeats, even after a cap rewrite removed the old
+    lines); ``generation``, which changes whenever the index is rebuilt or a cap rewrite evicts,
+    so an incremental consumer (the catalog) can tell "grew" from "rewritten"; and ``source``,
+    what the session's ``thread.started`` said about where it came from (the agent, its
+    version, cwd, git branch, the imported file, a parent session), or ``None``.
     """
 
     session_id: str
@@ -50,6 +55,8 @@ class Manifest:
     persisted_file_len: int = 0
     retained_turn_base: int = 1
     next_seq: int = 1
+    generation: int = 0
+    source: Optional[dict] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,12 +91,21 @@ class Manifest:
         return present is None or key in present
 
 
+def new_generation() -> int:
+    """A fresh generation number (random, positive, fits SQLite): tells every consumer that the
+    views were rebuilt or the log rewritten, whatever they saw before."""
+    return secrets.randbits(62) + 1
+
+
 def _ints_ok(m: Manifest) -> bool:
-    for name in ("turn_count", "event_count", "persisted_file_len", "retained_turn_base", "next_seq"):
+    for name in ("turn_count", "event_count", "persisted_file_len", "retained_turn_base", "next_seq", "generation"):
         value = getattr(m, name)
         if type(value) is not int or not 0 <= value <= _I64_MAX:
             return False
-    return isinstance(m.in_turn, bool) and isinstance(m.created_at, str) and m.retained_turn_base >= 1
+    if m.next_seq > MAX_SEQ + 1 or m.retained_turn_base > MAX_SEQ or m.turn_count > MAX_SEQ:
+        return False  # implausible: distrusted, and the log decides
+    return (isinstance(m.in_turn, bool) and isinstance(m.created_at, str) and m.retained_turn_base >= 1
+            and (m.source is None or isinstance(m.source, dict)))
 
 
 @dataclass(frozen=True)

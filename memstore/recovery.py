@@ -18,9 +18,10 @@ import orjson
 from . import events as ev
 from .errors import MemstoreError, StoreIOError
 from .fsio import read_no_follow
+from .index import BatchRecord, derived_tables
 from .lifecycle import LogState
-from .logfile import TAIL_BYTES
-from .manifest import STATUS_ACTIVE, CapRewriteMarker, Manifest, clear_marker, load_manifest, load_marker
+from .logfile import TAIL_BYTES, torn_seq_floor
+from .manifest import STATUS_ACTIVE, CapRewriteMarker, Manifest, clear_marker, load_manifest, load_marker, new_generation
 
 if TYPE_CHECKING:
     from .index import SavedState
@@ -57,9 +58,10 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         session.state = LogState(saved.manifest, saved.open_turn)
         log.tail = saved.tail
         start = saved.manifest.persisted_file_len
-        log.repair_tail(start)
-        if log.length > start:
-            scan(session, start, reset=False)
+        kept = log.repair_tail(start)
+        if log.length > start or kept is not None:
+            # The cut bytes may hold seqs handed out but never acknowledged: never reuse them.
+            scan(session, start, reset=False, seq_floor=torn_seq_floor(kept) if kept is not None else 0)
     else:
         base = _scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
         log.repair_tail(0)
@@ -138,7 +140,6 @@ def _prefix_removed(session: "_Session", saved: Optional["SavedState"], removed:
 
 def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: Optional["SavedState"]) -> None:
     known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
-    head_seq = session.log.head().next_seq or 1
     manifest = Manifest(
         session_id=known[0].session_id if known else session.session_id,
         # From the log alone these start empty: the scan takes them from the records' times.
@@ -147,7 +148,10 @@ def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: 
         turn_count=base - 1,
         retained_turn_base=base,
         status=known[0].status if known else STATUS_ACTIVE,
-        next_seq=max([m.next_seq for m in known] + [head_seq]),
+        # Seqs are assigned from the log alone (see LogState.apply_record): from the head's
+        # anchor, if a cap rewrite left one, else from 1.
+        next_seq=session.log.head().next_seq or 1,
+        generation=new_generation(),
     )
     session.state = LogState(manifest)
     session.log.tail = b""
@@ -155,15 +159,20 @@ def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: 
     # evicted) stands against the records the old metadata already covered; only newer
     # records may change it.
     status_floor = known[0].persisted_file_len if known else 0
-    scan(session, 0, reset=True, status_floor=status_floor)
+    # Seqs handed out for bytes a torn-tail repair cut (kept beside the log), and any the old
+    # metadata counted past the log (a log the cap emptied keeps none), are never reused.
+    seq_floor = max([torn_seq_floor(*session.log.torn_files())] + [m.next_seq for m in known])
+    scan(session, 0, reset=True, status_floor=status_floor, seq_floor=seq_floor)
 
 
-def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0) -> None:
+def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0, seq_floor: int = 0) -> None:
     """Index the log from byte ``start`` to the end of the file, committing in batches so an
-    interrupted scan resumes where it stopped."""
+    interrupted scan resumes where it stopped. ``next_seq`` ends at least at ``seq_floor``."""
     state = session.state
     log = session.log
     rows: list[tuple] = []
+    derive = bool(derived_tables())
+    records: list[BatchRecord] = []
     offset = start
     end = log.length
     with log.reader() as reader:
@@ -178,17 +187,20 @@ def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0)
                 record = ev.decode_line(line)
                 if record is None:
                     continue
-                rows.append(state.apply_record(record, line_start, offset, keep_status=line_start < status_floor))
+                seq, row = state.apply_record(record, line_start, offset, keep_status=line_start < status_floor)
+                rows.append(row)
+                if derive:
+                    records.append(BatchRecord(seq, row[3], record.ts, line_start, offset - line_start, record.event))
                 if len(rows) >= SCAN_BATCH_EVENTS:
-                    _commit_scan(session, rows, offset, reset)
-                    rows, reset = [], False
+                    _commit_scan(session, rows, offset, reset, records)
+                    rows, records, reset = [], [], False
         except OSError as exc:
             raise StoreIOError.from_os_error("read", log.path, exc) from exc
-    _commit_scan(session, rows, offset, reset)
-    state.manifest.persisted_file_len = offset
+    state.manifest.next_seq = max(state.manifest.next_seq, seq_floor)
+    _commit_scan(session, rows, offset, reset, records)
 
 
-def _commit_scan(session: "_Session", rows: list, offset: int, reset: bool) -> None:
+def _commit_scan(session: "_Session", rows: list, offset: int, reset: bool, records: list) -> None:
     state = session.state
     manifest = state.manifest
     if not manifest.created_at:  # no record with a time yet (VT Code lines have none)
@@ -197,7 +209,7 @@ def _commit_scan(session: "_Session", rows: list, offset: int, reset: bool) -> N
         manifest.updated_at = manifest.created_at
     manifest.persisted_file_len = offset
     session.log.tail = session.log.read_tail(offset)
-    session.index.commit(rows, state.dirty.values(), manifest, session.log.tail, reset=reset)
+    session.index.commit(rows, state.dirty.values(), manifest, session.log.tail, reset=reset, records=records)
     state.dirty.clear()
 
 

@@ -283,9 +283,9 @@ def test_vtcode_lines_without_seq_or_ts_are_accepted(tmp_path):
         assert list(log.iter_events()) == lines
         assert log.turn_count == 1
         seq = log.append(thread_completed())
-        assert seq == 1  # VT Code lines carry no seq; memstore's start at 1
+        assert seq == 6  # VT Code lines carry no seq: they get 1-5 from their position
         records = list(log.iter_records())
-        assert [r.seq for r in records] == [None] * 5 + [1]
+        assert [r.seq for r in records] == [1, 2, 3, 4, 5, 6]  # every record has a seq
     row = db(tmp_path).execute("SELECT name, status, turn FROM events WHERE type = 'item.completed'").fetchone()
     assert row == ("read_file", "completed", 1)
 

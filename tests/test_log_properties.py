@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import re
 import shutil
 import time
 from datetime import datetime, timedelta, timezone
@@ -77,12 +78,14 @@ def manifest_counters(manifest) -> dict:
 
 
 def rebuild_from_log_alone(root: Path, scratch_base: Path) -> dict:
-    """Copy only ``events.jsonl`` into a new store, run ``memstore.rebuild`` there, and return
-    its index rows: what the index must be if the log is the only source of truth."""
+    """Copy only ``events.jsonl`` (and the torn tails cut from it, which are kept beside it for
+    good: their seqs are never given again) into a new store, run ``memstore.rebuild`` there, and
+    return its index rows: what the index must be if the log is the only source of truth."""
     scratch = fresh_dir(scratch_base, "rebuild")
     target = session_dir(scratch)
     target.mkdir(parents=True)
-    shutil.copyfile(session_dir(root) / "events.jsonl", target / "events.jsonl")
+    for path in [session_dir(root) / "events.jsonl", *session_dir(root).glob("events.jsonl.torn-*")]:
+        shutil.copyfile(path, target / path.name)
     rebuilt_manifest = memstore.rebuild(scratch, SESSION_ID)
     rebuilt = read_index(scratch)
     assert manifest_counters(rebuilt_manifest) == rebuilt["manifest"], "rebuild() returned a manifest unlike its index row"
@@ -107,14 +110,16 @@ def assert_same_index(incremental: dict, rebuilt: dict, context: str) -> None:
         assert mine == theirs, f"{context}: events row differs from a rebuild\n  incremental: {mine}\n  rebuilt:     {theirs}"
 
 
-def model(events: list[dict]) -> dict:
+def model(events: list[dict], seqs: Optional[list[int]] = None) -> dict:
     """An independent model of the [N] lifecycle rules (reference 5.2) over the appended events,
-    which all got seqs 1..n: closed turns are counted, a ``turn.started`` inside an open turn
-    closes it as interrupted, a close outside a turn changes nothing, every record counts."""
+    which got the given seqs (by default 1..n): closed turns are counted, a ``turn.started``
+    inside an open turn closes it as interrupted, a close outside a turn changes nothing, every
+    record counts."""
     turns: list[dict] = []
     open_turn = None
     closed = 0
-    for seq, event in enumerate(events, start=1):
+    seqs = seqs if seqs is not None else list(range(1, len(events) + 1))
+    for seq, event in zip(seqs, events):
         kind = event["type"]
         if kind == "turn.started":
             if open_turn is not None:
@@ -133,7 +138,7 @@ def model(events: list[dict]) -> dict:
         "turn_count": closed,
         "event_count": len(events),
         "in_turn": open_turn is not None,
-        "next_seq": len(events) + 1,
+        "next_seq": seqs[-1] + 1 if seqs else 1,
         "turns": [(t["number"], t["status"], t["event_count"], t["first_seq"], t["last_seq"]) for t in turns],
     }
 
@@ -164,8 +169,15 @@ def wait_until_released(root: Path) -> None:
         time.sleep(0.002)
 
 
+def torn_seq_floor(root: Path) -> int:
+    """One past the largest seq written in the torn tails kept beside the log (0 if none)."""
+    seqs = [int(s) for p in session_dir(root).glob("events.jsonl.torn-*")
+            for s in re.findall(rb'"seq":(\d+)', p.read_bytes())]
+    return max(seqs) + 1 if seqs else 0
+
+
 def check_session(root: Path, scratch_base: Path, appended: list[dict], log=None, context: str = "",
-                  capped: bool = False) -> dict:
+                  capped: bool = False, seqs: Optional[list[int]] = None) -> dict:
     """Everything that must hold once all appended events were flushed (or the log closed):
     the index equals a rebuild from the log alone and the lifecycle model; manifest.json, the
     index's manifest row and the open handle agree; the log holds exactly the appended events
@@ -179,16 +191,19 @@ def check_session(root: Path, scratch_base: Path, appended: list[dict], log=None
         rebuilt = rebuild_from_log_alone(root, scratch_base)
     assert_same_index(incremental, rebuilt, context)
 
-    expected = model(appended)
+    seqs = seqs if seqs is not None else list(range(1, len(appended) + 1))
+    expected = model(appended, seqs)
+    # Seqs written in torn tails were handed out once and are never given again.
+    expected["next_seq"] = max(expected["next_seq"], torn_seq_floor(root))
     m = incremental["manifest"]
     for key in ("turn_count", "in_turn", "next_seq"):
         assert m[key] == expected[key], f"{context}: index says {key}={m[key]!r}, the lifecycle model says {expected[key]!r}"
     assert m["persisted_file_len"] == len(data), f"{context}: index covers {m['persisted_file_len']} bytes, log has {len(data)}"
     lines = split_lines(data)
-    first_seq = len(appended) - len(lines) + 1
+    first = len(appended) - len(lines)
     assert m["event_count"] == len(lines), f"{context}: event_count is {m['event_count']}, the log has {len(lines)} lines"
     if not capped:
-        assert first_seq == 1, f"{context}: log has {len(lines)} lines, {len(appended)} events were appended"
+        assert first == 0, f"{context}: log has {len(lines)} lines, {len(appended)} events were appended"
     kept_turns = [t for t in expected["turns"] if t[0] >= m["retained_turn_base"]]
     assert [(t[0], t[1], t[4], t[5], t[6]) for t in incremental["turns"]] == kept_turns, (
         f"{context}: turn rows (number, status, event_count, first_seq, last_seq) differ from the model"
@@ -204,12 +219,13 @@ def check_session(root: Path, scratch_base: Path, appended: list[dict], log=None
 
     assert data == b"" or data.endswith(b"\n"), f"{context}: log does not end with a newline: {data[-40:]!r}"
     offset = 0
-    for seq, line, row in zip(itertools.count(first_seq), lines, incremental["events"]):
+    for i, line, row in zip(itertools.count(first), lines, incremental["events"]):
+        seq = seqs[i]
         envelope = orjson.loads(line)
-        assert envelope["seq"] == seq and envelope["event"] == appended[seq - 1], (
-            f"{context}: line of seq {seq} is {line!r}, expected {appended[seq - 1]!r}"
+        assert envelope["seq"] == seq and envelope["event"] == appended[i], (
+            f"{context}: line of seq {seq} is {line!r}, expected {appended[i]!r}"
         )
-        assert (row[0], row[1], row[2], row[5]) == (seq, offset, len(line), appended[seq - 1]["type"]), (
+        assert (row[0], row[1], row[2], row[5]) == (seq, offset, len(line), appended[i]["type"]), (
             f"{context}: events row {row} does not describe the line of seq {seq} at offset {offset}"
         )
         offset += len(line)
@@ -494,16 +510,19 @@ def test_torn_tail_is_cut_kept_and_never_welded(tmp_path, durability, before, dr
             log.close()
 
     with memstore.open_session(root, SESSION_ID, durability=durability) as log:
+        seqs = list(range(1, len(runner.appended) + 1))
         for event in after:
-            log.append(event)
+            seqs.append(log.append(event))
             runner.appended.append(event)
+    assert seqs == sorted(set(seqs)), f"seqs repeat or go backwards: {seqs}"
+    assert seqs[-len(after)] >= torn_seq_floor(root), "an append reused a seq written in a torn tail"
     data = log_bytes(root)
     for number, line in enumerate(split_lines(data), start=1):
         try:
             orjson.loads(line)
         except orjson.JSONDecodeError:
             pytest.fail(f"line {number} of the log is not JSON (welded onto a torn line?): {line[:120]!r}")
-    check_session(root, tmp_path, runner.appended, None, "after appending past a repaired tail")
+    check_session(root, tmp_path, runner.appended, None, "after appending past a repaired tail", seqs=seqs)
 
 
 def test_torn_files_of_two_repairs_at_the_same_offset_and_millisecond_are_both_kept(tmp_path, monkeypatch):
