@@ -34,6 +34,7 @@ from .log import (
     write_eviction_summary,
 )
 from .manifest import Manifest, SessionSummary, list_sessions
+from .reader import SessionReader, read_session
 from .pack import (
     AuditPackEntry,
     PackVerification,
@@ -65,7 +66,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # the event log
-    "open_session", "SessionLog", "rebuild", "Turn", "Manifest", "SessionSummary", "list_sessions",
+    "open_session", "SessionLog", "rebuild", "read_session", "SessionReader", "Turn", "Manifest", "SessionSummary", "list_sessions",
     "session_directory", "session_dir_name", "sanitize_session_id", "is_live", "plan_cap_eviction", "CapPlan",
     "write_eviction_summary", "DEFAULT_MAX_EVENTS", "SCHEMA_VERSION",
     # progress and goals

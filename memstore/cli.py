@@ -195,40 +195,31 @@ def sessions_command(root, limit, as_json):
 
 @cli.command("show")
 @click.argument("session")
-@click.option("--turn", "turn_number", type=int, default=None, help="Print this turn's events as JSON Lines.")
+@click.option("--turn", "turn_number", type=click.IntRange(min=1), default=None,
+              help="Print this turn's events as JSON Lines.")
 @root_option
 @json_option
 def show_command(session, turn_number, root, as_json):
-    """Show SESSION's manifest and turns (or, with --turn N, that turn's events)."""
-    from .fsio import session_directory
-    from .log import open_session
+    """Show SESSION's manifest and turns (or, with --turn N, that turn's events).
 
-    directory = session_directory(root, session)
-    if not (directory / "events.jsonl").is_file():
-        raise _ExitWith(f"no session {session!r} under {root} (no {directory / 'events.jsonl'})", 2)
+    Reads without locking, so it works while an agent writes the session.
+    """
+    from .reader import read_session
+
     try:
-        with open_session(root, session, max_events=0) as log:
-            manifest = log.manifest
+        with read_session(root, session) as reader:
+            manifest = reader.manifest
             if turn_number is not None:
-                for event in log.reconstruct_turn(turn_number):
-                    click.echo(orjson.dumps(event).decode())
+                events = reader.reconstruct_turn(turn_number)
+                if as_json:
+                    _echo_json(events)
+                else:
+                    for event in events:
+                        click.echo(orjson.dumps(event).decode())
                 return
-            turns = log.turns()
+            turns = reader.turns()
     except errors.TurnNotFound as exc:
         raise _ExitWith(str(exc), 1) from exc
-    except errors.SessionBusyError:
-        if turn_number is not None:
-            raise _ExitWith(f"session {session!r} is being written by another process; try again later", 1)
-        from .index import read_turns
-        from .manifest import load_manifest
-
-        try:
-            manifest = load_manifest(directory)
-            turns = read_turns(directory / "index" / "session.db")
-        except errors.MemstoreError as exc:
-            raise _fail(exc) from exc
-        if manifest is None:
-            raise _ExitWith(f"session {session!r} is live and has no readable manifest yet", 1)
     except errors.MemstoreError as exc:
         raise _fail(exc) from exc
     if as_json:

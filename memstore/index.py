@@ -203,6 +203,11 @@ def register_derived_table(table: DerivedTable) -> None:
     _derived.append(table)
 
 
+def unregister_derived_table(name: str) -> None:
+    """Stop maintaining the derived table ``name`` (its rows stay in existing indexes)."""
+    _derived[:] = [t for t in _derived if t.name != name]
+
+
 def derived_tables() -> tuple[DerivedTable, ...]:
     return tuple(_derived)
 

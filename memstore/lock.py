@@ -1,25 +1,47 @@
-"""The liveness lock (``session.lock``) and the ``is_live`` probe.
+"""The store's locks: each session's liveness lock (``session.lock``) with the ``is_live`` probe,
+and the store-wide locks of its critical sections (catalog refresh, retention, migration,
+import).
 
 A session is *live* while some process holds an exclusive ``flock`` on its ``session.lock``.
 ``flock`` locks belong to an open file description, so a second open of the same file conflicts
 even inside one process; POSIX record locks (``lockf``) would not, which is why they are not used.
-Taking the lock is best effort: a filesystem without ``flock`` leaves the session unlocked rather
-than failing the open.
+``session.lock`` stays on raw ``flock`` rather than filelock because ``is_live`` must probe
+another process's lock without creating, replacing or removing the file. A filesystem without
+``flock`` leaves the session unlocked rather than failing the open; a ``session.lock`` that is a
+symlink or not a regular file fails it (running unprotected would let two writers in).
+
+The store-wide locks are filelock ``FileLock``s in ``<root>/locks/``.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
+import shutil
+import stat
 import time
+import uuid
 from pathlib import Path
 from typing import Optional
 
-from .fsio import open_private_rw
+from filelock import FileLock
+
+from .errors import StoreIOError, UnsafePathError
+from .fsio import ensure_private_dir, open_private_rw
+
+logger = logging.getLogger("memstore")
 
 LOCK_FILE = "session.lock"
+LOCKS_DIR = "locks"
+TRASH_DIR = ".trash"
+STORE_LOCKS = ("catalog", "retention", "migration", "import")
 _ATTEMPTS = 5
+
+
+class SessionGone(Exception):
+    """The session directory was removed (by retention, say) while its lock was being taken."""
 
 
 class LivenessLock:
@@ -39,24 +61,47 @@ class LivenessLock:
         return self._fd is not None
 
     def acquire(self) -> bool:
-        """Try to take the lock; return whether it is now held. Never raises."""
+        """Try to take the lock; return whether it is now held.
+
+        Raises :class:`StoreIOError` (:class:`UnsafePathError` for a symlink or FIFO) when the
+        lock file cannot be opened safely, and :class:`SessionGone` when the session directory
+        was removed or replaced while the lock was taken. A filesystem that cannot ``flock``
+        leaves the session unlocked (logged), as VT Code does.
+        """
         if self._fd is not None:
             return True
         try:
             fd = open_private_rw(self.path)
-        except Exception:
-            return False
+        except StoreIOError as exc:
+            if exc.errno == errno.ENOENT:  # the directory was removed under us
+                raise SessionGone(str(self.path)) from exc
+            raise
         for attempt in range(_ATTEMPTS):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError as exc:
                 self.holder_elsewhere = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
-                if not self.holder_elsewhere or attempt == _ATTEMPTS - 1:
+                if not self.holder_elsewhere:
+                    os.close(fd)
+                    logger.warning("cannot flock %s (%s): the session stays unlocked", self.path, exc)
+                    return False
+                if attempt == _ATTEMPTS - 1:
                     os.close(fd)
                     return False
                 # Another process's is_live() probe holds the lock for an instant: try again.
                 time.sleep(0.01)
+        # Retention removes a session by taking this lock and renaming its directory away: a
+        # lock obtained on a file no longer at its path protects nothing.
+        try:
+            here = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            here = None
+        mine = os.fstat(fd)
+        if here is None or (here.st_dev, here.st_ino) != (mine.st_dev, mine.st_ino):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise SessionGone(str(self.path))
         self.holder_elsewhere = False
         self._fd = fd
         return True
@@ -68,8 +113,8 @@ class LivenessLock:
         if fd is not None:
             try:
                 os.close(fd)
-            except OSError:
-                pass
+            except OSError as exc:
+                logger.debug("closing an inherited lock descriptor: %s", exc)
 
     def release(self) -> None:
         """Release the lock if held. The file stays: deleting it would race another locker."""
@@ -90,12 +135,15 @@ def is_live(session_dir: os.PathLike | str) -> bool:
     """
     path = Path(session_dir) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         return False
     except OSError:
         return True
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         # EWOULDBLOCK is the usual answer; any other failure also reads as live, the safe side.
@@ -106,3 +154,80 @@ def is_live(session_dir: os.PathLike | str) -> bool:
     finally:
         os.close(fd)
 
+
+def store_lock(root: os.PathLike | str, name: str, timeout: float = -1) -> FileLock:
+    """The store-wide lock ``name`` (one of ``catalog``, ``retention``, ``migration``,
+    ``import``): a filelock ``FileLock`` on ``<root>/locks/<name>.lock``, to use as a context
+    manager. ``timeout`` in seconds (-1: wait for ever); filelock raises ``filelock.Timeout``."""
+    if name not in STORE_LOCKS:
+        raise ValueError(f"unknown store lock {name!r} (one of {', '.join(STORE_LOCKS)})")
+    directory = ensure_private_dir(Path(root) / LOCKS_DIR)
+    return FileLock(directory / f"{name}.lock", timeout=timeout, mode=0o600)
+
+
+def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike | str) -> bool:
+    """Remove a session directory that no process has open; return whether it was removed.
+
+    Takes the session's liveness lock first, so a writer that opens the session at that moment
+    either finds it live (``SessionBusyError``) or finds it gone and starts a new one; never
+    writes into a directory being deleted. Under the lock the directory is renamed into
+    ``<root>/.trash/`` (atomic), then deleted. Refuses symlinks and anything that is not a
+    direct child of ``<root>/sessions``.
+    """
+    root = Path(root)
+    session_dir = Path(session_dir)
+    sessions = root / "sessions"
+    if session_dir.parent != sessions:
+        raise UnsafePathError("remove session", session_dir, f"is not a direct child of {sessions}")
+    try:
+        st = os.lstat(session_dir)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreIOError.from_os_error("stat", session_dir, exc) from exc
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError("remove session", session_dir, "is a symlink or not a directory")
+    lock = LivenessLock(session_dir)
+    try:
+        if not lock.acquire():
+            return False
+    except SessionGone:
+        return False
+    trash = ensure_private_dir(root / TRASH_DIR)
+    target = trash / f"{session_dir.name}-{uuid.uuid4().hex[:12]}"
+    try:
+        try:
+            os.rename(session_dir, target)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("move to trash", session_dir, exc) from exc
+    finally:
+        lock.release()
+    _delete_tree(target)
+    return True
+
+
+def empty_trash(root: os.PathLike | str) -> None:
+    """Delete what a removal interrupted by a crash left in ``<root>/.trash/``."""
+    trash = Path(root) / TRASH_DIR
+    try:
+        entries = list(os.scandir(trash))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        logger.warning("could not list %s: %s", trash, exc)
+        return
+    for entry in entries:
+        _delete_tree(Path(entry.path))
+
+
+def _delete_tree(path: Path) -> None:
+    def report(function, failed, exc_info):
+        logger.warning("could not delete %s (%s); it stays in the trash", failed, exc_info[1])
+
+    if path.is_symlink() or not path.is_dir():
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            logger.warning("could not delete %s: %s", path, exc)
+        return
+    shutil.rmtree(path, onerror=report)

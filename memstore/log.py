@@ -15,6 +15,7 @@ went missing before trusting either.)
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -37,7 +38,7 @@ from .events import Record
 from .fsio import ensure_private_dir, fsync_dir, session_directory, sessions_root, temp_file_pid
 from .index import INDEX_FILE, BatchRecord, IndexCorrupt, SavedState, SessionIndex, Turn, derived_tables
 from .lifecycle import LogState
-from .lock import LivenessLock
+from .lock import LivenessLock, SessionGone
 from .logfile import EVENTS_FILE, LogFile
 from .manifest import Manifest, ManifestPublisher
 from .recovery import recover
@@ -101,15 +102,16 @@ class _Session:
     # -- open ------------------------------------------------------------------------------
 
     def open(self, *, force_rescan: bool = False) -> None:
-        new_subdirs = not (self.dir / INDEX_DIR).is_dir() or not (self.dir / DERIVED_DIR).is_dir()
-        ensure_private_dir(self.dir / INDEX_DIR, sync=False)
-        ensure_private_dir(self.dir / DERIVED_DIR, sync=False)
+        # The lock first: only under it is the directory safe from retention's removal.
         if not self.liveness.acquire() and self.liveness.holder_elsewhere:
             raise SessionBusyError(
                 f"session {self.session_id!r} is open in another process ({self.liveness.path} is locked); "
                 "memstore allows one writing process per session"
             )
         try:
+            new_subdirs = not (self.dir / INDEX_DIR).is_dir() or not (self.dir / DERIVED_DIR).is_dir()
+            ensure_private_dir(self.dir / INDEX_DIR, sync=False)
+            ensure_private_dir(self.dir / DERIVED_DIR, sync=False)
             self._remove_dead_temp_files()
             if not self.log.open() and new_subdirs:
                 fsync_dir(self.dir)  # creating events.jsonl would have synced it
@@ -550,14 +552,28 @@ def _open(root, session_id, max_events, durability, on_evict, *, force_rescan: b
     directory = session_directory(root, session_id)  # refuses a bad id before creating anything
     _create_root(root)
     ensure_private_dir(sessions_root(root))
-    ensure_private_dir(directory)
     key = os.path.realpath(directory)
+    gone = 0
     while True:
+        try:
+            ensure_private_dir(directory)
+        except StoreIOError as exc:
+            if exc.errno != errno.ENOENT or gone >= 3:
+                raise
+            gone += 1  # removed by retention between two steps of its creation: again
+            continue
         shared, fresh = registry.acquire(key, lambda: _Session(root, session_id, directory, key))
         if fresh:
             with shared.lock:
                 try:
                     shared.open(force_rescan=force_rescan)
+                except SessionGone:
+                    # Retention removed the session while we took its lock: start a new one.
+                    registry.forget(shared)
+                    gone += 1
+                    if gone < 3:
+                        continue
+                    raise SessionBusyError(f"session {session_id!r} keeps being removed while it is opened") from None
                 except BaseException:
                     registry.forget(shared)
                     raise

@@ -59,6 +59,15 @@ class LogFile:
         self.length = os.fstat(self.fd).st_size
         return created
 
+    def open_readonly(self) -> None:
+        """Open only the read descriptor (for a reader that never writes);
+        :class:`FileNotFoundError` if there is no log."""
+        rfd = open_read_no_follow(self.path)
+        if rfd is None:
+            raise FileNotFoundError(self.path)
+        self.rfd = rfd
+        self.length = os.fstat(rfd).st_size
+
     def close(self) -> None:
         for name in ("fd", "rfd"):
             fd = getattr(self, name)
@@ -107,6 +116,31 @@ class LogFile:
                 return pos - size + found
             pos -= size
         return floor - 1
+
+    def lines(self, start: int, end: int) -> Iterator[tuple[bytes, int, int]]:
+        """``(line, line_start, line_end)`` for every complete line in ``[start, end)``, the line
+        without its ``\\n`` (``line_end`` is past it); a partial last line is not yielded. Reads
+        with ``pread`` in large chunks, so several iterations can share the descriptor."""
+        pos = start
+        line_start = start
+        carry: list[bytes] = []
+        while pos < end:
+            chunk = self.pread(pos, min(_READ_CHUNK, end - pos))
+            if not chunk:
+                return
+            pos += len(chunk)
+            pieces = chunk.split(b"\n")
+            last = pieces.pop()  # the bytes after the chunk's last newline (maybe a partial line)
+            if pieces and carry:
+                carry.append(pieces[0])
+                pieces[0] = b"".join(carry)
+                carry = []
+            for line in pieces:
+                line_end = line_start + len(line) + 1
+                yield line, line_start, line_end
+                line_start = line_end
+            if last:
+                carry.append(last)
 
     def records(self, start: int, end: int) -> Iterator[Record]:
         """Decode the valid records in ``[start, end)``; lines that fail decoding are skipped."""

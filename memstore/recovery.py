@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import orjson
 
 from . import events as ev
-from .errors import MemstoreError, StoreIOError
+from .errors import MemstoreError
 from .fsio import read_no_follow
 from .index import BatchRecord, derived_tables
 from .lifecycle import LogState
@@ -42,7 +42,7 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         not force_rescan
         and saved is not None
         and not marker_applies
-        and _covers_prefix(session, saved)
+        and covers_prefix(session, saved)
         and session.index.is_consistent(saved.manifest)
     )
     if fast and on_disk is not None and on_disk.persisted_file_len == saved.manifest.persisted_file_len:
@@ -63,7 +63,7 @@ def recover(session: "_Session", force_rescan: bool) -> None:
             # The cut bytes may hold seqs handed out but never acknowledged: never reuse them.
             scan(session, start, reset=False, seq_floor=torn_seq_floor(kept) if kept is not None else 0)
     else:
-        base = _scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
+        base = scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
         log.repair_tail(0)
         _rescan(session, base, on_disk, saved)
     session.publish_manifest(force=on_disk is None or on_disk != session.state.manifest, wait=True)
@@ -71,7 +71,7 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         clear_marker(session.dir)
 
 
-def _covers_prefix(session: "_Session", saved: "SavedState") -> bool:
+def covers_prefix(session: "_Session", saved: "SavedState") -> bool:
     """Whether the saved state describes a prefix of the log on disk (same tail bytes)."""
     covered = saved.manifest.persisted_file_len
     if covered > session.log.length:
@@ -83,7 +83,7 @@ def _covers_prefix(session: "_Session", saved: "SavedState") -> bool:
     return session.log.pread(covered - len(saved.tail), len(saved.tail)) == saved.tail
 
 
-def _scan_turn_base(
+def scan_turn_base(
     session: "_Session", marker: Optional[CapRewriteMarker], on_disk: Optional[Manifest], saved: Optional["SavedState"]
 ) -> int:
     """The ordinal of the first turn the log holds, for a rescan (reference 5.3 step 6, with
@@ -174,28 +174,17 @@ def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0,
     derive = bool(derived_tables())
     records: list[BatchRecord] = []
     offset = start
-    end = log.length
-    with log.reader() as reader:
-        try:
-            reader.seek(start)
-            for line in reader:
-                line_start = offset
-                offset += len(line)
-                if offset > end or line[-1:] != b"\n":
-                    offset = line_start
-                    break
-                record = ev.decode_line(line)
-                if record is None:
-                    continue
-                seq, row = state.apply_record(record, line_start, offset, keep_status=line_start < status_floor)
-                rows.append(row)
-                if derive:
-                    records.append(BatchRecord(seq, row[3], record.ts, line_start, offset - line_start, record.event))
-                if len(rows) >= SCAN_BATCH_EVENTS:
-                    _commit_scan(session, rows, offset, reset, records)
-                    rows, records, reset = [], [], False
-        except OSError as exc:
-            raise StoreIOError.from_os_error("read", log.path, exc) from exc
+    for line, line_start, offset in log.lines(start, log.length):
+        record = ev.decode_line(line)
+        if record is None:
+            continue
+        seq, row = state.apply_record(record, line_start, offset, keep_status=line_start < status_floor)
+        rows.append(row)
+        if derive:
+            records.append(BatchRecord(seq, row[3], record.ts, line_start, offset - line_start, record.event))
+        if len(rows) >= SCAN_BATCH_EVENTS:
+            _commit_scan(session, rows, offset, reset, records)
+            rows, records, reset = [], [], False
     state.manifest.next_seq = max(state.manifest.next_seq, seq_floor)
     _commit_scan(session, rows, offset, reset, records)
 

@@ -1,0 +1,292 @@
+"""``read_session``: read-only access to a session that never locks and never writes.
+
+A reader takes no lock, and creates, renames, truncates and writes nothing (the index is
+opened read-only), so the catalog, Datasette and the CLI's read commands can read a session
+while an agent writes it, and can read a read-only copy of a store. It sees every event
+flushed before it was opened: the index covers a prefix of the log, and the complete lines
+past that prefix (a writer that crashed before indexing them, or VT Code appending on its own)
+are parsed in memory with the same state machine the writer uses. A torn tail is ignored,
+not cut. When the index is missing, damaged or describes another log, the whole log is read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import stat
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterator, Optional
+
+from . import events as ev
+from .errors import EventNotFound, SessionNotFound, StoreIOError, TurnNotFound, UnsafePathError
+from .events import Record
+from .fsio import session_dir_name, session_directory
+from .index import INDEX_FILE, BatchRecord, SavedState, SessionIndex, Turn, derived_tables
+from .lifecycle import LogState
+from .logfile import EVENTS_FILE, LogFile
+from .manifest import STATUS_ACTIVE, Manifest, load_manifest, load_marker
+from .recovery import INDEX_DIR, covers_prefix, scan_turn_base
+
+logger = logging.getLogger("memstore")
+
+_SNAPSHOT_ATTEMPTS = 3
+
+
+def read_session(root: os.PathLike | str, session_id: str) -> "SessionReader":
+    """Open the session ``session_id`` under ``root`` for reading (a context manager).
+
+    Raises :class:`SessionNotFound` if there is no such session, :class:`InvalidSessionId` for an
+    id memstore refuses, and :class:`StoreIOError` if the session cannot be read.
+    """
+    return SessionReader(session_directory(root, session_id), session_id)
+
+
+def read_session_dir(session_dir: os.PathLike | str) -> "SessionReader":
+    """Open a session by its directory (the session id is taken from its metadata)."""
+    return SessionReader(Path(session_dir), None)
+
+
+class SessionReader:
+    """A read-only view of one session, as of when it was opened.
+
+    ``manifest``, ``turn_count`` and ``event_count`` describe the session; ``turns()``,
+    ``reconstruct_turn(n)``, ``iter_records()``, ``iter_events()`` and ``record(seq)`` read it.
+    Close it (or use it as a context manager) to release its file and database handles.
+    """
+
+    def __init__(self, directory: Path, session_id: Optional[str]):
+        self.directory = directory
+        try:
+            st = os.lstat(directory)
+        except FileNotFoundError:
+            raise SessionNotFound(session_id or directory.name, directory / EVENTS_FILE) from None
+        except OSError as exc:
+            raise StoreIOError.from_os_error("stat", directory, exc) from exc
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePathError("read session", directory, "is a symlink; refusing to follow it")
+        if not stat.S_ISDIR(st.st_mode):
+            raise SessionNotFound(session_id or directory.name, directory / EVENTS_FILE)
+        self.dir = directory
+        self.log = LogFile(directory)
+        self.index: Optional[SessionIndex] = None
+        self.index_path = directory / INDEX_DIR / INDEX_FILE
+        # Rows for the records past what the index covers, parsed in memory.
+        self.tail_rows: list[tuple] = []
+        self.tail_records: list[BatchRecord] = []
+        self._tail_turns: dict[int, Turn] = {}
+        self._positions: dict[int, tuple[int, int, Optional[int]]] = {}
+        self.indexed_len = 0  # bytes of the log the index (as read) covers
+        try:
+            self._open(session_id)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _open(self, session_id: Optional[str]) -> None:
+        on_disk = load_manifest(self.dir)
+        for attempt in range(_SNAPSHOT_ATTEMPTS):
+            saved = self._snapshot()
+            try:
+                self.log.open_readonly()
+            except FileNotFoundError:
+                raise SessionNotFound(session_id or self.dir.name, self.log.path) from None
+            self.end = self._complete_end()
+            if saved is not None and covers_prefix(self, saved) and self.index.is_consistent(saved.manifest):
+                break
+            if attempt < _SNAPSHOT_ATTEMPTS - 1 and saved is not None:
+                # A writer may have rewritten the log between the two reads: look again.
+                self._release_snapshot()
+                self.log.close()
+                continue
+            saved = None
+            break
+        self.session_id = self._session_id(session_id, on_disk, saved)
+        if saved is not None:
+            manifest = saved.manifest
+            if on_disk is not None and on_disk.persisted_file_len == manifest.persisted_file_len and (
+                on_disk.turn_count, on_disk.event_count) == (manifest.turn_count, manifest.event_count):
+                # Retention may have marked the session completed; the writer keeps that too.
+                manifest.status = on_disk.status
+            state = LogState(manifest, saved.open_turn)
+            self.indexed_len = manifest.persisted_file_len
+            self._catch_up(state, self.indexed_len, status_floor=0)
+        else:
+            self._release_snapshot()
+            marker = load_marker(self.dir)
+            base = scan_turn_base(self, marker if marker is not None and marker.matches(self.log.length) else None,
+                                  on_disk, None)
+            manifest = Manifest(
+                session_id=self.session_id,
+                created_at=on_disk.created_at if on_disk else "",
+                updated_at=on_disk.updated_at if on_disk else "",
+                turn_count=base - 1,
+                retained_turn_base=base,
+                status=on_disk.status if on_disk else STATUS_ACTIVE,
+                next_seq=self.log.head().next_seq or 1,
+                source=on_disk.source if on_disk else None,
+            )
+            state = LogState(manifest)
+            self._catch_up(state, 0, status_floor=on_disk.persisted_file_len if on_disk else 0)
+            if not manifest.created_at:
+                manifest.created_at = manifest.updated_at = ev.utc_now()
+        state.manifest.persisted_file_len = self.end
+        self.state = state
+
+    def _snapshot(self) -> Optional[SavedState]:
+        """Open the index read-only and start one read transaction: every later query sees the
+        same snapshot. ``None`` when there is no usable index."""
+        try:
+            self.index = SessionIndex.open_readonly(self.index_path)
+        except StoreIOError as exc:
+            logger.warning("reading %s from its log: %s", self.dir, exc)
+            self.index = None
+        if self.index is None:
+            return None
+        try:
+            self.index.conn.execute("BEGIN")
+            return self.index.load()
+        except (sqlite3.Error, StoreIOError, Exception) as exc:  # any index trouble: read the log instead
+            logger.info("reading %s from its log (index unusable: %s)", self.dir, exc)
+            self._release_snapshot()
+            return None
+
+    def _release_snapshot(self) -> None:
+        if self.index is not None:
+            try:
+                self.index.conn.rollback()
+            except sqlite3.Error:
+                pass
+            self.index.close()
+            self.index = None
+
+    def _complete_end(self) -> int:
+        """The end of the last complete line: a torn tail is ignored, not cut."""
+        return self.log.rfind_newline(0, self.log.length) + 1
+
+    def _session_id(self, given: Optional[str], on_disk: Optional[Manifest], saved: Optional[SavedState]) -> str:
+        if given is not None:
+            return given
+        name = self.dir.name
+        candidates = [m.session_id for m in (saved.manifest if saved else None, on_disk) if m is not None]
+        head = self.log.head().session_id
+        if head is not None:
+            candidates.append(head)
+        candidates.append(name)
+        for candidate in candidates:
+            try:
+                if session_dir_name(candidate) == name:
+                    return candidate
+            except ValueError:
+                continue
+        return name
+
+    def _catch_up(self, state: LogState, start: int, *, status_floor: int) -> None:
+        """Apply the complete lines in ``[start, end)`` to ``state`` in memory."""
+        derive = bool(derived_tables())
+        for line, line_start, line_end in self.log.lines(start, self.end):
+            record = ev.decode_line(line)
+            if record is None:
+                continue
+            seq, row = state.apply_record(record, line_start, line_end, keep_status=line_start < status_floor)
+            self.tail_rows.append(row)
+            self._positions[seq] = (line_start, line_end - line_start, row[3])
+            if derive:
+                self.tail_records.append(BatchRecord(seq, row[3], record.ts, line_start, line_end - line_start, record.event))
+        self._tail_turns = dict(state.dirty)
+        state.dirty.clear()
+
+    # -- what it says ----------------------------------------------------------------------
+
+    @property
+    def manifest(self) -> Manifest:
+        """The session's manifest as of this reader (``persisted_file_len``: bytes read)."""
+        return replace(self.state.manifest)
+
+    @property
+    def turn_count(self) -> int:
+        return self.state.manifest.turn_count
+
+    @property
+    def event_count(self) -> int:
+        return self.state.manifest.event_count
+
+    def turns(self) -> list[Turn]:
+        """Every turn the log holds, oldest first (an open turn last, status ``open``)."""
+        turns = {t.number: t for t in (self.index.turns() if self.index is not None else [])}
+        turns.update((number, replace(turn)) for number, turn in self._tail_turns.items())
+        return [turns[n] for n in sorted(turns)]
+
+    def turn(self, number: int) -> Optional[Turn]:
+        if number in self._tail_turns:
+            return replace(self._tail_turns[number])
+        return self.index.turn(number) if self.index is not None else None
+
+    def reconstruct_turn(self, number: int) -> list[dict]:
+        """The events of turn ``number`` in log order; :class:`TurnNotFound` if the log does not
+        hold it."""
+        return [r.event for r in self.turn_records(number)]
+
+    def turn_records(self, number: int) -> list[Record]:
+        """The records (with their seqs) of turn ``number``."""
+        turn = self.turn(number)
+        if turn is None:
+            raise TurnNotFound(self.session_id, number)
+        return list(self._records(turn.start_offset, min(turn.end_offset, self.end), turn.first_seq or 1))
+
+    def iter_records(self) -> Iterator[Record]:
+        """Every valid record in log order, each with its seq."""
+        return self._records(0, self.end, self.log.head().next_seq or 1)
+
+    def iter_events(self) -> Iterator[dict]:
+        for record in self.iter_records():
+            yield record.event
+
+    def position(self, seq: int) -> Optional[tuple[int, int, Optional[int]]]:
+        """``(offset, length, turn)`` of the record with ``seq`` in the log, or ``None``."""
+        found = self._positions.get(seq)
+        if found is None and self.index is not None:
+            found = self.index.event_position(seq)
+        return found
+
+    def record(self, seq: int) -> Record:
+        """The record with ``seq``; :class:`EventNotFound` if the session does not hold it."""
+        line = self.record_line(seq)
+        record = ev.decode_line(line)
+        if record is None:
+            raise EventNotFound(self.session_id, seq)
+        return record._replace(seq=seq)
+
+    def record_line(self, seq: int) -> bytes:
+        """The exact line of the record with ``seq`` in ``events.jsonl`` (newline included)."""
+        found = self.position(seq) if type(seq) is int else None
+        if found is None:
+            raise EventNotFound(self.session_id, seq)
+        offset, length, _turn = found
+        return self.log.pread(offset, length)
+
+    def _records(self, start: int, end: int, next_seq: int) -> Iterator[Record]:
+        for line, _line_start, _line_end in self.log.lines(start, end):
+            record = ev.decode_line(line)
+            if record is not None:
+                seq = ev.assign_seq(record.seq, next_seq)
+                next_seq = seq + 1
+                yield record if seq == record.seq else record._replace(seq=seq)
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._release_snapshot()
+        self.log.close()
+
+    def __enter__(self) -> "SessionReader":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<SessionReader {getattr(self, 'session_id', self.directory.name)!r}>"

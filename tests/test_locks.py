@@ -1,0 +1,130 @@
+"""The store's locks: session.lock that cannot be redirected, store-wide filelock locks, and
+removing a session without ever racing a writer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import filelock
+import pytest
+
+import memstore
+from memstore.lock import is_live, remove_session_directory, store_lock
+
+TURN_STARTED = {"type": "turn.started"}
+TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_a_session_lock_that_is_not_a_regular_file_refuses_the_open(tmp_path, kind):
+    directory = memstore.session_directory(tmp_path, "s")
+    directory.mkdir(parents=True)
+    lock = directory / "session.lock"
+    if kind == "symlink":
+        (tmp_path / "elsewhere").write_bytes(b"")
+        lock.symlink_to(tmp_path / "elsewhere")
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
+    with pytest.raises(memstore.StoreIOError, match="session.lock"):
+        memstore.open_session(tmp_path, "s")
+    assert is_live(directory)  # an unusable lock file reads as live: retention keeps away
+
+
+def test_store_locks_exclude_each_other_across_processes(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, memstore.lock
+        with memstore.lock.store_lock(sys.argv[1], "retention"):
+            print("held", flush=True)
+            sys.stdin.readline()
+    """), str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(filelock.Timeout):
+            with store_lock(tmp_path, "retention", timeout=0.2):
+                pass
+        with store_lock(tmp_path, "catalog", timeout=0.2):  # other sections are independent
+            pass
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=30) == 0
+        with store_lock(tmp_path, "retention", timeout=5):
+            pass
+    finally:
+        holder.kill()
+    assert oct((tmp_path / "locks").stat().st_mode & 0o777) == "0o700"
+    with pytest.raises(ValueError):
+        store_lock(tmp_path, "../etc")
+
+
+def test_a_live_session_is_never_removed(tmp_path):
+    log = memstore.open_session(tmp_path, "s")
+    log.append(TURN_STARTED)
+    directory = log.directory
+    assert remove_session_directory(tmp_path, directory) is False
+    assert directory.is_dir()
+    log.close()
+    assert remove_session_directory(tmp_path, directory) is True
+    assert not directory.exists()
+    assert not list((tmp_path / ".trash").iterdir())
+
+
+def test_removal_refuses_what_is_not_a_session_directory(tmp_path):
+    (tmp_path / "sessions").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "sessions" / "link").symlink_to(outside)
+    with pytest.raises(memstore.UnsafePathError):
+        remove_session_directory(tmp_path, tmp_path / "sessions" / "link")
+    with pytest.raises(memstore.UnsafePathError):
+        remove_session_directory(tmp_path, outside)
+    assert outside.is_dir()
+
+
+def test_an_open_racing_a_removal_either_keeps_the_session_or_starts_a_new_one(tmp_path):
+    """Many rounds of a removal racing an open in another thread. While the writer holds its
+    handle, what it appended is in the session directory: the removal happened before the open
+    (the writer started a new session: one event), or it found the session live and left it
+    (the old session plus the note: three events), or the open found the session busy."""
+    for round_no in range(40):
+        sid = f"race-{round_no}"
+        with memstore.open_session(tmp_path, sid) as log:
+            log.append(TURN_STARTED)
+            log.append(TURN_COMPLETED)
+            directory = log.directory
+        written, checked = threading.Event(), threading.Event()
+        results = {}
+
+        def writer():
+            try:
+                with memstore.open_session(tmp_path, sid) as log:
+                    log.append({"type": "note", "round": round_no})
+                    log.flush()
+                    written.set()
+                    checked.wait(10)
+            except memstore.SessionBusyError:
+                results["busy"] = True
+                written.set()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        removed = remove_session_directory(tmp_path, directory)
+        assert written.wait(10)
+        try:
+            if results.get("busy"):
+                assert removed
+                continue
+            with memstore.read_session(tmp_path, sid) as reader:
+                events = list(reader.iter_events())
+                count = reader.event_count
+            assert events[-1] == {"type": "note", "round": round_no}
+            assert (count, removed) in ((1, True), (3, False)), (count, removed)
+        finally:
+            checked.set()
+            thread.join()
+    assert not any((tmp_path / ".trash").iterdir())
