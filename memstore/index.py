@@ -26,11 +26,9 @@ import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequence
 
 import orjson
-import sqlite_utils
-from sqlite_utils.migrations import Migrations
 
 from .errors import StoreIOError, UnsafePathError
 from .manifest import Manifest
@@ -49,11 +47,42 @@ TURN_FAILED = "failed"
 TURN_INTERRUPTED = "interrupted"
 TURN_ABORTED = "aborted"
 
-migrations = Migrations("memstore.index")
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
-@migrations(name="log_tables")
-def _log_tables(db: sqlite_utils.Database) -> None:
+@dataclass(frozen=True)
+class MigrationSet:
+    """A named set of schema migrations, applied in order by sqlite-utils' ``Migrations`` (which
+    records each in ``_sqlite_migrations``). sqlite-utils is imported only when one is pending:
+    opening an up-to-date index checks the record with one query, and an agent process does
+    not pay for importing it."""
+
+    name: str
+    steps: tuple[tuple[str, Callable[["sqlite_utils.Database"], None]], ...]
+
+    def pending(self, conn: sqlite3.Connection) -> list[str]:
+        """The names of the steps not yet applied to the database behind ``conn``."""
+        try:
+            applied = {row[0] for row in conn.execute(
+                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (self.name,))}
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            applied = set()
+        return [name for name, _fn in self.steps if name not in applied]
+
+    def apply(self, conn: sqlite3.Connection) -> None:
+        import sqlite_utils
+        from sqlite_utils.migrations import Migrations
+
+        migrations = Migrations(self.name)
+        for name, fn in self.steps:
+            migrations(name=name)(fn)
+        migrations.apply(sqlite_utils.Database(conn))
+
+
+def _log_tables(db: "sqlite_utils.Database") -> None:
     db["manifest"].create(
         {
             "id": int, "session_id": str, "schema_version": int, "created_at": str, "updated_at": str,
@@ -83,6 +112,9 @@ def _log_tables(db: sqlite_utils.Database) -> None:
     )
     db["events"].create_index(["seq"], index_name="events_seq", unique=True)
     db["events"].create_index(["turn"], index_name="events_turn")
+
+
+LOG_MIGRATIONS = MigrationSet("memstore.index", (("log_tables", _log_tables),))
 
 
 @dataclass(slots=True)
@@ -177,7 +209,7 @@ class BatchRecord:
 class DerivedTable:
     """A table derived from the log, kept current inside the index's own transactions.
 
-    ``migrations`` create its schema (applied with the index's). ``on_batch(conn, records)`` is
+    ``migrations`` create its schema (a :class:`MigrationSet`, applied with the index's). ``on_batch(conn, records)`` is
     called with every batch of newly indexed records (:class:`BatchRecord`, in log order), in
     the transaction that inserts their event rows; ``on_evict(conn, first_kept_seq)`` when a cap
     rewrite dropped every record before that seq (``None``: all of them); ``on_reset(conn)``
@@ -186,7 +218,7 @@ class DerivedTable:
     """
 
     name: str
-    migrations: Migrations
+    migrations: MigrationSet
     on_batch: Callable[[sqlite3.Connection, Sequence[BatchRecord]], None]
     on_evict: Callable[[sqlite3.Connection, Optional[int]], None]
     on_reset: Callable[[sqlite3.Connection], None]
@@ -283,10 +315,7 @@ class SessionIndex:
         try:
             conn.execute("PRAGMA busy_timeout=5000")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            applied = {row[0] for row in conn.execute(
-                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (migrations.name,))}
-            wanted = {m.name for m in migrations._migrations}
-            if version != INDEX_FORMAT or not wanted <= applied:
+            if version != INDEX_FORMAT or LOG_MIGRATIONS.pending(conn):
                 conn.close()
                 return None
         except sqlite3.DatabaseError as exc:
@@ -294,24 +323,23 @@ class SessionIndex:
             logger.debug("not reading index %s: %s", path, exc)
             return None
         index = cls(path, conn, readonly=True)
-        index.needs_rebuild = any(not _derived_applied(conn, t) for t in _derived)
+        index.needs_rebuild = any(t.migrations.pending(conn) for t in _derived)
         return index
 
     def _migrate(self) -> None:
         conn = self.conn
-        db = sqlite_utils.Database(conn)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = set(db.table_names())
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if version not in (0, INDEX_FORMAT) or (version == 0 and tables):
             raise IndexCorrupt(f"{self.path}: index format {version} is not this memstore's ({INDEX_FORMAT})")
-        pending = migrations.pending(db)
-        derived_pending = [t for t in _derived if t.migrations.pending(db)]
+        pending = LOG_MIGRATIONS.pending(conn)
+        derived_pending = [t for t in _derived if t.migrations.pending(conn)]
         if not pending and not derived_pending:
             return
         had_rows = "manifest" in tables and conn.execute("SELECT count(*) FROM manifest").fetchone()[0] > 0
-        migrations.apply(db)
+        LOG_MIGRATIONS.apply(conn)
         for table in derived_pending:
-            table.migrations.apply(db)
+            table.migrations.apply(conn)
         conn.execute(f"PRAGMA user_version={INDEX_FORMAT}")
         self.needs_rebuild = had_rows
 
@@ -539,12 +567,6 @@ class SessionIndex:
                 raise
         except (sqlite3.Error, OverflowError) as exc:
             raise StoreIOError("update index", self.path, str(exc)) from exc
-
-
-def _derived_applied(conn: sqlite3.Connection, table: DerivedTable) -> bool:
-    names = {row[0] for row in conn.execute(
-        "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (table.migrations.name,))}
-    return {m.name for m in table.migrations._migrations} <= names
 
 
 def _create_private(path: Path) -> tuple[int, int]:

@@ -6,11 +6,9 @@ import shutil
 import sqlite3
 
 import pytest
-import sqlite_utils
-from sqlite_utils.migrations import Migrations
 
 import memstore
-from memstore.index import DerivedTable, register_derived_table, unregister_derived_table
+from memstore.index import DerivedTable, MigrationSet, register_derived_table, unregister_derived_table
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
@@ -24,11 +22,10 @@ def message(text: str) -> dict:
 def word_table():
     """A derived table of the words of agent messages, registered for the test."""
     calls = {"batch": 0, "evict": [], "reset": 0}
-    words_migrations = Migrations("test.words")
-
-    @words_migrations(name="create_words")
-    def create(db: sqlite_utils.Database) -> None:
+    def create(db) -> None:
         db["words"].create({"seq": int, "turn": int, "word": str})
+
+    words_migrations = MigrationSet("test.words", (("create_words", create),))
 
     def on_batch(conn, records):
         calls["batch"] += 1
@@ -100,11 +97,10 @@ def test_an_index_without_a_new_derived_table_is_rebuilt(tmp_path):
         log.append(TURN_STARTED)
         log.append(message("written before the table existed"))
         log.append(TURN_COMPLETED)
-    migrations = Migrations("test.late")
-
-    @migrations(name="create_late")
     def create(db):
         db["late"].create({"seq": int, "text": str})
+
+    migrations = MigrationSet("test.late", (("create_late", create),))
 
     def on_batch(conn, records):
         conn.executemany("INSERT INTO late VALUES (?, ?)",
@@ -144,7 +140,7 @@ def test_generation_changes_on_rebuild_and_cap_rewrite_but_not_on_growth(tmp_pat
 
 def test_duplicate_derived_table_names_are_refused(word_table):
     with pytest.raises(ValueError):
-        register_derived_table(DerivedTable("words", Migrations("x"), None, None, None))
+        register_derived_table(DerivedTable("words", MigrationSet("x", ()), None, None, None))
 
 
 def test_a_new_index_is_private_from_its_first_byte_and_never_a_symlink(tmp_path):
