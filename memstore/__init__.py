@@ -20,6 +20,7 @@ from .errors import (
     TurnNotFound,
     UnsafePathError,
 )
+from . import chunks as _chunks  # noqa: F401  (registers the search chunks with every session index)
 from .events import SCHEMA_VERSION
 from .fsio import sanitize_session_id, session_dir_name, session_directory
 from .index import Turn

@@ -418,6 +418,92 @@ def agent_message_text(event: dict) -> Optional[str]:
     return None
 
 
+def event_text(event: dict) -> Optional[tuple[str, str]]:
+    """What a person would search an event for: ``(kind, text)``, or ``None`` for events that
+    carry no text of their own (lifecycle markers, permission requests, usage).
+
+    ``kind`` is the item type for ``item.completed`` events (``agent_message``, ``reasoning``,
+    ``plan``, ``command_execution``, ``tool_invocation``, ``tool_output``, ``tool_call``,
+    ``file_change``, ``mcp_tool_call``, ``web_search``, ``todo_list``, ``error``,
+    ``user_message``, ...), else the event type (``turn.failed``, ``error``, ``interjected``).
+    Only completed items count: ``item.started``/``item.updated`` describe the same item in
+    progress.
+    """
+    kind = event.get("type")
+    if kind == "item.completed":
+        item = event.get("item")
+        if not isinstance(item, dict):
+            return None
+        item_type = _str_or_none(item.get("type")) or "item"
+        text = _item_text(item_type, item)
+        return (item_type, text) if text else None
+    if kind in (TURN_FAILED, "error"):
+        text = _text(event.get("message"))
+    elif kind == TURN_ABORTED:
+        text = _text(event.get("reason"))
+    elif kind == "interjected":
+        text = _text(event.get("text"))
+    else:
+        return None
+    return (kind, text) if text else None
+
+
+def _text(value: Any) -> str:
+    """A value as text: strings as they are, anything else as compact JSON ('' for null)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return str(value)
+
+
+def _join(*parts: Any) -> str:
+    return "\n".join(t for t in (_text(p) for p in parts) if t)
+
+
+def _item_text(item_type: str, item: dict) -> str:
+    get = item.get
+    if item_type in ("agent_message", "reasoning", "plan", "user_message"):
+        return _text(get("text"))
+    if item_type == "command_execution":
+        command = _text(get("command"))
+        return _join(f"$ {command}" if command else "", get("aggregated_output"))
+    if item_type == "tool_invocation":
+        return _join(get("tool_name"), get("arguments"))
+    if item_type == "tool_output":
+        return _text(get("output"))
+    if item_type == "tool_call":
+        return _join(get("tool_name"), get("arguments"), get("output"))
+    if item_type == "mcp_tool_call":
+        return _join(get("tool_name") or ".".join(_text(get(k)) for k in ("server", "tool") if get(k)),
+                     get("arguments"), get("result"), get("error"))
+    if item_type == "file_change":
+        changes = get("changes")
+        paths = [f"{c.get('kind', '')} {c.get('path', '')}".strip() for c in changes if isinstance(c, dict)] \
+            if isinstance(changes, list) else []
+        return _join("\n".join(paths), get("unified_diff"))
+    if item_type == "web_search":
+        return _join(get("query"), get("results"))
+    if item_type == "todo_list":
+        items = get("items")
+        if isinstance(items, list):
+            return "\n".join(
+                f"[{'x' if isinstance(i, dict) and i.get('completed') else ' '}] {_text(i.get('text') if isinstance(i, dict) else i)}"
+                for i in items)
+        return ""
+    if item_type == "decision":
+        return _join(get("summary"), get("rationale"), get("alternatives"))
+    if item_type == "harness":
+        return _join(get("event"), get("message"), get("command"), get("path"))
+    if item_type == "error":
+        return _text(get("message"))
+    # An item type memstore does not know: its text fields, if it has any.
+    return _join(*(get(k) for k in ("text", "message", "output", "command", "query")))
+
+
 def normalize_whitespace(text: str) -> str:
     """Collapse every run of whitespace to one space and trim the ends."""
     return " ".join(text.split())

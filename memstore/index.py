@@ -112,6 +112,8 @@ def _log_tables(db: "sqlite_utils.Database") -> None:
     )
     db["events"].create_index(["seq"], index_name="events_seq", unique=True)
     db["events"].create_index(["turn"], index_name="events_turn")
+    # How far the lazy derived tables have caught up: every record up to this seq is in them.
+    db["derived_state"].create({"id": int, "seq": int}, pk="id", not_null={"seq"})
 
 
 LOG_MIGRATIONS = MigrationSet("memstore.index", (("log_tables", _log_tables),))
@@ -209,12 +211,19 @@ class BatchRecord:
 class DerivedTable:
     """A table derived from the log, kept current inside the index's own transactions.
 
-    ``migrations`` create its schema (a :class:`MigrationSet`, applied with the index's). ``on_batch(conn, records)`` is
-    called with every batch of newly indexed records (:class:`BatchRecord`, in log order), in
-    the transaction that inserts their event rows; ``on_evict(conn, first_kept_seq)`` when a cap
-    rewrite dropped every record before that seq (``None``: all of them); ``on_reset(conn)``
-    when the index is rebuilt from scratch. A rebuild and an incremental update must give the
-    same rows: derive them from the records alone.
+    ``migrations`` create its schema (a :class:`MigrationSet`, applied with the index's).
+    ``on_batch(conn, records)`` is called with every batch of records (:class:`BatchRecord`, in
+    log order, seq and turn included) in an index transaction; ``on_evict(conn,
+    first_kept_seq)`` when a cap rewrite dropped every record before that seq (``None``: all of
+    them), in the rewrite's transaction; ``on_reset(conn)`` when the index is rebuilt from
+    scratch, in the rebuild's first transaction. A rebuild and an incremental update must give
+    the same rows: derive them from the records alone.
+
+    An eager table (``lazy=False``) gets each batch in the transaction that inserts its event
+    rows. A lazy one (the search chunks) costs too much for the agent's path: it gets its
+    batches later, in transactions of their own that also advance the index's
+    ``derived_state`` watermark (see ``deriver.py``); until then readers derive the missing
+    rows in memory, so nothing flushed is ever invisible.
     """
 
     name: str
@@ -222,6 +231,7 @@ class DerivedTable:
     on_batch: Callable[[sqlite3.Connection, Sequence[BatchRecord]], None]
     on_evict: Callable[[sqlite3.Connection, Optional[int]], None]
     on_reset: Callable[[sqlite3.Connection], None]
+    lazy: bool = False
 
 
 _derived: list[DerivedTable] = []
@@ -240,8 +250,9 @@ def unregister_derived_table(name: str) -> None:
     _derived[:] = [t for t in _derived if t.name != name]
 
 
-def derived_tables() -> tuple[DerivedTable, ...]:
-    return tuple(_derived)
+def derived_tables(*, lazy: Optional[bool] = None) -> tuple[DerivedTable, ...]:
+    """The registered derived tables (only the lazy or eager ones, if asked)."""
+    return tuple(t for t in _derived if lazy is None or t.lazy == lazy)
 
 
 # --------------------------------------------------------------------------------------------
@@ -413,6 +424,25 @@ class SessionIndex:
         rows = self._read("SELECT offset, length, turn FROM events WHERE seq = ?", (seq,))
         return rows[0] if rows else None
 
+    def derived_watermark(self) -> int:
+        """The seq up to which the lazy derived tables hold every record (0: none)."""
+        rows = self._read("SELECT seq FROM derived_state WHERE id = 1")
+        return rows[0][0] if rows else 0
+
+    def underived(self, after: int, limit: int) -> list[tuple[int, int, int, Optional[int], Optional[str]]]:
+        """``(seq, offset, length, turn, ts)`` of up to ``limit`` records past seq ``after``."""
+        return self._read("SELECT seq, offset, length, turn, ts FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                          (after, limit))
+
+    def commit_derived(self, records: Sequence[BatchRecord], watermark: int) -> None:
+        """Give ``records`` to the lazy derived tables and advance the watermark, in one
+        transaction."""
+        with self._transaction() as conn:
+            for table in _derived:
+                if table.lazy:
+                    table.on_batch(conn, records)
+            conn.execute("INSERT OR REPLACE INTO derived_state (id, seq) VALUES (1, ?)", (watermark,))
+
     def count_events_before(self, offset: int) -> int:
         """How many records lie before byte ``offset`` (what a cap rewrite cut there evicts)."""
         return self._read("SELECT count(*) FROM events WHERE offset < ?", (offset,))[0][0]
@@ -502,13 +532,15 @@ class SessionIndex:
                 conn.execute("DELETE FROM events")
                 conn.execute("DELETE FROM turns")
                 conn.execute("DELETE FROM manifest")
+                conn.execute("DELETE FROM derived_state")
                 for table in _derived:
                     table.on_reset(conn)
             if events:
                 conn.executemany(_EVENT_INSERT, events)
-                if records and _derived:
+                if records:
                     for table in _derived:
-                        table.on_batch(conn, records)
+                        if not table.lazy:
+                            table.on_batch(conn, records)
             turn_rows = [t.as_row() for t in turns]
             if turn_rows:
                 conn.executemany(_TURN_UPSERT, turn_rows)
@@ -545,6 +577,11 @@ class SessionIndex:
             )
             for table in _derived:
                 table.on_evict(conn, first_kept_seq[0] if first_kept_seq else None)
+            # What was evicted needs no deriving any more.
+            conn.execute(
+                "UPDATE derived_state SET seq = max(seq, coalesce((SELECT min(seq) FROM events), ?) - 1) WHERE id = 1",
+                (manifest.next_seq,),
+            )
             conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
 
     @contextmanager

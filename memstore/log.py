@@ -19,6 +19,7 @@ import errno
 import logging
 import os
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Optional
@@ -33,6 +34,7 @@ from .cap import (
     plan_cap_eviction,
     write_eviction_summary,
 )
+from .deriver import Deriver, derive_all
 from .errors import LogFailedError, SessionBusyError, SessionClosedError, StoreIOError, TurnNotFound
 from .events import Record
 from .fsio import ensure_private_dir, fsync_dir, session_directory, sessions_root, temp_file_pid
@@ -76,8 +78,8 @@ class _Session:
         self.lock = threading.RLock()
         self.handles = 0
         self.pending: list[tuple] = []
-        # The lines of the pending rows, kept only when derived tables need the events.
-        self.pending_lines: Optional[list[bytes]] = [] if derived_tables() else None
+        # The lines of the pending rows, kept only when eager derived tables need the events.
+        self.pending_lines: Optional[list[bytes]] = [] if derived_tables(lazy=False) else None
         self.unpublished = 0
         self.failed: Optional[BaseException] = None
         self.liveness = LivenessLock(directory)
@@ -87,6 +89,9 @@ class _Session:
         self.publisher = ManifestPublisher(directory)
         self.ready = False
         self.inherited = False
+        # When the agent last wrote: the deriver waits for a quiet moment.
+        self.active = 0.0
+        self.deriver: Optional[Deriver] = Deriver(self) if Deriver.needed() else None
         # The log's first line names the session when the directory name cannot (a hashed id).
         self.head_id = session_id if directory.name != session_id else None
 
@@ -116,6 +121,8 @@ class _Session:
             if not self.log.open() and new_subdirs:
                 fsync_dir(self.dir)  # creating events.jsonl would have synced it
             recover(self, force_rescan)
+            if self.deriver is not None:
+                self.deriver.start()
         except BaseException:
             try:
                 self.publisher.stop()
@@ -228,6 +235,7 @@ class _Session:
 
     def write_out(self, *, sync: bool) -> None:
         """Write the buffer, then ``fdatasync`` if asked; any failure fails the session closed."""
+        self.active = time.monotonic()
         try:
             self.log.write_out(sync=sync)
         except StoreIOError as exc:
@@ -252,6 +260,8 @@ class _Session:
         if self.pending_lines is not None:
             self.pending_lines = []
         self.unpublished = 0
+        if self.deriver is not None:
+            self.deriver.wake()
         if manifest:
             self.publish_manifest()
 
@@ -306,6 +316,8 @@ class _Session:
         self.inherited = True
         self.log.close()
         self.liveness.forget()
+        if self.deriver is not None:
+            self.deriver.forget()
         _inherited_connections.append(self.index)
         self.index = None
 
@@ -336,6 +348,8 @@ class _Session:
                 # the files and the liveness lock are released, without holding up other sessions.
                 try:
                     self.ready = False
+                    if self.deriver is not None:
+                        self.deriver.stop()
                     try:
                         self.publisher.stop()
                     except BaseException as exc:
@@ -641,6 +655,7 @@ def rebuild(root: os.PathLike | str, session_id: str) -> Manifest:
         raise StoreIOError("rebuild", directory, "no such session (no events.jsonl)")
     log = _open(root, session_id, 0, "turn", None, force_rescan=True)
     try:
+        derive_all(log._s)
         return log.manifest
     finally:
         log.close()

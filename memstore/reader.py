@@ -78,6 +78,7 @@ class SessionReader:
         self._tail_turns: dict[int, Turn] = {}
         self._positions: dict[int, tuple[int, int, Optional[int]]] = {}
         self.indexed_len = 0  # bytes of the log the index (as read) covers
+        self.derived_seq = 0  # the lazy derived tables (search chunks) hold every record up to here
         try:
             self._open(session_id)
         except BaseException:
@@ -113,6 +114,7 @@ class SessionReader:
                 manifest.status = on_disk.status
             state = LogState(manifest, saved.open_turn)
             self.indexed_len = manifest.persisted_file_len
+            self.derived_seq = self.index.derived_watermark()
             self._catch_up(state, self.indexed_len, status_floor=0)
         else:
             self._release_snapshot()
@@ -267,6 +269,24 @@ class SessionReader:
             raise EventNotFound(self.session_id, seq)
         offset, length, _turn = found
         return self.log.pread(offset, length)
+
+    def underived_records(self) -> Iterator[BatchRecord]:
+        """The records the index's lazy derived tables (the search chunks) do not hold yet, in
+        log order: those the index has past its watermark, then those past the index."""
+        after = self.derived_seq
+        if self.index is not None:
+            while True:
+                rows = self.index.underived(after, 2_000)
+                if not rows:
+                    break
+                start = rows[0][1]
+                data = self.log.pread(start, rows[-1][1] + rows[-1][2] - start)
+                for seq, offset, length, turn, ts in rows:
+                    yield BatchRecord(seq, turn, ts, offset, length, line=data[offset - start: offset - start + length])
+                after = rows[-1][0]
+        for record in self.tail_records:
+            if record.seq > after:
+                yield record
 
     def _records(self, start: int, end: int, next_seq: int) -> Iterator[Record]:
         for line, _line_start, _line_end in self.log.lines(start, end):

@@ -171,7 +171,7 @@ def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0,
     state = session.state
     log = session.log
     rows: list[tuple] = []
-    derive = bool(derived_tables())
+    derive = bool(derived_tables(lazy=False))
     records: list[BatchRecord] = []
     offset = start
     for line, line_start, offset in log.lines(start, log.length):

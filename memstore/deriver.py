@@ -1,0 +1,152 @@
+"""Catching up the lazy derived tables (the search chunks) off the agent's path.
+
+Chunking an event and indexing its text in FTS5 costs several times what writing it does, so a
+writer never does it while appending. Each open session has a deriver thread that waits until
+the agent has been idle for a moment (agents spend most of their time waiting for a model),
+then derives the records past the index's ``derived_state`` watermark in small batches, each
+its own index transaction. It gives way as soon as the agent writes again, and stops at close;
+whatever is left is caught up by the next writer, and meanwhile readers derive the missing rows
+in memory. ``rebuild`` derives everything before it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Optional
+
+from .index import BatchRecord, derived_tables
+
+if TYPE_CHECKING:
+    from .log import _Session
+
+logger = logging.getLogger("memstore")
+
+IDLE_SECONDS = 0.2
+BATCH_EVENTS = 500
+BATCH_BYTES = 256 * 1024
+
+
+def derive_batch(session: "_Session", *, stop: Optional[threading.Event] = None,
+                 max_events: int = BATCH_EVENTS, max_bytes: int = BATCH_BYTES) -> int:
+    """Derive the next batch of records; return how many (0 when caught up, or when the log was
+    rewritten meanwhile: the next call starts from the new state)."""
+    if not _acquire(session, stop):
+        return 0
+    try:
+        if session.failed is not None or session.index is None:
+            return 0
+        index = session.index
+        watermark = index.derived_watermark()
+        rows = index.underived(watermark, max_events)
+        if not rows:
+            return 0
+        taken, size = [], 0
+        for row in rows:
+            if taken and size + row[2] > max_bytes:
+                break
+            taken.append(row)
+            size += row[2]
+        start = taken[0][1]
+        data = session.log.pread(start, taken[-1][1] + taken[-1][2] - start)
+        generation = session.state.manifest.generation
+    finally:
+        session.lock.release()
+    records = []
+    for seq, offset, length, turn, ts in taken:
+        record = BatchRecord(seq, turn, ts, offset, length, line=data[offset - start: offset - start + length])
+        record.event  # decode here, outside the session's lock
+        records.append(record)
+    if not _acquire(session, stop):
+        return 0
+    try:
+        if (session.failed is not None or session.index is None
+                or session.state.manifest.generation != generation or session.index.derived_watermark() != watermark):
+            return 0  # rewritten or rebuilt meanwhile
+        session.index.commit_derived(records, taken[-1][0])
+    finally:
+        session.lock.release()
+    return len(records)
+
+
+def derive_all(session: "_Session") -> int:
+    """Derive every record the lazy derived tables lack (``rebuild`` calls this)."""
+    total = 0
+    while True:
+        done = derive_batch(session, max_events=5_000, max_bytes=4 << 20)
+        if not done:
+            return total
+        total += done
+
+
+def _acquire(session: "_Session", stop: Optional[threading.Event]) -> bool:
+    """Take the session's lock. The background deriver never waits for it: a busy lock means
+    the agent is writing (or closing), and then it gives way."""
+    if stop is None:
+        session.lock.acquire()
+        return True
+    if stop.is_set() or not session.lock.acquire(blocking=False):
+        return False
+    if stop.is_set():
+        session.lock.release()
+        return False
+    return True
+
+
+class Deriver:
+    """The background thread of one open session that keeps its lazy derived tables current."""
+
+    def __init__(self, session: "_Session"):
+        self.session = session
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.error: Optional[BaseException] = None
+
+    @staticmethod
+    def needed() -> bool:
+        return bool(derived_tables(lazy=True))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="memstore-deriver", daemon=True)
+        self._thread.start()
+        self._wake.set()  # an index may lag from an earlier run
+
+    def wake(self) -> None:
+        """New records were indexed."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop after the current batch (which is either committed or not started)."""
+        self._stop.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def forget(self) -> None:
+        """In a forked child: the thread does not exist there."""
+        self._thread = None
+        self._stop.set()
+
+    def _run(self) -> None:
+        session = self.session
+        while not self._stop.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            while not self._stop.is_set():
+                quiet = time.monotonic() - session.active
+                if quiet < IDLE_SECONDS:
+                    self._stop.wait(IDLE_SECONDS - quiet)
+                    continue
+                try:
+                    if not derive_batch(session, stop=self._stop):
+                        break
+                except Exception as exc:  # noqa: BLE001 - reported, then the deriver rests
+                    # The events are safe in the log and the index; only search lags. Readers
+                    # derive what is missing, and the next open tries again.
+                    self.error = exc
+                    logger.warning("deriving search chunks for %s failed (readers derive them in memory): %s",
+                                   session.dir, exc)
+                    return
