@@ -8,7 +8,6 @@ import time
 
 import hypothesis
 import hypothesis.strategies as st
-import pytest
 
 import memstore
 import memstore.deriver
