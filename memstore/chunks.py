@@ -1,4 +1,5 @@
-"""Events into search chunks: the text of every text-bearing event, split into bounded windows.
+"""Events into search chunks (the text of every text-bearing event, split into bounded windows)
+and into the files they changed.
 
 Each chunk is one window of one event's text: its ``seq``, a ``part`` number within the event,
 its turn and time, the kind of text (``agent_message``, ``command_execution``, ...), and the
@@ -125,6 +126,29 @@ def _on_reset(conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM chunks")
 
 
+def _create_file_changes(db: "sqlite_utils.Database") -> None:
+    db["file_changes"].create({"seq": int, "turn": int, "path": str, "kind": str}, not_null={"seq", "path", "kind"})
+    db["file_changes"].create_index(["seq"], index_name="file_changes_seq")
+
+
+def file_change_rows(records: Iterable[BatchRecord]) -> Iterator[tuple]:
+    """``(seq, turn, path, kind)`` for every file the records changed."""
+    for record in records:
+        for path, kind in ev.changed_files(record.event):
+            yield (record.seq, record.turn, path, kind)
+
+
+FILE_CHANGES = DerivedTable(
+    "file_changes",
+    MigrationSet("memstore.file_changes", (("file_changes", _create_file_changes),)),
+    lambda conn, records: conn.executemany("INSERT INTO file_changes VALUES (?, ?, ?, ?)", file_change_rows(records)),
+    lambda conn, first_kept_seq: conn.execute(
+        "DELETE FROM file_changes" + ("" if first_kept_seq is None else " WHERE seq < ?"),
+        () if first_kept_seq is None else (first_kept_seq,)),
+    lambda conn: conn.execute("DELETE FROM file_changes"),
+    lazy=True,
+)
+
 CHUNKS = DerivedTable(
     "chunks",
     MigrationSet("memstore.chunks", (("chunks_with_fts", _create_chunks),)),
@@ -134,3 +158,4 @@ CHUNKS = DerivedTable(
     lazy=True,
 )
 register_derived_table(CHUNKS)
+register_derived_table(FILE_CHANGES)

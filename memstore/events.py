@@ -448,6 +448,18 @@ def event_text(event: dict) -> Optional[tuple[str, str]]:
     return (kind, text) if text else None
 
 
+def changed_files(event: dict) -> list[tuple[str, str]]:
+    """``(path, kind)`` of every file a completed ``file_change`` item changed (``kind``: add,
+    delete, update, or whatever the event says)."""
+    if event.get("type") != "item.completed":
+        return []
+    item = event.get("item")
+    if not isinstance(item, dict) or item.get("type") != "file_change" or not isinstance(item.get("changes"), list):
+        return []
+    return [(change["path"], _str_or_none(change.get("kind")) or "update")
+            for change in item["changes"] if isinstance(change, dict) and type(change.get("path")) is str]
+
+
 def _text(value: Any) -> str:
     """A value as text: strings as they are, anything else as compact JSON ('' for null)."""
     if value is None:

@@ -10,11 +10,15 @@ describes the log and index only the bytes past that offset.
 The schema is a set of named sqlite-utils migrations. An index of memstore's first format (no
 migrations table) or of an unknown one is never read: it is discarded and rebuilt from the log.
 
-While a writer has the session open the database runs in WAL mode, so readers (the catalog,
-Datasette, ``read_session``) never block it. ``synchronous=NORMAL`` is enough: the log is fsynced
-before every index transaction, so after a power cut the index can only be behind the log. On
-close the writer turns WAL off again, so a database at rest is one file, which a read-only
-reader can open without creating SQLite's side files.
+The database runs in WAL mode, so readers (the catalog, Datasette, ``read_session``) never
+block the writer. ``synchronous=NORMAL`` is enough: the log is fsynced before every index
+transaction, so after a power cut the index can only be behind the log.
+
+Readers open it without creating or writing anything (see :func:`readonly_uri`). At rest (no
+writer since the last clean close) a WAL database has no side files, and opening it the usual
+read-only way would create them; such a database is opened ``immutable`` instead (no locks, no
+side files), and a reader checks after every query that no writer changed the file meanwhile,
+reopening the usual way (a writer has created the side files by then) if one did.
 """
 
 from __future__ import annotations
@@ -266,6 +270,8 @@ class SessionIndex:
         self.path = Path(path)
         self.conn = conn
         self.readonly = readonly
+        self.immutable = False  # opened read-only without locks (see readonly_uri)
+        self.stamp: Optional[tuple] = None
         # True when opening added tables (a newly registered derived table) to an index that
         # already had rows: those tables are empty, so the index must be rebuilt.
         self.needs_rebuild = False
@@ -318,24 +324,35 @@ class SessionIndex:
             raise StoreIOError.from_os_error("stat", path, exc) from exc
         if not stat.S_ISREG(st.st_mode):
             raise UnsafePathError("open index", path, "is a symlink or not a regular file")
-        try:
-            conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None,
-                                   check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise StoreIOError("open index", path, str(exc)) from exc
-        try:
-            conn.execute("PRAGMA busy_timeout=5000")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version != INDEX_FORMAT or LOG_MIGRATIONS.pending(conn):
+        for _attempt in range(3):
+            stamp = file_stamp(path)
+            uri = readonly_uri(path)
+            try:
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as exc:
+                raise StoreIOError("open index", path, str(exc)) from exc
+            try:
+                conn.execute("PRAGMA busy_timeout=5000")
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                usable = version == INDEX_FORMAT and not LOG_MIGRATIONS.pending(conn)
+                needs_rebuild = usable and any(t.migrations.pending(conn) for t in _derived)
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                if file_stamp(path) != stamp:
+                    continue  # a writer changed it under an immutable read: look again
+                logger.debug("not reading index %s: %s", path, exc)
+                return None
+            if not usable:
                 conn.close()
                 return None
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            logger.debug("not reading index %s: %s", path, exc)
-            return None
-        index = cls(path, conn, readonly=True)
-        index.needs_rebuild = any(t.migrations.pending(conn) for t in _derived)
-        return index
+            index = cls(path, conn, readonly=True)
+            index.needs_rebuild = needs_rebuild
+            index.immutable = "immutable=1" in uri
+            index.stamp = stamp
+            if not index.changed():
+                return index
+            index.close()
+        return None
 
     def _migrate(self) -> None:
         conn = self.conn
@@ -366,15 +383,6 @@ class SessionIndex:
                 raise StoreIOError.from_os_error("remove", f"{path}{suffix}", exc) from exc
 
     def close(self) -> None:
-        """Close the connection. A writer first turns WAL off (checkpointing it into the main
-        file), so the index at rest can be read without SQLite creating side files; if a
-        reader is still attached that is left to a later close."""
-        if not self.readonly:
-            try:
-                self.conn.execute("PRAGMA busy_timeout=0")
-                self.conn.execute("PRAGMA journal_mode=DELETE")
-            except sqlite3.Error as exc:
-                logger.debug("index %s stays in WAL mode: %s", self.path, exc)
         try:
             self.conn.close()
         except sqlite3.Error as exc:
@@ -382,9 +390,23 @@ class SessionIndex:
 
     # -- reading -----------------------------------------------------------------------------
 
+    def changed(self) -> bool:
+        """For an index read ``immutable``: whether a writer has touched the file since it was
+        opened (what was read may then be torn)."""
+        return self.immutable and file_stamp(self.path) != self.stamp
+
     def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
         try:
-            return self.conn.execute(sql, params).fetchall()
+            rows = self.conn.execute(sql, params).fetchall()
+            if self.changed():
+                # A writer arrived: read again the usual way (its side files exist now).
+                self.conn.close()
+                self.conn = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro", uri=True,
+                                            isolation_level=None, check_same_thread=False)
+                self.conn.execute("PRAGMA busy_timeout=5000")
+                self.immutable = False
+                rows = self.conn.execute(sql, params).fetchall()
+            return rows
         except sqlite3.Error as exc:
             raise StoreIOError("read index", self.path, str(exc)) from exc
 
@@ -412,8 +434,13 @@ class SessionIndex:
         rows = self._read(f"{_TURN_SELECT} WHERE number = ?", (number,))
         return Turn(*rows[0]) if rows else None
 
-    def turns(self) -> list[Turn]:
-        return [Turn(*row) for row in self._read(f"{_TURN_SELECT} ORDER BY number")]
+    def turns(self, since: int = 0) -> list[Turn]:
+        """The turns numbered ``since`` or later, oldest first."""
+        return [Turn(*row) for row in self._read(f"{_TURN_SELECT} WHERE number >= ? ORDER BY number", (since,))]
+
+    def max_seq(self) -> int:
+        """The largest seq indexed (0: none)."""
+        return self._read("SELECT coalesce(max(seq), 0) FROM events")[0][0]
 
     def turn_spans(self) -> list[tuple[int, int, int, int]]:
         """``(number, start_offset, end_offset, event_count)`` of every turn, oldest first."""
@@ -604,6 +631,31 @@ class SessionIndex:
                 raise
         except (sqlite3.Error, OverflowError) as exc:
             raise StoreIOError("update index", self.path, str(exc)) from exc
+
+
+def file_stamp(path: Path) -> tuple:
+    """What changes when a writer touches an index: the file's identity, size and time, and
+    whether its WAL side files exist."""
+    try:
+        st = os.stat(path)
+        main = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except FileNotFoundError:
+        main = None
+    return main, os.path.exists(f"{path}-wal"), os.path.exists(f"{path}-shm")
+
+
+def readonly_uri(path: os.PathLike | str) -> str:
+    """The URI that opens an index for reading without creating or writing any file.
+
+    With a writer about (its ``-wal`` and ``-shm`` files exist) that is the usual read-only
+    open. At rest those files do not exist and a read-only open would create them, so the
+    database is opened ``immutable`` (no locks, no side files); callers must check
+    :func:`file_stamp` after reading and read again if a writer arrived meanwhile.
+    """
+    path = Path(path)
+    if os.path.exists(f"{path}-wal") or os.path.exists(f"{path}-shm"):
+        return f"{path.absolute().as_uri()}?mode=ro"
+    return f"{path.absolute().as_uri()}?immutable=1"
 
 
 def _create_private(path: Path) -> tuple[int, int]:

@@ -655,7 +655,12 @@ def rebuild(root: os.PathLike | str, session_id: str) -> Manifest:
         raise StoreIOError("rebuild", directory, "no such session (no events.jsonl)")
     log = _open(root, session_id, 0, "turn", None, force_rescan=True)
     try:
-        derive_all(log._s)
+        try:
+            derive_all(log._s)
+        except StoreIOError as exc:
+            # The index itself is rebuilt; only the search chunks lag, and readers derive
+            # them in memory until a writer catches up.
+            logger.warning("rebuild of %s: the search chunks could not be derived: %s", log.directory, exc)
         return log.manifest
     finally:
         log.close()

@@ -79,6 +79,7 @@ class SessionReader:
         self._positions: dict[int, tuple[int, int, Optional[int]]] = {}
         self.indexed_len = 0  # bytes of the log the index (as read) covers
         self.derived_seq = 0  # the lazy derived tables (search chunks) hold every record up to here
+        self.indexed_seq = 0  # the largest seq in the index (as read); larger ones are in tail_rows
         try:
             self._open(session_id)
         except BaseException:
@@ -96,7 +97,8 @@ class SessionReader:
             except FileNotFoundError:
                 raise SessionNotFound(session_id or self.dir.name, self.log.path) from None
             self.end = self._complete_end()
-            if saved is not None and covers_prefix(self, saved) and self.index.is_consistent(saved.manifest):
+            if (saved is not None and covers_prefix(self, saved) and self.index.is_consistent(saved.manifest)
+                    and not self.index.changed()):
                 break
             if attempt < _SNAPSHOT_ATTEMPTS - 1 and saved is not None:
                 # A writer may have rewritten the log between the two reads: look again.
@@ -115,6 +117,7 @@ class SessionReader:
             state = LogState(manifest, saved.open_turn)
             self.indexed_len = manifest.persisted_file_len
             self.derived_seq = self.index.derived_watermark()
+            self.indexed_seq = self.index.max_seq()
             self._catch_up(state, self.indexed_len, status_floor=0)
         else:
             self._release_snapshot()
@@ -216,10 +219,11 @@ class SessionReader:
     def event_count(self) -> int:
         return self.state.manifest.event_count
 
-    def turns(self) -> list[Turn]:
-        """Every turn the log holds, oldest first (an open turn last, status ``open``)."""
-        turns = {t.number: t for t in (self.index.turns() if self.index is not None else [])}
-        turns.update((number, replace(turn)) for number, turn in self._tail_turns.items())
+    def turns(self, since: int = 0) -> list[Turn]:
+        """Every turn the log holds (numbered ``since`` or later), oldest first (an open turn
+        last, status ``open``)."""
+        turns = {t.number: t for t in (self.index.turns(since) if self.index is not None else [])}
+        turns.update((number, replace(turn)) for number, turn in self._tail_turns.items() if number >= since)
         return [turns[n] for n in sorted(turns)]
 
     def turn(self, number: int) -> Optional[Turn]:

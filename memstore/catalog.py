@@ -1,0 +1,449 @@
+"""``<root>/catalog.db``: every session of the store in one database, for search and SQL.
+
+It holds one row per session (its manifest, where it came from, its totals), every turn, every
+event (the analytics columns), the files changed, and every search chunk with FTS5, plus views
+for the questions people ask (tool calls and their outcome, failed commands, tokens per day and
+per model). Datasette serves it; ``search_memory`` ranks its chunks.
+
+It is a regenerable view: :func:`refresh_catalog` brings it up to date incrementally. A session
+whose log, manifest and index are unchanged since the last refresh is skipped after three
+``stat`` calls; one that grew gets only its new rows; one whose ``generation`` changed (its
+index was rebuilt, or a cap rewrite evicted) is copied again; one that is gone is forgotten.
+Rows are copied from the session indexes with ``ATTACH`` + ``INSERT ... SELECT`` (never
+re-parsing what an index already parsed); only what a session index does not hold yet (lines a
+writer has not indexed, chunks its deriver has not made) comes from the session's reader. Each
+session is updated in one transaction, so Datasette, querying meanwhile, never sees half of
+one; the refresh holds the store's ``catalog`` lock and reads sessions without locking them.
+Deleting ``catalog.db`` and refreshing gives the same content.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from .chunks import file_change_rows, record_chunks
+from .errors import MemstoreError, StoreIOError
+from .fsio import sessions_root
+from .index import INDEX_FILE, TURN_COLUMNS, MigrationSet, file_stamp, readonly_uri
+from .lock import store_lock
+from .logfile import EVENTS_FILE
+from .manifest import MANIFEST_FILE
+from .reader import SessionReader, read_session_dir
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+logger = logging.getLogger("memstore")
+
+CATALOG_FILE = "catalog.db"
+_ATTEMPTS = 3
+_TITLE_CHARS = 200
+
+
+@dataclass
+class RefreshReport:
+    """What a refresh changed: sessions ``added``, ``updated`` (grew), ``recopied`` (rewritten),
+    ``removed`` and left ``unchanged``, and the sessions it could not read (``errors``: id and
+    reason; they are tried again on the next refresh)."""
+
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    recopied: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    errors: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.updated or self.recopied or self.removed)
+
+
+def catalog_path(root: os.PathLike | str) -> Path:
+    return Path(root) / CATALOG_FILE
+
+
+# --------------------------------------------------------------------------------------------
+# Schema
+
+
+def _create_tables(db: "sqlite_utils.Database") -> None:
+    db["sessions"].create(
+        {
+            "session_id": str, "directory": str, "status": str, "created_at": str, "updated_at": str,
+            "turn_count": int, "event_count": int, "retained_turn_base": int, "generation": int,
+            "agent": str, "agent_version": str, "cwd": str, "git_branch": str, "source_path": str,
+            "parent_session_id": str, "title": str, "model": str, "turns_failed": int,
+            "input_tokens": int, "cached_input_tokens": int, "cache_creation_tokens": int, "output_tokens": int,
+            "log_bytes": int,
+        },
+        pk="session_id",
+    )
+    db["sessions"].create_index(["updated_at"], index_name="sessions_updated")
+    db["sessions"].create_index(["directory"], index_name="sessions_directory", unique=True)
+    db["turns"].create(
+        {"session_id": str, **{c: (int if c not in ("status", "started_at", "ended_at", "error", "model") else str)
+                               for c in TURN_COLUMNS},
+         "duration_ms": int},
+        pk=("session_id", "number"),
+    )
+    db["turns"].create_index(["started_at"], index_name="turns_started")
+    db["events"].create(
+        {"session_id": str, "seq": int, "turn": int, "ts": str, "type": str, "item_type": str, "item_id": str,
+         "name": str, "status": str, "exit_code": int, "offset": int, "length": int},
+        pk=("session_id", "seq"),
+    )
+    db["events"].create_index(["session_id", "turn"], index_name="events_turn")
+    db["events"].create_index(["item_type", "status"], index_name="events_item_type")
+    db["file_changes"].create({"session_id": str, "seq": int, "turn": int, "path": str, "kind": str})
+    db["file_changes"].create_index(["session_id", "seq"], index_name="file_changes_session")
+    db["file_changes"].create_index(["path"], index_name="file_changes_path")
+    db["chunks"].create(
+        {"id": int, "chunk_id": str, "session_id": str, "seq": int, "turn": int, "part": int, "source": str,
+         "kind": str, "path": str, "start_line": int, "end_line": int, "created_at": str, "text": str},
+        pk="id",
+        not_null={"chunk_id", "session_id", "source", "text"},
+    )
+    db["chunks"].create_index(["chunk_id"], index_name="chunks_chunk_id", unique=True)
+    db["chunks"].create_index(["session_id", "seq"], index_name="chunks_session_seq")
+    db["chunks"].enable_fts(["text"], fts_version="FTS5", create_triggers=True, tokenize="unicode61")
+    # Where each session stands: what the catalog copied, and the file stamps that say whether
+    # anything changed since.
+    db["catalog_state"].create(
+        {"directory": str, "session_id": str, "generation": int, "events_seq": int, "chunks_seq": int,
+         "last_turn": int, "stamp": str},
+        pk="directory",
+    )
+
+
+def _create_views(db: "sqlite_utils.Database") -> None:
+    db.create_view("tool_calls", """
+        SELECT session_id, seq, turn, ts, item_type, name AS tool, status AS outcome,
+               status IN ('failed', 'error', 'declined', 'permission_rejected', 'permission_cancelled',
+                          'hook_denied', 'invalid_tool', 'cancelled') AS failed
+        FROM events
+        WHERE type = 'item.completed' AND item_type IN ('tool_invocation', 'tool_call', 'mcp_tool_call')
+    """)
+    db.create_view("commands", """
+        SELECT session_id, seq, turn, ts, name AS command, exit_code, status,
+               (coalesce(exit_code, 0) != 0 OR status = 'failed') AS failed
+        FROM events
+        WHERE type = 'item.completed' AND item_type = 'command_execution'
+    """)
+    db.create_view("errors", """
+        SELECT session_id, turn, ended_at AS ts, 'turn ' || status AS what, error AS message
+        FROM turns WHERE status = 'failed'
+        UNION ALL
+        SELECT e.session_id, e.turn, e.ts, e.type, c.text
+        FROM events e LEFT JOIN chunks c ON c.session_id = e.session_id AND c.seq = e.seq AND c.part = 0
+        WHERE e.type = 'error' OR (e.type = 'item.completed' AND e.item_type = 'error')
+    """)
+    db.create_view("token_usage_daily", """
+        SELECT substr(coalesce(started_at, ended_at), 1, 10) AS day, coalesce(model, '') AS model,
+               count(*) AS turns, sum(input_tokens) AS input_tokens, sum(cached_input_tokens) AS cached_input_tokens,
+               sum(cache_creation_tokens) AS cache_creation_tokens, sum(output_tokens) AS output_tokens
+        FROM turns GROUP BY day, model
+    """)
+    db.create_view("token_usage_by_model", """
+        SELECT coalesce(model, '') AS model, count(*) AS turns, sum(input_tokens) AS input_tokens,
+               sum(cached_input_tokens) AS cached_input_tokens, sum(cache_creation_tokens) AS cache_creation_tokens,
+               sum(output_tokens) AS output_tokens,
+               round(1.0 * sum(cached_input_tokens) / nullif(sum(input_tokens), 0), 4) AS cache_hit_rate
+        FROM turns GROUP BY model
+    """)
+
+
+CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables", _create_tables), ("views", _create_views)))
+
+
+def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
+    """Open (creating and migrating) ``<root>/catalog.db`` for writing, in WAL mode."""
+    path = catalog_path(root)
+    try:
+        # uri=True: the session indexes are attached read-only, by URI.
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, uri=True)
+    except sqlite3.Error as exc:
+        raise StoreIOError("open catalog", path, str(exc)) from exc
+    try:
+        os.chmod(path, 0o600)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=10000")
+        if CATALOG_MIGRATIONS.pending(conn):
+            CATALOG_MIGRATIONS.apply(conn)
+    except (sqlite3.Error, OSError) as exc:
+        conn.close()
+        raise StoreIOError("open catalog", path, str(exc)) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+# --------------------------------------------------------------------------------------------
+# Refresh
+
+
+def refresh_catalog(root: os.PathLike | str, *, progress=None) -> RefreshReport:
+    """Bring ``<root>/catalog.db`` up to date with the sessions under ``root``; return what
+    changed. ``progress(done, total)`` is called as sessions are looked at."""
+    root = Path(root)
+    report = RefreshReport()
+    if not root.is_dir():
+        raise StoreIOError("refresh catalog", root, "no such store directory")
+    with store_lock(root, "catalog"):
+        conn = open_catalog(root)
+        try:
+            _refresh(conn, root, report, progress)
+        finally:
+            conn.close()
+    return report
+
+
+def _session_dirs(root: Path) -> dict[str, Path]:
+    base = sessions_root(root)
+    try:
+        entries = list(os.scandir(base))
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise StoreIOError.from_os_error("list", base, exc) from exc
+    return {e.name: Path(e.path) for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)}
+
+
+def _stamp(directory: Path) -> Optional[str]:
+    """What changes when a session does: its log, its manifest and its index files."""
+    parts = []
+    for name in (EVENTS_FILE, MANIFEST_FILE, f"index/{INDEX_FILE}", f"index/{INDEX_FILE}-wal"):
+        try:
+            st = os.stat(directory / name, follow_symlinks=False)
+        except FileNotFoundError:
+            if name == EVENTS_FILE:
+                return None
+            parts.append("-")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        parts.append(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
+    return "|".join(parts)
+
+
+def _refresh(conn: sqlite3.Connection, root: Path, report: RefreshReport, progress) -> None:
+    directories = _session_dirs(root)
+    state = {row[0]: row for row in conn.execute(
+        "SELECT directory, session_id, generation, events_seq, chunks_seq, last_turn, stamp FROM catalog_state")}
+    for name in sorted(set(state) - set(directories)):
+        with _transaction(conn):
+            _forget(conn, state[name][1])
+            conn.execute("DELETE FROM catalog_state WHERE directory = ?", (name,))
+        report.removed.append(state[name][1])
+    total = len(directories)
+    for done, name in enumerate(sorted(directories), start=1):
+        if progress is not None:
+            progress(done, total)
+        directory = directories[name]
+        stamp = _stamp(directory)
+        previous = state.get(name)
+        if stamp is None:
+            continue  # no log (yet): not a session
+        if previous is not None and previous[6] == stamp:
+            report.unchanged += 1
+            continue
+        try:
+            outcome = _refresh_session(conn, root, name, directory, previous, stamp)
+        except (MemstoreError, sqlite3.Error, OSError) as exc:
+            logger.warning("catalog: skipping session directory %s this time: %s", directory, exc)
+            report.errors.append((name, str(exc)))
+            continue
+        if outcome is not None:
+            kind, session_id = outcome
+            getattr(report, kind).append(session_id)
+
+
+def _refresh_session(conn: sqlite3.Connection, root: Path, name: str, directory: Path,
+                     previous: Optional[tuple], stamp: str) -> Optional[tuple[str, str]]:
+    for _attempt in range(_ATTEMPTS):
+        with read_session_dir(directory) as reader:
+            outcome = _copy_session(conn, root, name, directory, reader, previous, stamp)
+        if outcome is not None:
+            return outcome
+    raise StoreIOError("refresh catalog", directory, "the session kept being rewritten while it was read")
+
+
+def _copy_session(conn: sqlite3.Connection, root: Path, name: str, directory: Path, reader: SessionReader,
+                  previous: Optional[tuple], stamp: str) -> Optional[tuple[str, str]]:
+    """Copy what the catalog lacks of one session, in one transaction; ``None`` when the session's
+    index changed generation under the reader (the caller reads it again)."""
+    manifest = reader.manifest
+    session_id = reader.session_id
+    full = (previous is None or previous[1] != session_id or previous[2] != manifest.generation
+            or previous[3] > max(reader.indexed_seq, reader.tail_rows[-1][0] if reader.tail_rows else 0))
+    events_seq = 0 if full else previous[3]
+    chunks_seq = 0 if full else previous[4]
+    last_turn = 0 if full else previous[5]
+    uri = _attach(conn, reader.index_path) if reader.index is not None else None
+    attached = uri is not None
+    attached_stamp = file_stamp(reader.index_path) if attached else None
+    try:
+        with _transaction(conn):
+            if attached:
+                row = conn.execute("SELECT generation FROM src.manifest WHERE id = 1").fetchone()
+                if row is None or row[0] != manifest.generation:
+                    raise _Rewritten()
+            if full and previous is not None:
+                _forget(conn, previous[1])
+            if full:
+                _forget(conn, session_id)  # a directory renamed to another id's, say
+            # Events: from the index up to what the reader saw of it, then the reader's tail.
+            if attached and reader.indexed_seq > events_seq:
+                conn.execute(
+                    "INSERT INTO events (session_id, seq, turn, ts, type, item_type, item_id, name, status, exit_code, "
+                    "offset, length) SELECT ?, seq, turn, ts, type, item_type, item_id, name, status, exit_code, "
+                    "offset, length FROM src.events WHERE seq > ? AND seq <= ?",
+                    (session_id, events_seq, reader.indexed_seq))
+            tail = [(session_id, r[0], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[1], r[2])
+                    for r in reader.tail_rows if r[0] > events_seq]
+            conn.executemany(
+                "INSERT INTO events (session_id, seq, turn, ts, type, item_type, item_id, name, status, exit_code, "
+                "offset, length) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", tail)
+            new_events_seq = max([events_seq, reader.indexed_seq] + [r[1] for r in tail])
+            # Turns: from the first that may have changed (the last one copied could have been open).
+            turns = reader.turns(since=last_turn)
+            conn.execute("DELETE FROM turns WHERE session_id = ? AND number >= ?", (session_id, last_turn))
+            conn.executemany(
+                f"INSERT INTO turns (session_id, {', '.join(TURN_COLUMNS)}, duration_ms) "
+                f"VALUES (?, {', '.join('?' * len(TURN_COLUMNS))}, ?)",
+                [(session_id, *t.as_row(), _duration_ms(t.started_at, t.ended_at)) for t in turns])
+            # Chunks and changed files: what the index derived, then what the reader derives.
+            _copy_derived(conn, reader, session_id, name, chunks_seq, attached)
+            new_chunks_seq = max(chunks_seq, new_events_seq)
+            _upsert_session(conn, session_id, name, directory, manifest, reader)
+            conn.execute(
+                "INSERT OR REPLACE INTO catalog_state (directory, session_id, generation, events_seq, chunks_seq, "
+                "last_turn, stamp) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (name, session_id, manifest.generation, new_events_seq, new_chunks_seq,
+                 max([last_turn] + [t.number for t in turns]), stamp))
+            if attached and "immutable=1" in uri and file_stamp(reader.index_path) != attached_stamp:
+                raise _Rewritten()  # a writer touched the index under an immutable read
+    except _Rewritten:
+        return None
+    finally:
+        if attached:
+            conn.execute("DETACH DATABASE src")
+    kind = "added" if previous is None else "recopied" if full else "updated"
+    return kind, session_id
+
+
+class _Rewritten(Exception):
+    """The session's index changed generation between the reader's snapshot and the copy."""
+
+
+def _copy_derived(conn: sqlite3.Connection, reader: SessionReader, session_id: str, name: str, after: int,
+                  attached: bool) -> list[int]:
+    path = f"sessions/{name}/{EVENTS_FILE}"
+    ids: list[int] = []
+    copied = after
+    if attached:
+        derived = conn.execute("SELECT coalesce((SELECT seq FROM src.derived_state WHERE id = 1), 0)").fetchone()[0]
+        copied = max(after, min(derived, reader.indexed_seq))
+        if copied > after:
+            cursor = conn.execute(
+                "INSERT INTO chunks (chunk_id, session_id, seq, turn, part, source, kind, path, start_line, end_line, "
+                "created_at, text) SELECT ? || ':' || seq || ':' || part, ?, seq, turn, part, 'event', kind, ?, "
+                "start_line, end_line, ts, text FROM src.chunks WHERE seq > ? AND seq <= ? ORDER BY seq, part "
+                "RETURNING id",
+                (session_id, session_id, path, after, copied))
+            ids.extend(row[0] for row in cursor)
+            conn.execute(
+                "INSERT INTO file_changes (session_id, seq, turn, path, kind) SELECT ?, seq, turn, path, kind "
+                "FROM src.file_changes WHERE seq > ? AND seq <= ?", (session_id, after, copied))
+    records = [r for r in reader.underived_records() if r.seq > copied]
+    for chunk in record_chunks(records):
+        cursor = conn.execute(
+            "INSERT INTO chunks (chunk_id, session_id, seq, turn, part, source, kind, path, start_line, end_line, "
+            "created_at, text) VALUES (?, ?, ?, ?, ?, 'event', ?, ?, ?, ?, ?, ?) RETURNING id",
+            (f"{session_id}:{chunk.seq}:{chunk.part}", session_id, chunk.seq, chunk.turn, chunk.part, chunk.kind,
+             path, chunk.start_line, chunk.end_line, chunk.ts, chunk.text))
+        ids.append(cursor.fetchone()[0])
+    conn.executemany("INSERT INTO file_changes (session_id, seq, turn, path, kind) VALUES (?, ?, ?, ?, ?)",
+                     [(session_id, *row) for row in file_change_rows(records)])
+    return ids
+
+
+def _upsert_session(conn: sqlite3.Connection, session_id: str, name: str, directory: Path, manifest,
+                    reader: SessionReader) -> None:
+    source = manifest.source or {}
+    totals = conn.execute(
+        "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(cached_input_tokens), 0), "
+        "coalesce(sum(cache_creation_tokens), 0), coalesce(sum(output_tokens), 0), "
+        "sum(status = 'failed'), (SELECT model FROM turns WHERE session_id = ? AND model IS NOT NULL "
+        "ORDER BY number DESC LIMIT 1) FROM turns WHERE session_id = ?", (session_id, session_id)).fetchone()
+    title = conn.execute(
+        "SELECT text FROM chunks WHERE session_id = ? AND part = 0 AND kind IN ('user_message', 'agent_message') "
+        "ORDER BY kind = 'user_message' DESC, seq LIMIT 1", (session_id,)).fetchone()
+    conn.execute(
+        "INSERT OR REPLACE INTO sessions (session_id, directory, status, created_at, updated_at, turn_count, "
+        "event_count, retained_turn_base, generation, agent, agent_version, cwd, git_branch, source_path, "
+        "parent_session_id, title, model, turns_failed, input_tokens, cached_input_tokens, cache_creation_tokens, "
+        "output_tokens, log_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (session_id, name, manifest.status, manifest.created_at, manifest.updated_at, manifest.turn_count,
+         manifest.event_count, manifest.retained_turn_base, manifest.generation,
+         _str(source.get("agent")) or "memstore", _str(source.get("agent_version")), _str(source.get("cwd")),
+         _str(source.get("git_branch")), _str(source.get("path")), _str(source.get("parent_session_id")),
+         " ".join(title[0].split())[:_TITLE_CHARS] if title else None, totals[5], totals[4] or 0,
+         totals[0], totals[1], totals[2], totals[3], reader.end))
+
+
+def _forget(conn: sqlite3.Connection, session_id: str) -> None:
+    for table in ("chunks", "file_changes", "events", "turns", "sessions"):
+        conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+
+
+def _attach(conn: sqlite3.Connection, index_path: Path) -> Optional[str]:
+    """Attach a session index read-only as ``src``, creating and writing nothing in the
+    session (see ``index.readonly_uri``); return the URI used, or ``None`` if it cannot be."""
+    uri = readonly_uri(index_path)
+    try:
+        conn.execute("ATTACH DATABASE ? AS src", (uri,))
+        return uri
+    except sqlite3.Error as exc:
+        logger.info("catalog: reading %s through its reader (%s)", index_path, exc)
+        return None
+
+
+class _transaction:
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __enter__(self):
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+        return False
+
+
+def _duration_ms(started: Optional[str], ended: Optional[str]) -> Optional[int]:
+    from .events import parse_ts
+
+    a, b = parse_ts(started), parse_ts(ended)
+    if a is None or b is None:
+        return None
+    return max(0, int((b - a).total_seconds() * 1000))
+
+
+def _str(value) -> Optional[str]:
+    return value if isinstance(value, str) else None
+
+
+def _json_list(values: Sequence[int]) -> str:
+    return "[" + ",".join(str(v) for v in values) + "]"

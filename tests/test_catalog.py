@@ -1,0 +1,171 @@
+"""The cross-session catalog: incremental refreshes equal a refresh from scratch, rewritten
+sessions are recopied, removed ones forgotten, and readers never see half a session."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import threading
+
+import hypothesis
+import hypothesis.strategies as st
+
+import memstore
+import memstore.deriver
+from memstore.catalog import refresh_catalog
+
+TABLES = {
+    "sessions": "session_id, directory, status, created_at, updated_at, turn_count, event_count, retained_turn_base, "
+                "agent, title, model, turns_failed, input_tokens, cached_input_tokens, output_tokens, log_bytes",
+    "turns": "session_id, number, status, event_count, first_seq, last_seq, input_tokens, output_tokens, error, model",
+    "events": "session_id, seq, turn, ts, type, item_type, item_id, name, status, exit_code, offset, length",
+    "chunks": "chunk_id, session_id, seq, turn, part, source, kind, path, start_line, end_line, created_at, text",
+    "file_changes": "session_id, seq, turn, path, kind",
+}
+
+
+def content(root) -> dict:
+    conn = sqlite3.connect(root / "catalog.db")
+    try:
+        out = {t: sorted(conn.execute(f"SELECT {cols} FROM {t}").fetchall(), key=repr) for t, cols in TABLES.items()}
+        out["fts"] = sorted(conn.execute(
+            "SELECT chunks.chunk_id FROM chunks_fts JOIN chunks ON chunks.id = chunks_fts.rowid "
+            "WHERE chunks_fts MATCH 'widget'").fetchall())
+        return out
+    finally:
+        conn.close()
+
+
+def from_scratch(root, tmp_path) -> dict:
+    copy = tmp_path / "scratch"
+    shutil.rmtree(copy, ignore_errors=True)
+    copy.mkdir()
+    shutil.copytree(root / "sessions", copy / "sessions", symlinks=True)
+    refresh_catalog(copy)
+    return content(copy)
+
+
+def turn(log, i, *, fail=False, model="gpt-5"):
+    log.append({"type": "turn.started"})
+    log.append({"type": "item.completed", "item": {"id": f"u{i}", "type": "user_message", "text": f"fix widget {i}"}})
+    log.append({"type": "item.completed", "item": {"id": f"c{i}", "type": "command_execution", "command": "cargo test",
+                                                   "aggregated_output": "\n".join(f"line {n} widget" for n in range(50)),
+                                                   "exit_code": 1 if fail else 0,
+                                                   "status": "failed" if fail else "completed"}})
+    log.append({"type": "item.completed", "item": {"id": f"f{i}", "type": "file_change", "status": "completed",
+                                                   "changes": [{"path": f"src/f{i % 3}.rs", "kind": "update"}]}})
+    if fail:
+        log.append({"type": "turn.failed", "message": "tests failed", "model": model})
+    else:
+        log.append({"type": "turn.completed", "model": model,
+                    "usage": {"input_tokens": 100 * i, "cached_input_tokens": 10 * i, "output_tokens": i}})
+
+
+ops = st.lists(st.tuples(st.sampled_from(["turn", "fail", "open", "refresh", "rebuild", "cap", "remove", "idle"]),
+                         st.integers(0, 2)), min_size=1, max_size=14)
+
+
+@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.given(ops=ops)
+def test_incremental_refreshes_equal_a_refresh_from_scratch(tmp_path_factory, ops):
+    tmp_path = tmp_path_factory.mktemp("catalog")
+    root = tmp_path / "store"
+    (root / "sessions").mkdir(parents=True)
+    counter = 0
+    for op, which in ops:
+        sid = f"s{which}"
+        counter += 1
+        if op in ("turn", "fail", "cap"):
+            with memstore.open_session(root, sid, max_events=12 if op == "cap" else 0) as log:
+                turn(log, counter, fail=op == "fail")
+        elif op == "open":
+            with memstore.open_session(root, sid) as log:
+                log.append({"type": "turn.started"})
+                log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "widget?"}})
+        elif op == "refresh":
+            refresh_catalog(root)
+        elif op == "rebuild" and memstore.session_directory(root, sid).exists():
+            memstore.rebuild(root, sid)
+        elif op == "remove":
+            shutil.rmtree(memstore.session_directory(root, sid), ignore_errors=True)
+    refresh_catalog(root)
+    assert content(root) == from_scratch(root, tmp_path)
+    # A second refresh with nothing new changes nothing.
+    report = refresh_catalog(root)
+    assert not report.changed and not report.errors
+
+
+def test_refresh_report_and_what_it_copies(tmp_path):
+    with memstore.open_session(tmp_path, "a") as log:
+        turn(log, 1)
+        turn(log, 2, fail=True)
+    report = refresh_catalog(tmp_path)
+    assert report.added == ["a"] and not report.errors
+    data = content(tmp_path)
+    (session,) = data["sessions"]
+    assert session[:8] == ("a", "a", "active", session[3], session[4], 2, 10, 1)
+    assert session[8:12] == ("memstore", "fix widget 1", "gpt-5", 1)
+    assert [t[:3] for t in data["turns"]] == [("a", 1, "completed"), ("a", 2, "failed")]
+    assert len(data["fts"]) == 2 + 2 * 2  # two prompts, two 51-line command outputs in two windows each
+    assert {(f[3], f[4]) for f in data["file_changes"]} == {("src/f1.rs", "update"), ("src/f2.rs", "update")}
+    assert refresh_catalog(tmp_path).unchanged == 1
+    memstore.rebuild(tmp_path, "a")  # a new generation: recopied
+    assert refresh_catalog(tmp_path).recopied == ["a"]
+    assert content(tmp_path) == data
+    shutil.rmtree(memstore.session_directory(tmp_path, "a"))
+    assert refresh_catalog(tmp_path).removed == ["a"]
+    assert content(tmp_path)["sessions"] == []
+
+
+def test_the_catalog_sees_lines_a_writer_has_not_indexed(tmp_path, monkeypatch):
+    monkeypatch.setattr(memstore.deriver, "IDLE_SECONDS", 3600)
+    with memstore.open_session(tmp_path, "a") as log:
+        turn(log, 1)
+    # VT Code appended a turn without touching the index.
+    with open(memstore.session_directory(tmp_path, "a") / "events.jsonl", "ab") as fh:
+        fh.write(b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n')
+        fh.write(b'{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"x","type":"agent_message","text":"a widget appears"}}}\n')
+    refresh_catalog(tmp_path)
+    data = content(tmp_path)
+    assert [t[1:3] for t in data["turns"]] == [(1, "completed"), (2, "open")]
+    assert ("a:7:0",) in data["fts"]
+    assert data == from_scratch(tmp_path, tmp_path)
+
+
+def test_a_reader_querying_during_refreshes_never_sees_half_a_session(tmp_path):
+    for i in range(4):
+        with memstore.open_session(tmp_path, f"s{i}") as log:
+            for t in range(5):
+                turn(log, t)
+    refresh_catalog(tmp_path)
+    stop = threading.Event()
+    problems = []
+
+    def query():
+        conn = sqlite3.connect(f"file:{tmp_path / 'catalog.db'}?mode=ro", uri=True)
+        while not stop.is_set():
+            try:
+                conn.execute("BEGIN")
+                for sid, events in conn.execute("SELECT session_id, event_count FROM sessions"):
+                    copied = conn.execute("SELECT count(*) FROM events WHERE session_id = ?", (sid,)).fetchone()[0]
+                    if copied != events:
+                        problems.append((sid, events, copied))
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                problems.append(str(exc))
+        conn.close()
+
+    thread = threading.Thread(target=query)
+    thread.start()
+    try:
+        for round_no in range(6):
+            for i in range(4):
+                with memstore.open_session(tmp_path, f"s{i}") as log:
+                    turn(log, round_no + 10)
+                if round_no % 3 == 0:
+                    memstore.rebuild(tmp_path, f"s{i}")
+            refresh_catalog(tmp_path)
+    finally:
+        stop.set()
+        thread.join()
+    assert problems == []
