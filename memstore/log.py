@@ -157,12 +157,15 @@ class _Session:
             self.index.close()
             self.index = None
 
-    def open_index(self) -> Optional[SavedState]:
-        """(Re)open the index; return what it says about the log, or ``None`` when it is empty
-        or was corrupt (then it is discarded and recreated)."""
+    def open_index(self, *, fresh: bool = False) -> Optional[SavedState]:
+        """(Re)open the index; return what it says about the log, or ``None`` when it is empty,
+        was corrupt (then it is discarded and recreated) or ``fresh`` was asked for (then it is
+        discarded first)."""
         if self.index is not None:
             self.index.close()
             self.index = None
+        if fresh:
+            SessionIndex.discard(self.index_path)
         try:
             self.index = SessionIndex.open(self.index_path)
             return self.index.load()

@@ -64,6 +64,10 @@ def recover(session: "_Session", force_rescan: bool) -> None:
             scan(session, start, reset=False, seq_floor=torn_seq_floor(kept) if kept is not None else 0)
     else:
         base = scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
+        # The rescan writes a new index file: deleting the old rows would only cost time and
+        # disk space (what the old index knew is in ``saved``).
+        if saved is not None:
+            session.open_index(fresh=True)
         log.repair_tail(0)
         _rescan(session, base, on_disk, saved)
     session.publish_manifest(force=on_disk is None or on_disk != session.state.manifest, wait=True)
