@@ -19,6 +19,7 @@ from .errors import (
 )
 from .events import SCHEMA_VERSION
 from .fsio import sanitize_session_id, session_directory
+from .importers import ImportReport, import_logs
 from .index import Turn
 from .lock import is_live
 from .log import (
@@ -69,6 +70,8 @@ __all__ = [
     "ProgressLedger", "Milestone", "MilestoneStatus", "milestone_status_from_str", "load_progress",
     "save_progress", "progress_path", "GoalTracker", "GoalStatus", "GoalPhase", "GoalEvent",
     "GoalPauseReason", "GoalClassifierVerdict", "GoalOrchestration", "GoalHistoryEntry",
+    # importing other agents' logs
+    "import_logs", "ImportReport",
     # audit packs
     "SessionAuditPack", "AuditPackEntry", "PackVerification", "create_audit_pack", "write_audit_pack",
     "read_audit_pack", "verify_audit_pack",
