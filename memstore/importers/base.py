@@ -205,6 +205,14 @@ class Parser:
     def feed(self, line: bytes, lineno: int) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def feed_lines(self, lines: list, lineno: int) -> int:
+        """Feed ``lines``, the first numbered ``lineno + 1``; return the last line number."""
+        feed = self.feed
+        for line in lines:
+            lineno += 1
+            feed(line, lineno)
+        return lineno
+
     def turn_usage(self, turn: dict) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
 

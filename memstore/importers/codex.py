@@ -317,19 +317,51 @@ class CodexRolloutParser(_TotalsMixin, Parser):
 
     # -- lines ---------------------------------------------------------------------------
 
+    def feed_lines(self, lines: list, lineno: int) -> int:
+        if not self._envelope:
+            return super().feed_lines(lines, lineno)
+        # The common case, kept flat: many lines of a rollout are recognized from their bytes.
+        envelope_line = self.envelope_line
+        for line in lines:
+            lineno += 1
+            rest = None
+            if line.startswith(_KNOWN_PREFIXES, 40) and line.startswith(b'{"timestamp":"') \
+                    and line.startswith(b'",', 38):
+                if line.startswith(_DROPPED_PREFIXES, 40):
+                    continue
+                rest = line[40:]
+                if rest == self._repeat_count or rest == self._repeat_context:
+                    continue
+            envelope_line(line, lineno, rest)
+        return lineno
+
     def feed(self, line: bytes, lineno: int) -> None:
-        s = self.s
-        rest = None
-        if line.startswith(_KNOWN_PREFIXES, 40) and self._envelope and line.startswith(b'{"timestamp":"') \
-                and line.startswith(b'",', 38):
-            # Codex writes {"timestamp":"<24 chars>","type":...}: lines the mapping drops anyway
-            # are recognized from their bytes, without parsing them (the dropped ones never
-            # touch the parser's state, so skipping them here changes nothing).
-            if line.startswith(_DROPPED_PREFIXES, 40):
-                return
-            rest = line[40:]
-            if rest == self._repeat_count or rest == self._repeat_context:
-                return
+        if self._envelope:
+            self.feed_lines([line], lineno - 1)
+            return
+        try:
+            obj = _loads(line)
+        except _JSONDecodeError:
+            if line.strip():
+                self.note(lineno, "unparsable line (not JSON)")
+            return
+        if type(obj) is not dict:
+            self.note(lineno, "line is not a JSON object")
+        elif self.s["legacy"] is None:
+            self.header(obj, lineno)
+        else:
+            self.legacy_line(obj, lineno)
+
+    def envelope_line(self, line: bytes, lineno: int, rest: Optional[bytes]) -> None:
+        """One ``{"timestamp", "type", "payload"}`` line.
+
+        Codex writes ``{"timestamp":"<24 chars>","type":...}``, so the lines the mapping drops
+        anyway (``agent_message``/``agent_reasoning`` events, user and developer messages, a
+        ``turn_context`` or ``token_count`` identical to the previous one) are recognized from
+        their bytes by ``feed_lines`` and never parsed: they never touch the parser's state, so
+        skipping them changes nothing. ``rest`` is the line after its timestamp, when it is one
+        of the repeatable kinds.
+        """
         try:
             obj = _loads(line)
         except _JSONDecodeError:
@@ -339,13 +371,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         if type(obj) is not dict:
             self.note(lineno, "line is not a JSON object")
             return
-        legacy = s["legacy"]
-        if legacy is None:
-            self.header(obj, lineno)
-            return
-        if legacy:
-            self.legacy_line(obj, lineno)
-            return
+        s = self.s
         kind = obj.get("type")
         payload = obj.get("payload")
         if len(obj) != 3 or type(payload) is not dict:
@@ -365,13 +391,21 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 return
             if etype in _IGNORED_EVENTS or (isinstance(etype, str) and etype.startswith(_IGNORED_EVENT_PREFIXES)):
                 return
-            ts = self.line_ts(obj.get("timestamp"), lineno)
+            raw = obj.get("timestamp")
+            if raw == self._raw_ts and raw is not None:
+                ts = s["ts"] = raw
+            else:
+                ts = self.line_ts(raw, lineno)
             if not self.on_event(payload, etype, lineno, ts):
                 return
         elif kind == "response_item":
             if payload.get("type") == "message" and payload.get("role") != "assistant":
                 return  # injected context, or a prompt repeated from user_message
-            ts = self.line_ts(obj.get("timestamp"), lineno)
+            raw = obj.get("timestamp")
+            if raw == self._raw_ts and raw is not None:
+                ts = s["ts"] = raw
+            else:
+                ts = self.line_ts(raw, lineno)
             if not self.on_response_item(payload, lineno, ts):
                 return
         elif kind == "turn_context":
@@ -529,7 +563,33 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         """Handle a response_item; return whether it counted (and so sets the time)."""
         kind = p.get("type")
         s = self.s
-        if kind == "message":
+        if kind in ("function_call_output", "custom_tool_call_output"):
+            call = s["calls"].pop(p.get("call_id"), None) if isinstance(p.get("call_id"), str) else None
+            if call is None:
+                self.note(lineno, f"{kind} without a pending call (its call was not imported or already closed)")
+                return False
+            self.item(call_item(call, p.get("output", ""), str(call["line"])), ts)
+        elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
+            call_id = p.get("call_id") or p.get("id")
+            if kind == "local_shell_call":
+                action = p.get("action")
+                call = {"name": "local_shell", "kind": "local_shell", "action": action if isinstance(action, dict) else {}}
+            else:
+                call = {"name": _str(p.get("name")) or "", "kind": "function" if kind == "function_call" else "custom",
+                        "args": p.get("arguments") if kind == "function_call" else p.get("input")}
+            call["line"] = lineno
+            if s["turn"] is None:
+                self.begin_turn(ts, explicit=False)
+            turn = s["turn"]
+            turn["adoptable"] = False
+            if not isinstance(call_id, str):
+                self.note(lineno, f"{kind} without a call_id (emitted without its result)", skipped=False)
+                self.flush_call(call, ts)
+                return True
+            if call_id in s["calls"]:
+                self.flush_call(s["calls"].pop(call_id), ts)
+            s["calls"][call_id] = call
+        elif kind == "message":
             role = p.get("role")
             if role == "assistant":
                 text, _ = _text_parts(p.get("content"), ("output_text", "text"))
@@ -556,32 +616,6 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             if not text:
                 return False
             self.item({"id": str(lineno), "type": "reasoning", "text": text}, ts)
-        elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
-            call_id = p.get("call_id") or p.get("id")
-            if kind == "local_shell_call":
-                action = p.get("action")
-                call = {"name": "local_shell", "kind": "local_shell", "action": action if isinstance(action, dict) else {}}
-            else:
-                call = {"name": _str(p.get("name")) or "", "kind": "function" if kind == "function_call" else "custom",
-                        "args": p.get("arguments") if kind == "function_call" else p.get("input")}
-            call["line"] = lineno
-            if s["turn"] is None:
-                self.begin_turn(ts, explicit=False)
-            turn = s["turn"]
-            turn["adoptable"] = False
-            if not isinstance(call_id, str):
-                self.note(lineno, f"{kind} without a call_id (emitted without its result)", skipped=False)
-                self.flush_call(call, ts)
-                return True
-            if call_id in s["calls"]:
-                self.flush_call(s["calls"].pop(call_id), ts)
-            s["calls"][call_id] = call
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            call = s["calls"].pop(p.get("call_id"), None) if isinstance(p.get("call_id"), str) else None
-            if call is None:
-                self.note(lineno, f"{kind} without a pending call (its call was not imported or already closed)")
-                return False
-            self.item(call_item(call, p.get("output", ""), str(call["line"])), ts)
         elif kind == "web_search_call":
             action = p.get("action") if isinstance(p.get("action"), dict) else {}
             query = action.get("query")

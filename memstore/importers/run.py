@@ -40,6 +40,7 @@ import orjson
 from ..errors import InvalidEvent, SessionBusyError, StoreIOError, UnsafePathError
 from ..events import LIFECYCLE_KINDS
 from ..fsio import atomic_write, fsync_dir, read_no_follow, session_directory
+from .. import lock as lock_module
 from ..lock import LivenessLock
 from ..log import SessionLog, open_session
 from ..manifest import load_manifest
@@ -169,13 +170,20 @@ def _manifest_events(directory: Path) -> Optional[int]:
 
 
 def discard_session(root: Path, session_id: str) -> None:
-    """Remove a session no process has open (``SessionBusyError`` if one does).
+    """Remove a session no process has open (``SessionBusyError`` if one does), to import its
+    source afresh into a new generation.
 
-    Stand-in for the core's ``memstore.log.discard_session``: it takes the session's liveness
-    lock so that no process opens the session meanwhile, moves the directory aside under a
-    hidden name (its manifest first removed, so no listing shows it), and deletes it.
+    Uses the core's ``memstore.lock.remove_session_directory`` where it exists; otherwise a
+    stand-in that does the same: take the session's liveness lock so that no process opens the
+    session meanwhile, move the directory aside under a hidden name (its manifest removed first,
+    so no listing shows it), and delete it.
     """
     directory = session_directory(root, session_id)
+    core_remove = getattr(lock_module, "remove_session_directory", None)
+    if core_remove is not None:
+        if not core_remove(root, directory) and os.path.lexists(directory):
+            raise SessionBusyError(f"session {session_id!r} is open in another process; it cannot be replaced now")
+        return
     if directory.is_symlink():
         raise UnsafePathError("discard", directory, "is a symlink; refusing to follow it")
     if not directory.exists():
@@ -378,6 +386,7 @@ def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limi
     offset = pos = start
     pieces: list[bytes] = []
     feed = parser.feed
+    feed_lines = parser.feed_lines
     out = parser.out
     progress(start)
     while pos < limit:
@@ -397,9 +406,7 @@ def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limi
             data = data[newline + 1:]
         lines = data.split(b"\n")
         tail = lines.pop()
-        for line in lines:
-            lineno += 1
-            feed(line, lineno)
+        lineno = feed_lines(lines, lineno)
         if tail:
             pieces.append(tail)
         if out:
