@@ -356,11 +356,11 @@ def test_bad_lines_are_counted_and_skipped(tmp_path):
 
 
 def test_unknown_fields_are_reported_once_per_import(tmp_path):
-    for name in ("x", "y"):
-        copy_source(CLAUDE_21, tmp_path / name)
-    # Two copies naming one session: the second is refused, so use distinct session ids.
-    other = tmp_path / "y" / CLAUDE_21.relative_to(FIXTURES)
-    other.write_bytes(other.read_bytes().replace(b"7a1c0b2e-6666", b"7a1c0b2e-7777"))
+    copy_source(CLAUDE_21, tmp_path / "x")
+    # A second transcript (another session, so another file name) with the same new field.
+    other = tmp_path / "y" / CLAUDE_21.name.replace("7a1c0b2e-6666", "7a1c0b2e-7777")
+    other.parent.mkdir()
+    other.write_bytes(CLAUDE_21.read_bytes().replace(b"7a1c0b2e-6666", b"7a1c0b2e-7777"))
     report = memstore.import_logs(tmp_path / "store", [tmp_path / "x", tmp_path / "y"])
     unknown = [p for p in report.problems if "newField" in p.reason]
     assert len(unknown) == 1 and unknown[0].reason.endswith("(2 lines)")
@@ -387,6 +387,20 @@ def test_the_store_itself_is_never_imported(tmp_path):
     again = memstore.import_logs(tmp_path / "store", tmp_path)
     assert (first.sources, first.sessions_created, again.sources, again.sessions_unchanged) == (1, 1, 1, 1)
     assert first.problems == again.problems == []
+
+
+def test_naming_the_store_itself_imports_nothing(tmp_path):
+    memstore.import_logs(tmp_path, CODEX_EXEC)
+    report = memstore.import_logs(tmp_path, tmp_path / "sessions")
+    assert report.sources == 0 and report.events_appended == 0
+    assert [p.reason for p in report.problems] == ["is inside the memstore store being imported into; not imported"]
+
+
+def test_a_json_log_that_only_looks_like_a_legacy_header_is_not_a_rollout(tmp_path):
+    other = tmp_path / "metrics.jsonl"
+    other.write_text('{"id": "a1", "timestamp": "2026-01-01T00:00:00Z", "value": 3}\n')
+    report = memstore.import_logs(tmp_path / "store", other)
+    assert report.sessions_created == 0 and "not a Codex or Claude Code log" in report.problems[0].reason
 
 
 def test_sources_are_only_read(tmp_path):

@@ -157,3 +157,13 @@ def test_a_response_repeated_from_an_earlier_turn_counts_once(tmp_path):
     assert [t[-1]["usage"]["output_tokens"] for t in turns_of(evs)] == [321, 150, 328]
     assert sum(i.get("text") == "Done: NavUser shows the initials." for i in items(evs)) == 1
     assert report.lines_skipped == 1
+
+
+def test_a_transcript_is_named_after_its_file_not_after_copied_lines(tmp_path):
+    # A file that begins with history copied from another session still names its own session.
+    other = "99999999-0000-4000-8000-000000000000"
+    data = CLAUDE_20.read_bytes().replace(SID_20.encode(), other.encode(), 8)
+    source = copy_source(CLAUDE_20, tmp_path / "src", data)
+    memstore.import_logs(tmp_path / "store", source)
+    assert [s.session_id for s in memstore.list_sessions(tmp_path / "store")] == [f"claude-{SID_20}"]
+    assert events(tmp_path / "store", f"claude-{SID_20}")[0]["source"]["thread_id"] == SID_20

@@ -208,7 +208,7 @@ class ClaudeParser(Parser):
 
     def thread_source(self, obj: dict) -> dict:
         ctx = self.s["context"]
-        session = obj.get("sessionId") if isinstance(obj.get("sessionId"), str) else ctx.get("claude_session")
+        session = ctx.get("claude_session") or obj.get("sessionId")
         source = {"agent": "claude", "agent_version": obj.get("version"), "cwd": obj.get("cwd"),
                   "git_branch": obj.get("gitBranch"), "path": self.path, "thread_id": session}
         source = {k: v for k, v in source.items() if isinstance(v, str)}

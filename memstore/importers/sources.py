@@ -36,6 +36,7 @@ EXEC_TYPES = frozenset({"thread.started", "turn.started", "turn.completed", "tur
 CLAUDE_TYPES = frozenset({"user", "assistant", "system", "summary", "file-history-snapshot", "queue-operation",
                           "progress", "custom-title", "last-prompt", "attachment"})
 _AGENT_FILE = re.compile(r"^agent-(.+)\.jsonl$")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
 @dataclass
@@ -69,12 +70,17 @@ def discover(paths: list, store_root: Path, problem: Callable[[str, Optional[int
         store_key = (store.st_dev, store.st_ino)
     except OSError:
         store_key = None
+    store_real = os.path.realpath(store_root)
     for raw in paths:
         top = os.path.abspath(os.path.expanduser(os.fspath(raw)))
         try:
             st = os.stat(top)
         except OSError as exc:
             problem(top, None, f"cannot read: {exc.strerror or exc}")
+            continue
+        real = os.path.realpath(top)
+        if real == store_real or real.startswith(store_real + os.sep):
+            problem(top, None, "is inside the memstore store being imported into; not imported")
             continue
         if stat.S_ISREG(st.st_mode):
             found.append(SourceFile(top, True, follow=os.path.islink(top)))
@@ -214,7 +220,7 @@ def sniff(fd: int, size: int, source: SourceFile) -> Sniff:
                 result.session_id = f"codex-{payload['id']}"
                 return result
         elif result.kind is None and "type" not in obj and "payload" not in obj and _id(obj.get("id")) \
-                and "timestamp" in obj:
+                and "timestamp" in obj and (name.startswith("rollout-") or "git" in obj or "instructions" in obj):
             result.kind = "codex"  # a legacy rollout's bare header line
             result.session_id = f"codex-{obj['id']}"
             return result
@@ -232,6 +238,11 @@ def sniff(fd: int, size: int, source: SourceFile) -> Sniff:
             if _id(session):
                 agent = agent_match.group(1) if agent_match else \
                     obj.get("agentId") if obj.get("isSidechain") is True and _id(obj.get("agentId")) else None
+                # Claude names each file after its session (a sub-agent's folder after its parent's):
+                # the name wins over lines that may have been copied from another session.
+                named = _named_session(source.path, agent is not None)
+                if named:
+                    session = named
                 result.context = {"claude_session": session}
                 if agent:
                     result.context["agent_id"] = agent
@@ -251,6 +262,17 @@ def sniff(fd: int, size: int, source: SourceFile) -> Sniff:
     else:
         result.reason = "no session id"
     return result
+
+
+def _named_session(path: str, subagent: bool) -> Optional[str]:
+    """The session id a Claude transcript's place gives: ``<sessionId>.jsonl``, or
+    ``<sessionId>/subagents/agent-<id>.jsonl`` for a sub-agent; ``None`` when not a UUID."""
+    parts = Path(path).parts
+    if subagent:
+        name = parts[-3] if len(parts) >= 3 and parts[-2] == "subagents" else ""
+    else:
+        name = parts[-1][:-6] if parts[-1].endswith(".jsonl") else ""
+    return name if _UUID.fullmatch(name) else None
 
 
 def _id(value) -> bool:
