@@ -8,8 +8,8 @@
   content, exec_command calls with kilobytes of output, token counts written twice)
   against a bare loop that reads the same file line by line and ``orjson.loads`` each line.
   Ratio = bare time / import time (goal >= 0.25).
-- re-import: a tree of 1,000 sources (Codex rollouts and Claude transcripts, half of each)
-  imported once, then imported again unchanged. Ratio = re-import time / first import time
+- re-import: a tree of 1,000 sources (Codex rollouts of 12-400 kB and Claude transcripts of
+  2-40 turns, half of each) imported once, then imported again unchanged. Ratio = re-import time / first import time
   (goal <= 0.05).
 
 Timings alternate between the two sides and report the median of the repetitions, as wall time
@@ -225,12 +225,13 @@ def bench_reimport(work: Path, n_sources: int, reps: int) -> tuple[tuple, tuple]
             folder = tree / "claude" / f"-home-dev-p{i % 7}"
             folder.mkdir(parents=True, exist_ok=True)
             session = f"00000000-0000-4000-8000-{i:012d}"
-            write_claude(folder / f"{session}.jsonl", i, session, turns=6)
+            write_claude(folder / f"{session}.jsonl", i, session, turns=random.Random(i).randint(2, 40))
         else:
             folder = tree / "codex" / "2026" / "02" / f"{i % 28 + 1:02d}"
             folder.mkdir(parents=True, exist_ok=True)
             thread = f"019c0000-0000-7000-8000-{i:012d}"
-            write_rollout(folder / f"rollout-2026-02-01T00-00-00-{thread}.jsonl", 12_000, seed=i, thread=thread)
+            size = random.Random(i).randint(12_000, 400_000)
+            write_rollout(folder / f"rollout-2026-02-01T00-00-00-{thread}.jsonl", size, seed=i, thread=thread)
     first_times, again_times = [], []
     for rep in range(reps):
         root = work / f"tree-store-{rep}"

@@ -185,6 +185,24 @@ def fingerprint(fd: int, offset: int) -> tuple[int, str, str]:
     return head_len, hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest()
 
 
+def _head_lines(fd: int, limit: int) -> Iterator[bytes]:
+    """The complete lines of ``[0, limit)``, read in a window that starts at 64 KiB and grows
+    only while a line does not fit: telling a source costs one small read, whatever its size."""
+    offset, window = 0, HEAD_FINGERPRINT
+    while offset < limit:
+        end = min(limit, offset + window)
+        last = None
+        for line, stop in iter_lines(fd, offset, end):
+            last = stop
+            yield line
+        if last is not None:
+            offset = last
+        elif end >= limit:
+            return
+        else:
+            window *= 4
+
+
 def has_line_after(fd: int, offset: int, limit: int) -> bool:
     """Whether ``[offset, limit)`` holds a complete line."""
     for _ in iter_lines(fd, offset, limit):
@@ -202,7 +220,7 @@ def sniff(fd: int, size: int, source: SourceFile) -> Sniff:
     result = Sniff()
     name = os.path.basename(source.path)
     agent_match = _AGENT_FILE.match(name)
-    for line, _ in iter_lines(fd, 0, min(size, SNIFF_BYTES)):
+    for line in _head_lines(fd, min(size, SNIFF_BYTES)):
         result.complete_lines += 1
         if result.complete_lines > SNIFF_LINES and result.kind is None:
             break
