@@ -144,7 +144,7 @@ def write_claude(path: Path, seed: int, session: str, turns: int) -> None:
     clock = 1_768_000_000 + seed * 3600
     parent = None
     for t in range(turns):
-        def stamp(offset: float) -> str:
+        def stamp(offset: float, t: int = t) -> str:
             return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(clock + t * 60 + offset)) + ".000Z"
         base = {"isSidechain": False, "userType": "external", "cwd": "/home/dev/app", "sessionId": session,
                 "version": "2.1.14", "gitBranch": "main"}

@@ -305,8 +305,8 @@ def test_a_session_open_in_another_process_is_skipped_and_reported(tmp_path):
     memstore.import_logs(tmp_path / "store", source)
     copy_source(CODEX_EXEC, tmp_path / "src", CODEX_EXEC.read_bytes() + b'{"type":"turn.started"}\n')
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, memstore; log = memstore.open_session(sys.argv[1], sys.argv[2]); "
-                               "print('ready', flush=True); sys.stdin.read()", str(tmp_path / "store"), sid],
+        [sys.executable, "-c", ("import sys, memstore; log = memstore.open_session(sys.argv[1], sys.argv[2]); "
+                                "print('ready', flush=True); sys.stdin.read()"), str(tmp_path / "store"), sid],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent)
     try:
         assert holder.stdout.readline().strip() == "ready"

@@ -37,10 +37,10 @@ from typing import Callable, Optional
 
 import orjson
 
+from .. import lock as lock_module
 from ..errors import InvalidEvent, SessionBusyError, StoreIOError, UnsafePathError
 from ..events import LIFECYCLE_KINDS
 from ..fsio import atomic_write, fsync_dir, read_no_follow, session_directory
-from .. import lock as lock_module
 from ..lock import LivenessLock
 from ..log import SessionLog, open_session
 from ..manifest import load_manifest
