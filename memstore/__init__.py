@@ -23,6 +23,7 @@ from .errors import (
 from . import chunks as _chunks  # noqa: F401  (registers the search chunks with every session index)
 from .events import SCHEMA_VERSION
 from .fsio import sanitize_session_id, session_dir_name, session_directory
+from .importers import ImportReport, import_logs
 from .index import Turn
 from .lock import is_live
 from .log import (
@@ -74,6 +75,8 @@ __all__ = [
     "ProgressLedger", "Milestone", "MilestoneStatus", "milestone_status_from_str", "load_progress",
     "save_progress", "progress_path", "GoalTracker", "GoalStatus", "GoalPhase", "GoalEvent",
     "GoalPauseReason", "GoalClassifierVerdict", "GoalOrchestration", "GoalHistoryEntry",
+    # importing other agents' logs
+    "import_logs", "ImportReport",
     # audit packs
     "SessionAuditPack", "AuditPackEntry", "PackVerification", "create_audit_pack", "write_audit_pack",
     "read_audit_pack", "verify_audit_pack",

@@ -323,3 +323,63 @@ def verify_command(session, pack_path, root, as_json):
             click.echo(f"NOT verified: {len(result.mismatches)} mismatched, {len(result.missing)} missing")
     if not result.verified:
         sys.exit(1)
+
+
+# --- importing other agents' logs ---
+
+
+@cli.command("import")
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=str))
+@click.option("--source", type=click.Choice(["auto", "codex", "codex-exec", "claude"]), default="auto", show_default=True,
+              help="What the files are; auto tells each file by its lines.")
+@root_option
+@json_option
+def import_command(paths, source, root, as_json):
+    """Import Codex CLI and Claude Code session logs from PATHS (files or directories).
+
+    With no PATH, imports ~/.codex/sessions and ~/.claude/projects ($CODEX_HOME and
+    $CLAUDE_CONFIG_DIR are honoured) where they exist. Importing again appends only what the
+    logs gained since. Skipped lines and other problems are reported, never fatal.
+    """
+    import os
+
+    from .importers import import_logs
+
+    if not paths:
+        codex_home = os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
+        claude_home = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.expanduser("~/.claude")
+        paths = tuple(p for p in (os.path.join(codex_home, "sessions"), os.path.join(claude_home, "projects"))
+                      if os.path.isdir(p))
+        if not paths:
+            click.echo("nothing to import: neither ~/.codex/sessions nor ~/.claude/projects exists", err=True)
+            return
+    bar = None
+    shown = 0
+
+    def progress(done, total):
+        nonlocal bar, shown
+        if bar is None:
+            if total < 16 << 20:
+                return  # short imports need no bar
+            bar = click.progressbar(length=total, label="importing", file=sys.stderr)
+            bar.__enter__()
+        bar.update(done - shown)
+        shown = done
+
+    try:
+        report = import_logs(root, paths, source, progress=progress)
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if as_json:
+        _echo_json(report.to_dict())
+        return
+    for problem in report.problems:
+        where = f"{problem.path}:{problem.line}" if problem.line else problem.path
+        click.echo(f"{where}: {problem.reason}", err=True)
+    click.echo(f"imported {report.events_appended} events from {report.sources} sources: "
+               f"{report.sessions_created} sessions created, {report.sessions_updated} updated, "
+               f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
+               f"{report.lines_skipped} lines skipped, {len(report.problems)} problems")

@@ -1,0 +1,165 @@
+"""Importing other agents' session logs (Codex CLI, Claude Code) into memstore sessions.
+
+``import_logs(root, path)`` finds the sources under ``path`` and imports each into its own
+session (``codex-<thread id>``, ``claude-<sessionId>``, ``claude-<sessionId>-agent-<agentId>``),
+in memstore's event vocabulary. Imports are incremental and idempotent: importing again
+appends only what a source gained since. See ``docs/import.md`` for the mapping, the extension
+vocabulary and the incremental design.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, NamedTuple, Optional, Union
+
+from .run import import_source
+from .sources import SourceFile, discover
+
+logger = logging.getLogger("memstore")
+
+SOURCES = ("auto", "codex", "codex-exec", "claude")
+DEFAULT_SETTLE_SECONDS = 900.0
+
+PathArg = Union[str, os.PathLike]
+
+
+class Problem(NamedTuple):
+    """Something an import skipped or could not do: the source ``path``, the 1-based ``line``
+    (``None`` when it is about the whole file) and the ``reason``."""
+
+    path: str
+    line: Optional[int]
+    reason: str
+
+
+@dataclass
+class ImportReport:
+    """What :func:`import_logs` did.
+
+    ``sessions_created``/``sessions_updated``: sessions that received events (new, or grown);
+    ``sessions_regenerated``: sessions re-imported into a new generation because their source
+    was rewritten, truncated or resumed after it had settled; ``sessions_unchanged``: sources
+    with nothing new. ``events_appended`` counts events written, ``lines_skipped`` the source
+    lines skipped (unparsable or of an unknown type), and ``problems`` says what and where.
+    """
+
+    sessions_created: int = 0
+    sessions_updated: int = 0
+    events_appended: int = 0
+    lines_skipped: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    sessions_regenerated: int = 0
+    sessions_unchanged: int = 0
+    sources: int = 0
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (problems as objects)."""
+        data = asdict(self)
+        data["problems"] = [p._asdict() for p in self.problems]
+        return data
+
+
+def import_logs(
+    root: PathArg,
+    path: Union[PathArg, Iterable[PathArg]],
+    source: str = "auto",
+    *,
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> ImportReport:
+    """Import the agent logs under ``path`` into the store at ``root``.
+
+    ``path`` is a file or a directory (searched recursively for ``*.jsonl``, never following a
+    symlink), or several of them. ``source`` is ``"codex"`` (rollouts), ``"codex-exec"``
+    (``codex exec --json`` streams), ``"claude"`` (Claude Code transcripts) or ``"auto"``
+    (each file tells what it is). A source unmodified for ``settle_seconds`` is taken as
+    finished: its last turn is closed and its session completed. ``progress(done, total)``
+    is called with byte counts as the import advances.
+
+    Bad input (unparsable lines, unknown line types, files that are no agent log) is counted in
+    the report and skipped, never fatal. Sources are only read. A failure writing the store
+    raises :class:`memstore.StoreIOError` (which names the path).
+    """
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, not {source!r}")
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    root = Path(root).absolute()
+    report = ImportReport()
+    unknown_fields: dict[str, list] = {}
+
+    def problem(where: str, line: Optional[int], reason: str) -> None:
+        report.problems.append(Problem(where, line, reason))
+        logger.info("import: %s%s: %s", where, f":{line}" if line else "", reason)
+
+    files = discover(paths, root, problem)
+    meter = _Progress(progress)
+    for f in files:
+        try:
+            meter.total += (os.stat if f.follow else os.lstat)(f.path).st_size
+        except OSError:
+            pass
+    now = time.time()
+    for source_file in files:
+        meter.start_file(source_file)
+        outcome = import_source(root, source_file, source, settle_seconds, now, meter.advance)
+        meter.end_file()
+        if outcome is None:
+            continue
+        report.sources += 1
+        report.sessions_created += outcome.created
+        report.sessions_updated += outcome.updated
+        report.sessions_regenerated += outcome.regenerated
+        report.sessions_unchanged += outcome.unchanged
+        report.events_appended += outcome.appended
+        report.lines_skipped += outcome.skipped_lines
+        for line, reason in outcome.problems:
+            problem(source_file.path, line, reason)
+        for reason, (line, count, _skipped) in outcome.notes.items():
+            if reason.startswith("unknown field"):
+                # New fields appear in every file of a newer agent version: one problem per field and run.
+                entry = unknown_fields.get(reason)
+                if entry is None:
+                    unknown_fields[reason] = [source_file.path, line, count]
+                else:
+                    entry[2] += count
+                continue
+            problem(source_file.path, line, f"{reason} ({count} lines)" if count > 1 else reason)
+    for reason, (where, line, count) in unknown_fields.items():
+        problem(where, line, f"{reason} ({count} lines)" if count > 1 else reason)
+    return report
+
+
+class _Progress:
+    """Byte progress over all sources: each file advances by at most its size (it may have
+    grown since it was measured), and by exactly its size once done."""
+
+    def __init__(self, callback: Optional[Callable[[int, int], None]]):
+        self.callback = callback
+        self.total = 0
+        self.done = 0
+        self.size = 0
+        self.counted = 0
+
+    def start_file(self, source: SourceFile) -> None:
+        try:
+            self.size = (os.stat if source.follow else os.lstat)(source.path).st_size
+        except OSError:
+            self.size = 0
+        self.counted = 0
+
+    def advance(self, n: int) -> None:
+        n = max(0, min(n, self.size - self.counted))
+        self.counted += n
+        self.done = min(self.done + n, self.total)
+        if self.callback is not None and n:
+            self.callback(self.done, self.total)
+
+    def end_file(self) -> None:
+        self.advance(self.size - self.counted)
+
+
+__all__ = ["import_logs", "ImportReport", "Problem", "SOURCES", "DEFAULT_SETTLE_SECONDS"]

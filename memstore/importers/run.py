@@ -1,0 +1,441 @@
+"""Importing one source into its session: incremental, idempotent, never merged into a session
+it does not describe.
+
+The parsers have the prefix property: the events made from the first N complete lines of a
+source are a prefix of those made from the first M >= N lines. So an import appends the events
+beyond those the session already holds, and the per-session cache
+``<session>/derived/import-state.json`` only saves work:
+
+- it records the source (path, size, mtime), the consumed byte offset (the end of the last
+  complete line), a fingerprint of the consumed bytes (sha256 of the first 64 KiB and of the
+  4 KiB before the offset), the events written, and the parser's whole state at the offset;
+- an unchanged source (same size, mtime and fingerprint, nothing left to finalize) is skipped
+  without parsing and without opening the session;
+- a source that grew resumes at the offset with the saved parser state;
+- without a usable cache the source is parsed from byte 0 and the first ``event_count`` events
+  are checked against the log and skipped (the same result, by the prefix property);
+- a source that was rewritten or truncated (fingerprint mismatch, smaller than the offset), or
+  whose events no longer match the log, is imported afresh into a new generation of its session:
+  the old session directory is discarded first.
+
+A settled source (unmodified for ``settle_seconds``) is finalized: its open turn is closed and
+``thread.completed`` appended. If it grows again later (a resumed Codex session), the finalizing
+events are no longer a prefix of what a single import would write, so it is re-imported into a
+new generation as well.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import orjson
+
+from .. import lock as lock_module
+from ..errors import InvalidEvent, SessionBusyError, StoreIOError, UnsafePathError
+from ..events import LIFECYCLE_KINDS
+from ..fsio import atomic_write, fsync_dir, read_no_follow, session_directory
+from ..lock import LivenessLock
+from ..log import SessionLog, open_session
+from ..manifest import load_manifest
+from .base import Parser
+from .claude import ClaudeParser
+from .codex import CodexExecParser, CodexRolloutParser
+from .sources import CHUNK, SourceFile, fingerprint, has_line_after, open_source, sniff
+
+logger = logging.getLogger("memstore")
+
+STATE_FILE = "import-state.json"
+STATE_VERSION = 1
+# Bump when the same lines would produce different events: sessions imported by an older
+# mapping are then re-imported into a new generation rather than extended inconsistently.
+MAPPING_VERSION = 1
+PARSERS: dict[str, type[Parser]] = {"codex": CodexRolloutParser, "codex-exec": CodexExecParser, "claude": ClaudeParser}
+
+
+@dataclass
+class Outcome:
+    """What importing one source did (folded into the report by the caller)."""
+
+    created: bool = False
+    updated: bool = False
+    regenerated: bool = False
+    unchanged: bool = False
+    appended: int = 0
+    skipped_lines: int = 0
+    notes: dict = field(default_factory=dict)
+    problems: list = field(default_factory=list)
+
+
+class _Diverged(Exception):
+    """The session's events are not a prefix of what the source produces."""
+
+
+class _Writer:
+    """Appends a parser's events to the session, first checking and skipping the ones the
+    session already holds."""
+
+    def __init__(self, root: Path, session_id: str, log: Optional[SessionLog], skip: int, handles: list):
+        self.root = root
+        self.session_id = session_id
+        self.log = log
+        self.handles = handles
+        self.skip = skip
+        self.existing = log.iter_records() if (log is not None and skip) else None
+        self.appended = 0
+        self.problems: list[tuple[Optional[int], str]] = []
+
+    def deliver(self, events: list) -> None:
+        if self.skip or self.log is None:
+            events = self._skip_or_open(events)
+            if not events:
+                return
+        append = self.log.append
+        for event, ts in events:
+            try:
+                append(event, ts=ts)
+            except InvalidEvent as exc:
+                if event.get("type") in LIFECYCLE_KINDS:
+                    raise
+                # Keep the event count aligned with what the parser produced (the prefix property).
+                self.problems.append((None, f"an imported event could not be stored ({exc}); an error item stands in"))
+                append(_stand_in(event), ts=ts)
+        self.appended += len(events)
+
+    def _skip_or_open(self, events: list) -> list:
+        """Check and drop the events the session already holds; open a new session lazily."""
+        index = 0
+        while self.skip and index < len(events):
+            event, ts = events[index]
+            record = next(self.existing, None)
+            if record is None or record.ts != ts or (record.event != event and record.event != _stand_in(event)):
+                raise _Diverged()
+            self.skip -= 1
+            index += 1
+            if not self.skip:
+                self.existing.close()
+        events = events[index:]
+        if events and self.log is None:
+            self.log = open_session(self.root, self.session_id, max_events=0, durability="none")
+            self.handles.append(self.log)
+            if self.log.event_count:
+                raise SessionBusyError(f"session {self.session_id!r} was written by another import meanwhile")
+        return events
+
+    def close_reader(self) -> None:
+        if self.existing is not None:
+            self.existing.close()
+
+
+def _stand_in(event: dict) -> dict:
+    item = event.get("item") if isinstance(event.get("item"), dict) else {}
+    return {"type": "item.completed", "item": {"id": str(item.get("id", "")), "type": "error",
+                                               "message": "memstore could not store this imported event"}}
+
+
+def load_state(directory: Path) -> Optional[dict]:
+    """The import cache of a session; ``None`` when missing or malformed (it is regenerable)."""
+    try:
+        data = read_no_follow(directory / "derived" / STATE_FILE)
+    except StoreIOError:
+        return None
+    if data is None:
+        return None
+    try:
+        state = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION or state.get("mapping") != MAPPING_VERSION:
+        return None
+    try:
+        ok = (isinstance(state["source"]["path"], str) and type(state["offset"]) is int and type(state["lines"]) is int
+              and type(state["events"]) is int and isinstance(state["carry"], dict) and type(state["head_len"]) is int)
+    except (KeyError, TypeError):
+        ok = False
+    return state if ok else None
+
+
+def _manifest_events(directory: Path) -> Optional[int]:
+    try:
+        manifest = load_manifest(directory)
+    except StoreIOError:
+        return None
+    return manifest.event_count if manifest is not None else None
+
+
+def discard_session(root: Path, session_id: str) -> None:
+    """Remove a session no process has open (``SessionBusyError`` if one does), to import its
+    source afresh into a new generation.
+
+    Uses the core's ``memstore.lock.remove_session_directory`` where it exists; otherwise a
+    stand-in that does the same: take the session's liveness lock so that no process opens the
+    session meanwhile, move the directory aside under a hidden name (its manifest removed first,
+    so no listing shows it), and delete it.
+    """
+    directory = session_directory(root, session_id)
+    core_remove = getattr(lock_module, "remove_session_directory", None)
+    if core_remove is not None:
+        if not core_remove(root, directory) and os.path.lexists(directory):
+            raise SessionBusyError(f"session {session_id!r} is open in another process; it cannot be replaced now")
+        return
+    if directory.is_symlink():
+        raise UnsafePathError("discard", directory, "is a symlink; refusing to follow it")
+    if not directory.exists():
+        return
+    lock = LivenessLock(directory)
+    if not lock.acquire():
+        raise SessionBusyError(f"session {session_id!r} is open in another process; it cannot be replaced now")
+    aside = directory.parent / f".{directory.name}.discard-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    try:
+        os.rename(directory, aside)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("rename", directory, exc) from exc
+    finally:
+        lock.release()
+    try:
+        (aside / "manifest.json").unlink(missing_ok=True)
+        shutil.rmtree(aside)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("remove", aside, exc) from exc
+    fsync_dir(directory.parent)
+
+
+def import_source(root: Path, source: SourceFile, wanted: str, settle_seconds: float, now: float,
+                  progress: Callable[[int], None]) -> Optional[Outcome]:
+    """Import one source file; ``None`` when it is not a source of the ``wanted`` kind (or no
+    session can be named yet). Problems with the file go into the outcome; errors writing the
+    store raise."""
+    out = Outcome()
+    try:
+        fd = open_source(source)
+    except OSError as exc:
+        out.problems.append((None, f"cannot read: {exc.strerror or exc}"))
+        return out
+    try:
+        st = os.fstat(fd)
+        found = sniff(fd, st.st_size, source)
+        settled = now - st.st_mtime >= settle_seconds
+        if found.kind is None or found.session_id is None:
+            if found.reason == "unrecognized" or (found.reason == "empty" and st.st_size and settled):
+                if wanted == "auto" or source.explicit:
+                    out.problems.append((None, "not a Codex or Claude Code log (no line of a known format)"))
+                    return out
+            elif found.kind in ("codex", "codex-exec") and (wanted == "auto" or wanted == found.kind):
+                what = "session_meta" if found.kind == "codex" else "thread.started"
+                out.problems.append((None, f"no {what} line in the first lines: the session cannot be named"))
+                return out
+            else:
+                # An empty file, a line still being written, or a transcript of titles only.
+                logger.debug("import: %s: nothing to import yet (%s)", source.path, found.reason)
+            return None
+        if wanted != "auto" and found.kind != wanted:
+            if source.explicit:
+                out.problems.append((None, f"is a {found.kind} log, not {wanted}"))
+                return out
+            return None
+        _import(root, source, fd, st, found, settled, out, progress)
+        return out
+    finally:
+        os.close(fd)
+
+
+def _import(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, settled: bool, out: Outcome,
+            progress: Callable[[int], None]) -> None:
+    session_id = found.session_id
+    directory = session_directory(root, session_id)
+    state = load_state(directory)
+    if state is not None and state["importer"] == found.kind and (state["finalized"] or not settled) \
+            and _same_source(state, source.path, st) and _prefix_intact(fd, state) \
+            and _manifest_events(directory) == state["events"]:
+        out.unchanged = True
+        progress(st.st_size)
+        return
+    log = None
+    if (directory / "events.jsonl").exists() or directory.is_symlink():
+        try:
+            log = open_session(root, session_id, max_events=0, durability="none")
+        except SessionBusyError:
+            out.problems.append((None, f"session {session_id!r} is open in another process; skipped, import again later"))
+            return
+    handles: list[SessionLog] = [log] if log is not None else []
+    try:
+        _import_locked(root, source, fd, st, found, settled, out, progress, log, handles)
+    except SessionBusyError as exc:
+        out.problems.append((None, f"{exc}; skipped, import again later"))
+    finally:
+        for handle in handles:
+            handle.close()
+
+
+def _same_source(state: dict, path: str, st: os.stat_result) -> bool:
+    src = state["source"]
+    return src.get("path") == path and src.get("size") == st.st_size and src.get("mtime_ns") == st.st_mtime_ns
+
+
+def _prefix_intact(fd: int, state: dict) -> bool:
+    """Whether the consumed bytes are still the ones the state describes."""
+    try:
+        head_len, head, tail = fingerprint(fd, state["offset"])
+    except OSError:
+        return False
+    return head_len == state["head_len"] and head == state.get("head_sha256") and tail == state.get("tail_sha256")
+
+
+def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, settled: bool, out: Outcome,
+                   progress: Callable[[int], None], log: Optional[SessionLog], handles: list) -> None:
+    """Import with the session open (or absent); every handle opened is added to ``handles``
+    for the caller to close."""
+    session_id = found.session_id
+    cls = PARSERS[found.kind]
+    directory = session_directory(root, session_id)
+    count = log.event_count if log is not None else 0
+    context = dict(found.context, default_ts=_mtime_ts(st))
+    plan = "fresh"
+    state = None
+    if count:
+        records = log.iter_records()
+        first = next(records, None)
+        records.close()
+        origin = first.event.get("source") if first is not None and first.event.get("type") == "thread.started" else None
+        other = origin.get("path") if isinstance(origin, dict) else None
+        if not isinstance(other, str):
+            out.problems.append((None, (f"session {session_id!r} exists and was not imported from an agent log; "
+                                        "left alone")))
+            return
+        if other != source.path and os.path.exists(other):
+            out.problems.append((None, (f"session {session_id!r} is already imported from {other}; this source "
+                                        "names the same session and was not merged into it")))
+            return
+        state = load_state(directory)
+        if state is not None and state["importer"] != found.kind:
+            state = None
+        if state is None or state["events"] != count:
+            plan = "verify" if state is None or _prefix_intact(fd, state) and state["offset"] <= st.st_size else "regenerate"
+        elif state["offset"] > st.st_size or not _prefix_intact(fd, state):
+            plan = "regenerate"  # rewritten or truncated
+        elif state["finalized"]:
+            plan = "regenerate" if has_line_after(fd, state["offset"], st.st_size) else "unchanged"
+        else:
+            plan = "resume"
+    if plan == "unchanged":
+        out.unchanged = True
+        _save_state(directory, found.kind, session_id, source, st, state["offset"], state["lines"], fd,
+                    log.event_count, state["carry"])
+        progress(st.st_size)
+        return
+    for _attempt in range(2):
+        if plan == "regenerate":
+            if log is not None:
+                log.close()
+                log = None
+            discard_session(root, session_id)
+            out.regenerated = True
+            plan = "fresh"
+        if plan == "resume":
+            parser = cls(session_id, source.path, state=state["carry"])
+            start, lineno, skip = state["offset"], state["lines"], 0
+        else:
+            parser = cls(session_id, source.path, context=context)
+            start, lineno, skip = 0, 0, (count if plan == "verify" else 0)
+        writer = _Writer(root, session_id, log, skip, handles)
+        try:
+            offset, lineno = _run(parser, writer, fd, start, lineno, st.st_size, settled, progress)
+            if writer.skip:
+                raise _Diverged()
+        except _Diverged:
+            writer.close_reader()
+            out.problems.append((None, (f"session {session_id!r} no longer matches its source; re-imported "
+                                        "into a new generation")))
+            plan = "regenerate"
+            log = writer.log
+            continue
+        log = writer.log
+        break
+    else:  # pragma: no cover - a fresh import cannot diverge
+        raise RuntimeError("import did not converge")
+    out.appended = writer.appended
+    out.skipped_lines = parser.skipped
+    out.notes = parser.notes
+    out.problems.extend(writer.problems)
+    if log is None:
+        return  # the source produced no events (nothing but titles, say): no session
+    if out.regenerated:
+        pass  # counted as regenerated, neither created nor updated
+    elif count:
+        out.updated = writer.appended > 0
+        out.unchanged = writer.appended == 0
+    else:
+        out.created = writer.appended > 0
+    log.flush()
+    _save_state(directory, found.kind, session_id, source, st, offset, lineno, fd, log.event_count, parser.s)
+
+
+def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limit: int, settled: bool,
+         progress: Callable[[int], None]) -> tuple[int, int]:
+    """Feed the complete lines of ``[start, limit)`` to the parser, delivering its events after
+    each chunk read; finalize a settled source. Returns the consumed offset and line count.
+
+    (The hot loop of an import: lines are split per chunk rather than yielded one by one.)
+    """
+    offset = pos = start
+    pieces: list[bytes] = []
+    feed = parser.feed
+    feed_lines = parser.feed_lines
+    out = parser.out
+    progress(start)
+    while pos < limit:
+        data = os.pread(fd, min(CHUNK, limit - pos), pos)
+        if not data:
+            break
+        pos += len(data)
+        newline = data.find(b"\n")
+        if newline < 0:
+            pieces.append(data)  # a line longer than a chunk
+            continue
+        if pieces:
+            pieces.append(data[:newline])
+            lineno += 1
+            feed(b"".join(pieces), lineno)
+            pieces = []
+            data = data[newline + 1:]
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        lineno = feed_lines(lines, lineno)
+        if tail:
+            pieces.append(tail)
+        if out:
+            writer.deliver(out)
+            out.clear()
+        progress(pos - len(tail) - offset)
+        offset = pos - len(tail)
+    if settled:
+        parser.finalize()
+        if out:
+            writer.deliver(out)
+            out.clear()
+    return offset, lineno
+
+
+def _save_state(directory: Path, kind: str, session_id: str, source: SourceFile, st: os.stat_result, offset: int,
+                lines: int, fd: int, events: int, carry: dict) -> None:
+    # Not synced: a cache that is lost or stale only costs a re-parse (its counts are checked).
+    head_len, head, tail = fingerprint(fd, offset)
+    state = {
+        "version": STATE_VERSION, "mapping": MAPPING_VERSION, "importer": kind, "session_id": session_id,
+        "source": {"path": source.path, "size": st.st_size, "mtime_ns": st.st_mtime_ns},
+        "offset": offset, "lines": lines, "head_len": head_len, "head_sha256": head, "tail_sha256": tail,
+        "events": events, "finalized": bool(carry.get("finalized")), "carry": carry,
+    }
+    atomic_write(directory / "derived" / STATE_FILE, orjson.dumps(state), durable=False)
+
+
+def _mtime_ts(st: os.stat_result) -> str:
+    seconds = int(st.st_mtime)
+    millis = int((st.st_mtime - seconds) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
