@@ -13,6 +13,7 @@ accepted. Unknown event types and unknown keys are kept and passed through untou
 from __future__ import annotations
 
 import math
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any, NamedTuple, Optional
@@ -70,8 +71,13 @@ def format_ts(dt: datetime) -> str:
             f"{dt.microsecond // 1000:03d}Z")
 
 
+_MEMSTORE_TS = re.compile(r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z\Z")
+
+
 def normalize_ts(value: Any) -> str:
     """``value`` (an RFC 3339 timestamp) in memstore's format; :class:`InvalidEvent` if it is not one."""
+    if type(value) is str and _MEMSTORE_TS.match(value):
+        return value  # already in memstore's format (what importers mostly pass): no round trip
     try:
         dt = parse_ts(value)
         if dt is not None:

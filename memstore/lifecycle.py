@@ -143,8 +143,7 @@ def _take_source(manifest: Manifest, event: dict) -> None:
     object: agent, version, cwd, git branch, the imported file, a parent session)."""
     source = event.get("source")
     if isinstance(source, dict) and source:
-        manifest.source = {str(k): v for k, v in list(source.items())[:_SOURCE_KEYS_MAX]
-                           if v is None or isinstance(v, (str, int, float, bool))}
+        manifest.source = {str(k): v for k, v in list(source.items())[:_SOURCE_KEYS_MAX]}
 
 
 def _context_timestamp(event: dict) -> Optional[str]:

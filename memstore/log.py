@@ -211,6 +211,8 @@ class _Session:
             buffer += line
             manifest.next_seq = seq + 1
             manifest.updated_at = ts
+            if seq == 1:
+                manifest.created_at = ts  # a session starts with its first record (an import's is in the past)
             boundary, turn = state.apply(kind, event, start, start + size, seq, ts)
             self.pending.append((seq, start, size, turn, ts) + _describe(event))
             if self.pending_lines is not None:
