@@ -35,7 +35,7 @@ from .cap import (
     write_eviction_summary,
 )
 from .deriver import Deriver, derive_all
-from .errors import LogFailedError, SessionBusyError, SessionClosedError, StoreIOError, TurnNotFound
+from .errors import LogFailedError, MemstoreError, SessionBusyError, SessionClosedError, StoreIOError, TurnNotFound
 from .events import Record
 from .fsio import ensure_private_dir, fsync_dir, session_directory, sessions_root, temp_file_pid
 from .index import INDEX_FILE, BatchRecord, IndexCorrupt, SavedState, SessionIndex, Turn, derived_tables
@@ -91,6 +91,9 @@ class _Session:
         self.inherited = False
         # When the agent last wrote: the deriver waits for a quiet moment.
         self.active = 0.0
+        # After an eviction hook failed, the cap is tried again only from this event count on.
+        self.cap_retry_at = 0
+        self.cap_failures = 0
         self.deriver: Optional[Deriver] = Deriver(self) if Deriver.needed() else None
         # The log's first line names the session when the directory name cannot (a hashed id).
         self.head_id = session_id if directory.name != session_id else None
@@ -218,24 +221,31 @@ class _Session:
             if self.pending_lines is not None:
                 self.pending_lines.append(line)
             self.unpublished += size
-            if durability == "event":
-                self.write_out(sync=True)
-            if boundary:
-                self.write_out(sync=durability != "none")
-                if durability != "none":
-                    self.publish()
-            if len(buffer) >= MAX_WRITE_BUFFER_BYTES:
-                self.write_out(sync=durability != "none")
-            if durability != "none":
-                if self.unpublished >= MAX_WRITE_BUFFER_BYTES:
+            try:
+                if durability == "event":
                     self.write_out(sync=True)
-                    self.publish()
-            elif self.unpublished >= BULK_INDEX_BYTES:
-                # Bulk mode indexes in larger batches and leaves the manifest to flush/close.
-                self.write_out(sync=False)
-                self.publish(manifest=False)
-            if max_events > 0 and manifest.event_count > max_events:
-                enforce_cap(self, max_events, on_evict)
+                if boundary:
+                    self.write_out(sync=durability != "none")
+                    if durability != "none":
+                        self.publish()
+                if len(buffer) >= MAX_WRITE_BUFFER_BYTES:
+                    self.write_out(sync=durability != "none")
+                if durability != "none":
+                    if self.unpublished >= MAX_WRITE_BUFFER_BYTES:
+                        self.write_out(sync=True)
+                        self.publish()
+                elif self.unpublished >= BULK_INDEX_BYTES:
+                    # Bulk mode indexes in larger batches and leaves the manifest to flush/close.
+                    self.write_out(sync=False)
+                    self.publish(manifest=False)
+                if max_events > 0 and manifest.event_count > max_events:
+                    enforce_cap(self, max_events, on_evict)
+            except MemstoreError as exc:
+                # Say whether the event is in the log already: a caller that retries an event
+                # that is would write it twice.
+                exc.seq = seq
+                exc.durable = self.log.length >= start + size
+                raise
         return seq
 
     def write_out(self, *, sync: bool) -> None:
