@@ -114,6 +114,12 @@ DELETED_REWRITE_FRACTION = 0.25
 """A segment with at least this fraction of its documents removed is rewritten without them."""
 FORMAT = 1
 """Version of the ``search_`` tables' layout, recorded in ``search_meta``."""
+FILTER_PROBE_DOCS = 8192
+"""With a ``where`` filter, candidates are checked against ``chunks`` a batch at a time; after this
+many, the filter's whole set of ids is read instead (it is then selective)."""
+PRUNE_MIN_CANDIDATES = 64
+"""Without a filter, more than this many candidates per result are first cut to those that can
+still reach the top k."""
 
 # ----------------------------------------------------------------------------------------------
 # Tokens
@@ -285,6 +291,8 @@ BLOCK_TERMS = 64
 BLOCK_POSTINGS = 4096
 """... and about this many postings; a term with more than BLOCK_ALONE postings has a block of its own."""
 BLOCK_ALONE = 1024
+MERGE_PAGE_BLOCKS = 512
+"""A merge reads each input this many blocks at a time."""
 
 _TERM_SEPARATOR = "\n"  # never inside a token (tokens are alphanumeric runs, lowercased)
 
@@ -810,7 +818,7 @@ class SearchIndex:
         cur = self.conn.execute("SELECT local FROM search_deleted WHERE segment = ?", (seg,))
         return np.fromiter((r[0] for r in cur), np.int64)
 
-    def _merge(self, inputs: list[_SegmentInfo], page_blocks: int = 512) -> None:
+    def _merge(self, inputs: list[_SegmentInfo]) -> None:
         """Replace ``inputs`` by one segment of their live documents (none if all are removed)."""
         inputs = sorted(inputs, key=lambda s: s.id)
         started = time.perf_counter()
@@ -838,7 +846,7 @@ class SearchIndex:
             doc_width = _doc_width(offset)
             tf_width = max(s.tf_width for s in inputs)
             new_seg = self._new_segment(merged, tf_width)
-            for chunk in self._merged_postings(inputs, remaps, page_blocks):
+            for chunk in self._merged_postings(inputs, remaps, MERGE_PAGE_BLOCKS):
                 self._write_postings(new_seg, doc_width, tf_width, chunk)
 
         for seg in inputs:
@@ -1087,7 +1095,7 @@ class SearchIndex:
     ) -> list[tuple[int, float]]:
         all_slots, all_base = slots, base
         pruned = False
-        if prune and where is None and len(slots) > 64 * k:
+        if prune and where is None and len(slots) > PRUNE_MIN_CANDIDATES * k:
             # Without a filter the answer lies among the documents whose BM25 times the largest
             # recency factor reaches the k-th best BM25: no need to weigh the others.
             kth = np.partition(base, len(base) - k)[len(base) - k]
@@ -1145,7 +1153,7 @@ class SearchIndex:
                 # Everything left scores at most the batch's lowest.
                 if not len(remaining) or scores[batch[-1]] < kth:
                     break
-            if where is not None and not restricted and checked >= 8192 and len(remaining) > 8192:
+            if where is not None and not restricted and checked >= FILTER_PROBE_DOCS and len(remaining) > FILTER_PROBE_DOCS:
                 # A selective filter: cheaper to read the few rows it allows than to test
                 # candidates a batch at a time.
                 allowed = self._allowed_ids(where, params)
