@@ -73,12 +73,13 @@ import random
 import re
 import sqlite3
 import struct
+import sys
 import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections import Counter, OrderedDict, defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
@@ -120,6 +121,8 @@ many, the filter's whole set of ids is read instead (it is then selective)."""
 PRUNE_MIN_CANDIDATES = 64
 """Without a filter, more than this many candidates per result are first cut to those that can
 still reach the top k."""
+MAXSCORE_MAX_TERMS = 16
+"""Queries with more distinct terms than this are scored in full (MaxScore's tries cost more)."""
 
 # ----------------------------------------------------------------------------------------------
 # Tokens
@@ -188,6 +191,13 @@ def _epoch_seconds(value: Any) -> float:
         return math.nan
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if type(value) is str and _FROMISO_READS_Z:
+        try:  # the common case, memstore's own format, without the slower path below
+            moment = datetime.fromisoformat(value)
+            if moment.tzinfo is not None:
+                return moment.timestamp()
+        except ValueError:
+            pass
     text = str(value).strip()
     if text[-1:] in ("Z", "z"):  # fromisoformat before Python 3.11 does not read "Z"
         text = text[:-1] + "+00:00"
@@ -199,6 +209,9 @@ def _epoch_seconds(value: Any) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
+
+
+_FROMISO_READS_Z = sys.version_info >= (3, 11)
 
 
 def _now_seconds(now: Union[None, float, int, str, datetime]) -> float:
@@ -403,6 +416,31 @@ class _BlockRun:
         )
 
 
+@dataclass
+class _TermEntry:
+    """A term's postings over a view's slots (ascending), cached; and its live subset for one
+    version of the view's tombstones."""
+
+    slots: np.ndarray  # int32
+    tfs: np.ndarray  # float32
+    tfmax: float
+    version: int = -1
+    df: int = 0
+    live_slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    live_tfs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+
+    @property
+    def nbytes(self) -> int:
+        return self.slots.nbytes + self.tfs.nbytes
+
+
+@dataclass
+class _QueryTerm:
+    entry: _TermEntry
+    weight: float  # repeat * idf * (k1 + 1)
+    bound: float  # no document scores more than this for the term
+
+
 class _View:
     """What a query needs, in one "slot" space: the live segments' documents side by side."""
 
@@ -415,9 +453,11 @@ class _View:
         self.created = np.zeros(0, np.float64)
         self.alive = np.zeros(0, np.bool_)
         self.scratch = np.zeros(0, np.float64)  # score accumulator, kept all-zero between queries
+        self.mark = np.zeros(0, np.bool_)  # candidate marks, kept all-False between queries
+        self.alive_version = 0  # bumped whenever ``alive`` changes
         self.n_live = 0
         self.avgdl = 1.0
-        self.terms: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self.terms: OrderedDict[str, _TermEntry] = OrderedDict()
         self.term_bytes = 0
 
 
@@ -543,7 +583,7 @@ class SearchIndex:
                     batch[int(doc_id)] = (text, created_at)
                 if not batch:
                     break
-                present = self._present(batch.keys())
+                present = self._present(batch.keys()) if min(batch) <= self._max_id() else []
                 if present:
                     logger.debug("search: replacing %d already indexed documents", len(present))
                     self._remove(present)
@@ -599,6 +639,10 @@ class SearchIndex:
 
             self.add(rows())
             return count
+
+    def _max_id(self) -> int:
+        row = self.conn.execute("SELECT max(id) FROM search_docs").fetchone()
+        return -(1 << 63) if row[0] is None else row[0]
 
     def _present(self, ids: Iterable[int]) -> list[int]:
         cur = self.conn.execute(
@@ -658,21 +702,21 @@ class SearchIndex:
                 when = seen_times[created_at] = _epoch_seconds(created_at)
             created[j] = when
         docs = _SegmentDocs(
-            ids=np.fromiter(batch.keys(), np.int64, n), lens=np.array(lens, np.float64), created=created
+            ids=np.fromiter(batch.keys(), np.int64, n), lens=np.fromiter(lens, np.float64, n), created=created
         )
         keys = sorted(vocab)  # bytewise order of UTF-8 = code point order = SQLite's BINARY order
         rank_of_id = np.empty(len(keys), np.int64)
         rank_of_id[np.fromiter(map(term_id, keys), np.int64, len(keys))] = np.arange(len(keys))
-        rank = rank_of_id[np.array(tids, np.int64)]
+        rank = rank_of_id[np.fromiter(tids, np.int64, len(tids))]
         # Pairs were produced document by document, so a stable sort by term keeps each term's
         # documents ascending.
         order = _stable_order(rank, len(keys))
-        local = np.repeat(np.arange(n, dtype=np.int64), np.array(uniques, np.int64))
+        local = np.repeat(np.arange(n, dtype=np.int64), np.fromiter(uniques, np.int64, n))
         return docs, _Postings(
             terms=keys,
             counts=np.bincount(rank, minlength=len(keys)),
             docs=local[order],
-            tfs=np.array(tfs, np.uint32)[order],
+            tfs=np.fromiter(tfs, np.uint32, len(tfs))[order],
         )
 
     def _new_segment(self, docs: _SegmentDocs, tf_width: int) -> int:
@@ -953,6 +997,7 @@ class SearchIndex:
                 view.created = np.concatenate([d.created for d in docs])
             view.alive = np.ones(offset, np.bool_)
             view.scratch = np.zeros(offset, np.float64)
+            view.mark = np.zeros(offset, np.bool_)
             self._view = view
         for s in segments:
             old = view.segments.get(s.id)
@@ -961,20 +1006,22 @@ class SearchIndex:
                 view.alive[start:start + s.ndocs] = True
                 if s.ndeleted:
                     view.alive[start + self._tombstones(s.id)] = False
+                view.alive_version += 1
             view.segments[s.id] = s
         view.n_live = sum(s.live for s in segments)
         total = sum(s.total_len - s.deleted_len for s in segments)
         view.avgdl = max(total / view.n_live, 1.0) if view.n_live else 1.0
         return view
 
-    def _term_postings(self, view: _View, term: str) -> Optional[tuple[np.ndarray, np.ndarray]]:
-        """A term's postings as (slots, tfs) over every segment, from the cache or the database."""
-        hit = view.terms.get(term)
-        if hit is not None:
+    def _term(self, view: _View, term: str) -> Optional[_TermEntry]:
+        """A term's postings over the view's slots, from the cache or the database."""
+        entry = view.terms.get(term)
+        if entry is not None:
             view.terms.move_to_end(term)
-            return hit
+            return entry
         slots, tfs = [], []
-        # Per segment, the one block whose range can hold the term.
+        # Per segment, the one block whose range can hold the term. CROSS JOIN keeps SQLite from
+        # scanning the postings table instead of seeking it per segment.
         for seg, block_terms, offsets, docs, freqs in self.conn.execute(
             "SELECT p.segment, p.terms, p.offsets, p.docs, p.tfs"
             " FROM search_segments AS s CROSS JOIN search_postings AS p"
@@ -990,56 +1037,131 @@ class SearchIndex:
             lo, hi = struct.unpack_from("<II", offsets, 4 * i)
             info = view.segments[seg]
             local = np.frombuffer(docs, _UINT[info.doc_width], hi - lo, lo * info.doc_width)
-            slots.append(local.astype(np.intp) + view.offsets[seg])
-            tfs.append(np.frombuffer(freqs, _UINT[info.tf_width], hi - lo, lo * info.tf_width).astype(np.float64))
+            slots.append(local.astype(np.int32) + np.int32(view.offsets[seg]))
+            tfs.append(np.frombuffer(freqs, _UINT[info.tf_width], hi - lo, lo * info.tf_width))
         if not slots:
             return None
-        entry = (np.concatenate(slots), np.concatenate(tfs))
-        size = entry[0].nbytes + entry[1].nbytes
+        all_tfs = np.concatenate(tfs).astype(np.float32)  # exact: no chunk holds 2**24 tokens
+        entry = _TermEntry(np.concatenate(slots), all_tfs, float(all_tfs.max()))
         view.terms[term] = entry
-        view.term_bytes += size
+        view.term_bytes += entry.nbytes
         while view.term_bytes > self.cache_bytes and len(view.terms) > 1:
-            _, (old_slots, old_tfs) = view.terms.popitem(last=False)
-            view.term_bytes -= old_slots.nbytes + old_tfs.nbytes
+            _, old = view.terms.popitem(last=False)
+            view.term_bytes -= old.nbytes
         return entry
 
-    def _score(self, view: _View, query_terms: Counter) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 of every live document holding a query term: (slots, scores), slots distinct."""
-        n = view.n_live
-        norm_const = K1 * (1.0 - B)
-        norm_len = K1 * B / view.avgdl
-        scored: list[tuple[np.ndarray, np.ndarray]] = []
-        for term, repeat in query_terms.items():
-            postings = self._term_postings(view, term)
-            if postings is None:
+    def _query_terms(self, view: _View, counts: Counter) -> list[_QueryTerm]:
+        """The query's terms present in the index (query order), with idf and score bounds."""
+        out = []
+        for term, repeat in counts.items():
+            entry = self._term(view, term)
+            if entry is None:
                 continue
-            slots, tfs = postings
-            live = view.alive[slots]
-            df = int(np.count_nonzero(live))
-            if df == 0:
+            if entry.version != view.alive_version:
+                live = view.alive[entry.slots]
+                entry.df = int(np.count_nonzero(live))
+                if entry.df == len(entry.slots):
+                    entry.live_slots, entry.live_tfs = entry.slots, entry.tfs
+                else:
+                    entry.live_slots, entry.live_tfs = entry.slots[live], entry.tfs[live]
+                entry.version = view.alive_version
+            if entry.df == 0:
                 continue
-            if df != len(slots):
-                slots, tfs = slots[live], tfs[live]
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            scores = tfs * (repeat * idf * (K1 + 1.0)) / (tfs + (norm_const + norm_len * view.lens[slots]))
-            scored.append((slots, scores))
-        if not scored:
-            return np.zeros(0, np.intp), np.zeros(0, np.float64)
-        if len(scored) == 1:
-            return scored[0]
-        acc = view.scratch
-        fresh: list[np.ndarray] = []
+            df = entry.df
+            weight = repeat * math.log(1.0 + (view.n_live - df + 0.5) / (df + 0.5)) * (K1 + 1.0)
+            # tf / (tf + k1 (1 - b + b len / avgdl)) grows with tf and shrinks with len, so it is at
+            # most tfmax / (tfmax + k1 (1 - b)): a bound on the term's score in any document.
+            bound = weight * entry.tfmax / (entry.tfmax + K1 * (1.0 - B))
+            out.append(_QueryTerm(entry, weight, bound))
+        return out
+
+    @staticmethod
+    def _weights(view: _View, qt: _QueryTerm, slots: np.ndarray, tfs: np.ndarray) -> np.ndarray:
+        """The term's BM25 score in the documents at ``slots`` (with those tfs)."""
+        tf = tfs.astype(np.float64)
+        return tf * qt.weight / (tf + (K1 * (1.0 - B) + (K1 * B / view.avgdl) * view.lens[slots]))
+
+    def _accumulate(self, view: _View, terms: list[_QueryTerm], essential: list[bool]) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 of the documents holding an essential term: (slots, scores), slots distinct.
+
+        Each document's score is summed over the query's terms in query order, whichever way a
+        term is looked up, so the same document gets the same bits on every path (ties stay ties).
+        """
+        if len(terms) == 1:
+            qt = terms[0]
+            return qt.entry.live_slots, self._weights(view, qt, qt.entry.live_slots, qt.entry.live_tfs)
+        mark = view.mark
+        parts = []
         try:
-            for slots, scores in scored:
-                # A slot still at 0 was not seen yet (every live score is > 0).
-                fresh.append(slots[acc[slots] == 0.0])
-                acc[slots] += scores  # slots are distinct within a term
-            candidates = np.concatenate(fresh)
+            for qt, needed in zip(terms, essential):
+                if needed:
+                    slots = qt.entry.live_slots
+                    parts.append(slots[~mark[slots]])
+                    mark[slots] = True
+            candidates = np.concatenate(parts)
+        finally:
+            for part in parts:
+                mark[part] = False
+        acc = view.scratch
+        try:
+            for qt, needed in zip(terms, essential):
+                slots, tfs = qt.entry.live_slots, qt.entry.live_tfs
+                if not needed:
+                    # Only the candidates' postings of this term.
+                    if len(candidates) * 16 < len(slots):
+                        at = np.searchsorted(slots, candidates)
+                        found = at < len(slots)
+                        found[found] = slots[at[found]] == candidates[found]
+                        slots, tfs = candidates[found], tfs[at[found]]
+                    else:
+                        mark[candidates] = True
+                        try:
+                            hit = mark[slots]
+                        finally:
+                            mark[candidates] = False
+                        slots, tfs = slots[hit], tfs[hit]
+                acc[slots] += self._weights(view, qt, slots, tfs)  # slots are distinct within a term
             totals = acc[candidates]
         finally:
-            for slots, _ in scored:
-                acc[slots] = 0.0
+            acc[candidates] = 0.0
         return candidates, totals
+
+    def _candidates(
+        self, view: _View, terms: list[_QueryTerm], k: int, recency: bool, now: float, prune: bool
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Scored candidates (slots, final scores with recency) holding every document that can be
+        in the top k, and whether documents were left out to get there (``prune``: allowed to)."""
+        slack = (1.0 + RECENCY_WEIGHT) * (1.0 + 1e-9) if recency else 1.0 + 1e-9
+        if prune and 1 < len(terms) <= MAXSCORE_MAX_TERMS:
+            # MaxScore: score the documents holding the terms with the highest bounds (the rare
+            # ones) and look the others up in them only. A document holding none of those scores
+            # at most the sum of the other terms' bounds; once the k-th best candidate beats that,
+            # nothing was missed. A common term then costs a lookup per candidate, not per posting.
+            order = sorted(range(len(terms)), key=lambda i: -terms[i].bound)
+            for split in range(1, len(terms)):
+                chosen = order[:split]
+                rest = sum(terms[i].bound for i in order[split:]) * slack
+                if rest >= sum(terms[i].bound for i in chosen) * slack or sum(terms[i].entry.df for i in chosen) < k:
+                    continue  # no candidate could beat ``rest``, or there are too few of them
+                essential = [False] * len(terms)
+                for i in chosen:
+                    essential[i] = True
+                slots, totals = self._accumulate(view, terms, essential)
+                scores = totals * _recency_array(view.created[slots], now) if recency else totals
+                if len(scores) >= k and np.partition(scores, len(scores) - k)[len(scores) - k] > rest:
+                    return slots, scores, True
+        slots, totals = self._accumulate(view, terms, [True] * len(terms))
+        pruned = False
+        if prune and len(slots) > PRUNE_MIN_CANDIDATES * k:
+            # Only documents whose BM25 times the largest recency factor reaches the k-th best BM25
+            # can make the top k: no need to weigh the others.
+            kth = np.partition(totals, len(totals) - k)[len(totals) - k]
+            keep = totals * slack >= kth
+            if not keep.all():
+                pruned = True
+                slots, totals = slots[keep], totals[keep]
+        scores = totals * _recency_array(view.created[slots], now) if recency else totals
+        return slots, scores, pruned
 
     def search(
         self,
@@ -1067,52 +1189,28 @@ class SearchIndex:
         """
         if k <= 0:
             return []
-        query_terms = Counter(tokenize(query)) if isinstance(query, str) else Counter()
-        if not query_terms:
+        counts = Counter(tokenize(query)) if isinstance(query, str) else Counter()
+        if not counts:
             return []
         now_s = _now_seconds(now) if recency else 0.0
         with self._reading("search"):
             view = self._sync()
             if view.n_live == 0:
                 return []
-            slots, base = self._score(view, query_terms)
-            if not len(slots):
+            terms = self._query_terms(view, counts)
+            if not terms:
                 return []
-            return self._top(view, slots, base, k, min_score, recency, now_s, where, params)
-
-    def _top(
-        self,
-        view: _View,
-        slots: np.ndarray,
-        base: np.ndarray,
-        k: int,
-        min_score: float,
-        recency: bool,
-        now: float,
-        where: Optional[str],
-        params: Union[Sequence[Any], Mapping[str, Any]],
-        prune: bool = True,
-    ) -> list[tuple[int, float]]:
-        all_slots, all_base = slots, base
-        pruned = False
-        if prune and where is None and len(slots) > PRUNE_MIN_CANDIDATES * k:
-            # Without a filter the answer lies among the documents whose BM25 times the largest
-            # recency factor reaches the k-th best BM25: no need to weigh the others.
-            kth = np.partition(base, len(base) - k)[len(base) - k]
-            bound = kth / (1.0 + RECENCY_WEIGHT) * (1.0 - 1e-9) if recency else kth
-            keep = base >= bound
-            if not keep.all():
-                pruned = True
-                slots, base = slots[keep], base[keep]
-        scores = base * _recency_array(view.created[slots], now) if recency else base
-        keep = (scores > 0.0) & (scores >= min_score)
-        if not keep.all():
-            slots, scores = slots[keep], scores[keep]
-        results = self._select(view, slots, scores, k, where, params)
-        if pruned and len(results) < k:
-            # Some of the best documents had no chunks row: look further down, without pruning.
-            return self._top(view, all_slots, all_base, k, min_score, recency, now, where, params, prune=False)
-        return results
+            prune = where is None  # a filter may reject the best candidates: weigh everything
+            while True:
+                slots, scores, pruned = self._candidates(view, terms, k, recency, now_s, prune)
+                keep = (scores > 0.0) & (scores >= min_score)
+                if not keep.all():
+                    slots, scores = slots[keep], scores[keep]
+                results = self._select(view, slots, scores, k, where, params)
+                if len(results) == k or not pruned:
+                    return results
+                # Some of the best documents had no chunks row: look further down.
+                prune = False
 
     def _select(
         self,
@@ -1127,7 +1225,7 @@ class SearchIndex:
         row exists (and matches ``where``), until k are kept and no remaining candidate can tie."""
         accepted: list[tuple[float, str, int]] = []
         remaining = np.arange(len(slots))
-        batch_size = max(4 * k, 64)
+        batch_size = k + 1  # usually enough: every candidate has its row and nothing ties at the cut
         checked = 0
         restricted = False
         while len(remaining):
