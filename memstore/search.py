@@ -304,8 +304,8 @@ BLOCK_TERMS = 64
 BLOCK_POSTINGS = 4096
 """... and about this many postings; a term with more than BLOCK_ALONE postings has a block of its own."""
 BLOCK_ALONE = 1024
-MERGE_PAGE_BLOCKS = 512
-"""A merge reads each input this many blocks at a time."""
+MERGE_PAGE_BLOCKS = 64
+"""A merge reads each input this many blocks at a time (bounding its memory)."""
 
 _TERM_SEPARATOR = "\n"  # never inside a token (tokens are alphanumeric runs, lowercased)
 
@@ -1141,8 +1141,10 @@ class SearchIndex:
             for split in range(1, len(terms)):
                 chosen = order[:split]
                 rest = sum(terms[i].bound for i in order[split:]) * slack
-                if rest >= sum(terms[i].bound for i in chosen) * slack or sum(terms[i].entry.df for i in chosen) < k:
-                    continue  # no candidate could beat ``rest``, or there are too few of them
+                if sum(terms[i].entry.df for i in chosen) < k or rest >= sum(terms[i].bound for i in chosen) * slack:
+                    # Too few candidates, or the left-out terms weigh as much as the chosen ones:
+                    # the check below would most likely fail, so don't pay for the try.
+                    continue
                 essential = [False] * len(terms)
                 for i in chosen:
                     essential[i] = True
