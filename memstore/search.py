@@ -35,13 +35,12 @@ write. So postings live in immutable *segments*, like an LSM tree:
 ``search_postings``
     a segment's postings in blocks of consecutive terms, keyed ``(segment, first_term)``: the
     block's terms, their offsets, and for each term the local numbers (ascending, uint16 or uint32)
-    of the documents holding it with its frequencies (uint8/16/32). A row per term would cost a
-    b-tree insert per distinct term of every added batch (most terms of agent text are rare: ids,
-    numbers, paths), which measured as the largest cost of indexing; blocks of up to 64 terms and
-    about 4,096 postings cut that 40-fold, and a frequent term gets a block of its own, so a query
-    reads little it does not need. Segment first in the key: a new segment is an append at the end
-    of the b-tree, a merge reads its inputs in term order, and a query seeks one block per segment
-    per term.
+    of the documents holding it with its frequencies (uint8/16/32). A row per term was the largest
+    cost of indexing (most terms of agent text are rare: ids, numbers, paths, so a batch has about
+    ten distinct terms per document); blocks of up to 64 terms and about 4,096 postings make about
+    50 times fewer rows, and a frequent term gets a block of its own, so a query reads little it
+    does not need. Segment first in the key: a new segment is an append at the end of the b-tree,
+    a merge reads its inputs in term order, and a query seeks one block per segment and term.
 ``search_docs``
     catalog id -> (segment, local, length), so removing a session's documents costs what the
     session costs.
@@ -49,26 +48,48 @@ write. So postings live in immutable *segments*, like an LSM tree:
     tombstones ``(segment, local)``. Removed documents stay in their segment until a merge drops
     them; a query ignores their postings and counts only live postings in df, so statistics are
     exact at once.
+``search_meta``
+    the layout's format number.
 
 ``add`` writes a new segment per call (split every ``segment_docs`` documents), then runs tiered
 merges: when ``MERGE_FACTOR`` segments share a size tier they are merged into one, and a segment
 with a quarter of its documents removed is rewritten. Inside ``add`` and ``remove`` only merges of at
-most ``auto_merge_docs`` live documents run, so their cost stays bounded by a constant, never the
-corpus; :meth:`SearchIndex.optimize` runs the larger ones at a quiet time.
+most ``auto_merge_docs`` documents run, so their cost is bounded by a constant, never by the corpus;
+:meth:`SearchIndex.optimize` runs the larger ones at a quiet time. Queries do not slow down with the
+number of segments once a term is cached, only its first load does (one block read per segment).
 
-A query loads what it needs lazily and caches it in the process: the per-segment document arrays
-(concatenated into one "slot" space) and, per query term, its postings translated to slots. The
+Queries: a query loads what it needs lazily and caches it in the process: the segments' document
+arrays side by side in one "slot" space, and per query term its postings translated to slots. The
 cache is checked against ``search_segments`` on every query (one small read), so a change made by
-another connection or process is picked up at the next query.
+another connection or process is picked up at the next query. Scoring is vectorized numpy; for a
+query of several terms without a ``where`` filter, MaxScore skips most of a common term's postings:
+the documents holding the rarest terms are scored in full and the common terms are looked up in
+them only, which is exact as soon as the k-th best of those beats what the common terms alone could
+give any other document (else more terms are scored in full, up to all of them).
+
+Use from a catalog refresh: open the transaction yourself, then ``add`` and ``remove`` join it
+(they run inside a SAVEPOINT and never commit a transaction they did not open), so chunk rows and
+postings commit together and a reader sees both or neither. Called outside a transaction, each of
+them commits on its own (Python's sqlite3 opens a transaction only before INSERT/UPDATE/DELETE, so
+say BEGIN explicitly)::
+
+    index = SearchIndex(conn)          # once per connection; keep it, it holds the caches
+    index.ensure_schema()
+    conn.execute("BEGIN IMMEDIATE")
+    old = [r[0] for r in conn.execute("SELECT id FROM chunks WHERE session_id = ?", (sid,))]
+    index.remove(old)                  # a rewritten session (for a grown one, skip this)
+    conn.execute("DELETE FROM chunks WHERE session_id = ?", (sid,))
+    ...insert the new chunk rows...
+    index.add(conn.execute("SELECT id, text, created_at FROM chunks WHERE session_id = ?", (sid,)))
+    conn.commit()
+    hits = index.search("cargo test failure", k=6, where="session_id = ?", params=(sid,))
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import math
-import os
 import random
 import re
 import sqlite3
@@ -467,7 +488,10 @@ class SearchIndex:
 
     ``db`` is a :class:`sqlite3.Connection` or a :class:`sqlite_utils.Database`. One instance per
     connection; its methods are serialized by a lock, and it keeps in-process caches (at most about
-    ``cache_bytes`` of term postings, plus 21 bytes per indexed document).
+    ``cache_bytes`` of term postings, plus 34 bytes per indexed document once it has searched).
+    ``segment_docs`` caps the documents of a segment written by one ``add`` (memory while
+    indexing); ``auto_merge_docs`` caps the merges ``add`` and ``remove`` run (see the module
+    docstring).
 
     Writes (:meth:`add`, :meth:`remove`, :meth:`optimize`, :meth:`rebuild`) run inside a SAVEPOINT:
     within the caller's transaction they become part of it (commit or roll back with it); outside
@@ -619,23 +643,16 @@ class SearchIndex:
         with self._writing("rebuild search index"):
             for table in _TABLES:
                 self.conn.execute(f"DELETE FROM {table}")
-            sql = "SELECT id, text, created_at FROM chunks"
-            if where:
-                sql += f" WHERE ({where})"
+            sql = "SELECT id, text, created_at FROM chunks" + (f" WHERE ({where})" if where else "")
             count = 0
 
             def rows() -> Iterator[tuple[int, str, Optional[str]]]:
                 nonlocal count
-                # Fetch in pages so no cursor is open while the postings are written.
-                last = None
-                page_sql = sql + (" AND" if where else " WHERE") + " id > ? ORDER BY id LIMIT 8192"
-                while True:
-                    page = self.conn.execute(page_sql, (*params, -(1 << 63) if last is None else last)).fetchall()
-                    if not page:
-                        return
-                    count += len(page)
-                    last = page[-1][0]
-                    yield from page
+                # Reading chunks while writing the search_ tables on the same connection is fine:
+                # the statement's table is not the one written.
+                for row in self.conn.execute(sql, params):
+                    count += 1
+                    yield row
 
             self.add(rows())
             return count
@@ -990,11 +1007,18 @@ class SearchIndex:
                 docs.append(d)
                 view.offsets[s.id] = offset
                 offset += s.ndocs
-            self._segment_docs_cache = dict(zip(layout, docs))
             if docs:
                 view.ids = np.concatenate([d.ids for d in docs])
                 view.lens = np.concatenate([d.lens for d in docs])
                 view.created = np.concatenate([d.created for d in docs])
+            # Keep each segment's arrays as views into the new ones: no second copy, and the next
+            # layout (one segment more, or a merge) reuses them instead of reading them again.
+            self._segment_docs_cache = {}
+            for key, s in zip(layout, segments):
+                at = view.offsets[s.id]
+                self._segment_docs_cache[key] = _SegmentDocs(
+                    view.ids[at:at + s.ndocs], view.lens[at:at + s.ndocs], view.created[at:at + s.ndocs]
+                )
             view.alive = np.ones(offset, np.bool_)
             view.scratch = np.zeros(offset, np.float64)
             view.mark = np.zeros(offset, np.bool_)
@@ -1195,6 +1219,7 @@ class SearchIndex:
         if not counts:
             return []
         now_s = _now_seconds(now) if recency else 0.0
+        where = where if where and where.strip() else None
         with self._reading("search"):
             view = self._sync()
             if view.n_live == 0:
@@ -1253,8 +1278,8 @@ class SearchIndex:
                 # Everything left scores at most the batch's lowest.
                 if not len(remaining) or scores[batch[-1]] < kth:
                     break
-            if where is not None and not restricted and checked >= FILTER_PROBE_DOCS and len(remaining) > FILTER_PROBE_DOCS:
-                # A selective filter: cheaper to read the few rows it allows than to test
+            if where is not None and not restricted and min(checked, len(remaining)) >= FILTER_PROBE_DOCS:
+                # A selective filter: cheaper to read the few rows it allows than to test the
                 # candidates a batch at a time.
                 allowed = self._allowed_ids(where, params)
                 remaining = remaining[np.isin(view.ids[slots[remaining]], allowed)]

@@ -465,6 +465,17 @@ def test_hostile_queries_never_raise(tmp_path):
     assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 4
 
 
+def test_query_with_thousands_of_distinct_tokens(tmp_path):
+    rows = random_rows(random.Random(6), 200)
+    conn, index = build(tmp_path, rows)
+    query = " ".join(f"w{i}" for i in range(2000)) + " rust blue " + " ".join(WORDS)
+    docs = {r["id"]: r["text"] for r in rows}
+    chunk_ids = {r["id"]: r["chunk_id"] for r in rows}
+    assert_same_ranking(index.search(query, k=10, recency=False), reference_search(docs, chunk_ids, query, 10))
+    assert index.search("", where="") == []
+    assert index.search("rust", where="  ", now=NOW) == index.search("rust", now=NOW)
+
+
 def test_fts_match_is_safe_in_fts5(tmp_path):
     conn, index = build(tmp_path, ["the blue sky", "near and or not"])
     conn.execute("CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content=chunks, content_rowid=id)")

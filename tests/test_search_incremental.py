@@ -196,6 +196,29 @@ def test_add_joins_the_callers_transaction(tmp_path):
     assert sorted(i for i, _ in other.search("blue")) == [1, 2]  # the reader's caches catch up
 
 
+def test_refresh_as_the_module_docstring_shows(tmp_path):
+    """A rewritten session, the documented way: one transaction, the new rows fed from a cursor
+    over chunks on the same connection (read while the postings are written)."""
+    rows = random_rows(random.Random(91), 120, sessions=2)
+    conn, index = build(tmp_path, rows, segment_docs=16)
+    reader = SearchIndex(sqlite3.connect(tmp_path / "catalog.db"))
+    before = results(reader)
+    conn.execute("BEGIN IMMEDIATE")
+    old = [r[0] for r in conn.execute("SELECT id FROM chunks WHERE session_id = ?", ("s1",))]
+    index.remove(old)
+    conn.execute("DELETE FROM chunks WHERE session_id = ?", ("s1",))
+    new = random_rows(random.Random(92), 70, start_id=500, sessions=1)
+    for row in new:
+        row["session_id"] = "s1"
+    insert_chunks(conn, new)
+    index.add(conn.execute("SELECT id, text, created_at FROM chunks WHERE session_id = ?", ("s1",)))
+    assert results(reader) == before  # nothing visible before the commit
+    conn.commit()
+    final = [r for r in rows if r["session_id"] != "s1"] + new
+    fresh_conn, fresh = build(tmp_path, final, name="final.db")
+    assert results(reader) == results(fresh)
+
+
 def test_writes_outside_a_transaction_commit_on_their_own(tmp_path):
     conn = sqlite3.connect(tmp_path / "auto.db", isolation_level=None)
     conn.execute(search_ddl())
