@@ -467,6 +467,7 @@ class _View:
 
     def __init__(self) -> None:
         self.layout: tuple[tuple[int, int], ...] = ()
+        self.rows: Optional[list[tuple]] = None  # the search_segments rows it reflects
         self.segments: dict[int, _SegmentInfo] = {}
         self.offsets: dict[int, int] = {}
         self.ids = np.zeros(0, np.int64)
@@ -994,8 +995,11 @@ class SearchIndex:
 
     def _sync(self) -> _View:
         """Bring the cached view up to date with ``search_segments`` (inside a read transaction)."""
-        segments = self._segments()
+        rows = self.conn.execute(f"SELECT {_SEGMENT_COLUMNS} FROM search_segments ORDER BY id").fetchall()
         view = self._view
+        if rows == view.rows:
+            return view  # nothing changed (the usual case): skip the bookkeeping below
+        segments = [_SegmentInfo(*r) for r in rows]
         layout = tuple((s.id, s.nonce) for s in segments)
         if layout != view.layout:
             view = _View()
@@ -1035,6 +1039,7 @@ class SearchIndex:
         view.n_live = sum(s.live for s in segments)
         total = sum(s.total_len - s.deleted_len for s in segments)
         view.avgdl = max(total / view.n_live, 1.0) if view.n_live else 1.0
+        view.rows = rows
         return view
 
     def _term(self, view: _View, term: str) -> Optional[_TermEntry]:
@@ -1114,6 +1119,8 @@ class SearchIndex:
         if len(terms) == 1:
             qt = terms[0]
             return qt.entry.live_slots, self._weights(view, qt, qt.entry.live_slots, qt.entry.live_tfs)
+        if sum(essential) == 1:
+            return self._accumulate_one(view, terms, essential.index(True))
         mark = view.mark
         parts = []
         try:
@@ -1148,6 +1155,23 @@ class SearchIndex:
             totals = acc[candidates]
         finally:
             acc[candidates] = 0.0
+        return candidates, totals
+
+    def _accumulate_one(self, view: _View, terms: list[_QueryTerm], chosen: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_accumulate` with one essential term: its postings are the candidates, so the
+        sums live in an array aligned with them (same additions in the same order, so the same
+        bits), and the other terms are found by binary search."""
+        candidates = terms[chosen].entry.live_slots
+        totals = np.zeros(len(candidates), np.float64)
+        for i, qt in enumerate(terms):
+            if i == chosen:
+                totals += self._weights(view, qt, candidates, qt.entry.live_tfs)
+                continue
+            slots, tfs = qt.entry.live_slots, qt.entry.live_tfs
+            at = np.searchsorted(slots, candidates)
+            found = at < len(slots)
+            found[found] = slots[at[found]] == candidates[found]
+            totals[found] += self._weights(view, qt, candidates[found], tfs[at[found]])
         return candidates, totals
 
     def _candidates(
