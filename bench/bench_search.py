@@ -29,7 +29,7 @@ and noisy.
 Last full run (2 cores, shared; ratios are baseline / memstore except first search):
 
     100,000 chunks: search p50 vs FTS5 10.3x, p95 32.1x; vs bm25s p50 5.2x, p95 4.4x;
-      indexing 1.56x (1.11x counting the chunk inserts; 0.98-1.56x over three runs);
+      indexing 1.56x (1.11x counting the chunk inserts; the previous full run gave 1.04x and 0.78x);
       first search 0.018x of re-tokenizing; add a session 27 ms, remove it 4.7 ms
     1,000,000 chunks: search p50 vs FTS5 29.6x (2.0 ms vs 59 ms), p95 51.0x; vs bm25s p50 17.6x,
       p95 7.9x; indexing 1.76x (1.35x counting the chunk inserts); first search 0.012x of

@@ -1235,7 +1235,7 @@ class SearchIndex:
         missing are skipped (with a warning).
 
         Raises :class:`StoreIOError` (naming the database) if SQLite fails, including on an invalid
-        ``where``.
+        ``where`` or when :meth:`ensure_schema` never ran on the database.
         """
         if k <= 0:
             return []
