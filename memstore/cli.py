@@ -393,6 +393,47 @@ def verify_command(session, pack_path, root, as_json):
         sys.exit(1)
 
 
+# --- search ---
+
+
+@cli.command("search")
+@click.argument("query")
+@click.option("--session", "session_id", default=None, help="Only this session.")
+@click.option("--since", default=None, help="Only events from this date (YYYY-MM-DD) or time on.")
+@click.option("--source", type=click.Choice(["event", "session"]), default=None,
+              help="Only event text, or only memory facts.")
+@click.option("-n", "--max-results", type=click.IntRange(min=1, max=1000), default=10, show_default=True)
+@click.option("--no-recency", is_flag=True, help="Plain BM25, without the mild preference for recent events.")
+@root_option
+@json_option
+def search_command(query, session_id, since, source, max_results, no_recency, root, as_json):
+    """BM25 search over every session: where did the agent do QUERY?
+
+    \b
+    Examples:
+      memstore search "mismatched types"
+      memstore search "cargo test" --since 2026-11-01 -n 20 --json
+    """
+    from .search import search_memory
+
+    _require_store(root)
+    try:
+        results = search_memory(root, query, max_results, source=source, session_id=session_id, since=since,
+                                recency=not no_recency)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from exc
+    if as_json:
+        _echo_json([r.to_dict() for r in results])
+        return
+    if not results:
+        click.echo("no results")
+        return
+    for r in results:
+        where = f"{r.session_id} turn {r.turn} seq {r.seq}" if r.seq is not None else f"{r.session_id} (memory)"
+        click.echo(f"{r.score:7.3f}  {where}  [{r.kind or r.source}]  {r.created_at or ''}")
+        click.echo(f"         {r.snippet}")
+
+
 # --- importing other agents' logs ---
 
 

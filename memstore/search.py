@@ -90,6 +90,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import random
 import re
 import sqlite3
@@ -100,8 +101,9 @@ import time
 from bisect import bisect_left, bisect_right
 from collections import Counter, OrderedDict, defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -1329,3 +1331,126 @@ class SearchIndex:
     def _allowed_ids(self, where: str, params: Union[Sequence[Any], Mapping[str, Any]]) -> np.ndarray:
         cur = self.conn.execute(f"SELECT id FROM chunks WHERE ({where})", params)
         return np.fromiter((r[0] for r in cur), np.int64)
+
+
+# --------------------------------------------------------------------------------------------
+# search_memory: the public search over a store
+
+
+@dataclass(frozen=True)
+class MemorySearchResult:
+    """One search hit. The reference's fields (``chunk_id``, ``path``, ``start_line``,
+    ``end_line``, ``score``, ``snippet``, ``source``, ``created_at``) plus where it is:
+    ``session_id``, ``turn`` and ``seq`` (``None`` for a memory fact).
+
+    ``chunk_id`` is ``<session>:<seq>:<part>`` for an event's text and ``<session>:<index>`` for
+    a memory fact; ``path`` is the file it comes from (``events.jsonl`` or ``memory.json``);
+    ``start_line``/``end_line`` the lines of the event's text the chunk holds (0 for a fact);
+    ``source`` is ``event`` or ``session`` (a memory fact); ``created_at`` the event's time, in
+    RFC 3339 (the reference used Unix seconds: every chunk here has a time).
+    """
+
+    chunk_id: str
+    path: str
+    start_line: int
+    end_line: int
+    score: float
+    snippet: str
+    source: str
+    created_at: Optional[str]
+    session_id: str
+    turn: Optional[int]
+    seq: Optional[int]
+    kind: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+SNIPPET_CHARS = 240
+
+
+def search_memory(
+    root: Union[str, "os.PathLike[str]"],
+    query: str,
+    max_results: int = 6,
+    min_score: float = 0.0,
+    *,
+    source: Optional[str] = None,
+    session_id: Optional[str] = None,
+    since: Optional[str] = None,
+    recency: bool = True,
+) -> list[MemorySearchResult]:
+    """BM25 search over every session under ``root`` (see the module docstring for the
+    scoring). The catalog is refreshed first, so the search sees every event flushed before it
+    was called. ``source`` (``event`` or ``session``), ``session_id`` and ``since`` (a date or an
+    RFC 3339 time: only chunks from then on) restrict the results, not the statistics.
+    An empty or punctuation-only query gives ``[]``; no query is ever an error.
+    """
+    from .catalog import catalog_path, refresh_catalog
+
+    if max_results <= 0 or not tokenize(query or ""):
+        return []
+    refresh_catalog(root)
+    clauses, params = [], []
+    if source is not None:
+        clauses.append("source = ?")
+        params.append(source)
+    if session_id is not None:
+        clauses.append("session_id = ?")
+        params.append(session_id)
+    if since is not None:
+        clauses.append("created_at >= ?")
+        params.append(_since(since))
+    path = catalog_path(root)
+    conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
+    try:
+        hits = SearchIndex(conn).search(query, max_results, min_score=min_score, recency=recency,
+                                        where=" AND ".join(clauses) or None, params=params)
+        rows = {row[0]: row for row in conn.execute(
+            "SELECT id, chunk_id, path, start_line, end_line, source, created_at, session_id, turn, seq, kind, text "
+            "FROM chunks WHERE id IN (SELECT value FROM json_each(?))", (_json_ids(doc for doc, _ in hits),))}
+    except sqlite3.Error as exc:
+        raise StoreIOError("search", path, str(exc)) from exc
+    finally:
+        conn.close()
+    tokens = set(tokenize(query))
+    results = []
+    for doc, score in hits:
+        row = rows.get(doc)
+        if row is None:
+            continue
+        file_path = row[2] if row[2] and os.path.isabs(row[2]) else str(Path(root) / (row[2] or ""))
+        results.append(MemorySearchResult(
+            chunk_id=row[1], path=file_path, start_line=row[3] or 0, end_line=row[4] or 0, score=score,
+            snippet=snippet(row[11], tokens), source=row[5], created_at=row[6], session_id=row[7],
+            turn=row[8], seq=row[9], kind=row[10]))
+    return results
+
+
+def snippet(text: str, tokens: set[str], width: int = SNIPPET_CHARS) -> str:
+    """A window of ``text`` around its first query token, whitespace-normalized."""
+    best = None
+    for match in _WORD.finditer(text):
+        if match.group().lower() in tokens:
+            best = match.start()
+            break
+    if best is None or len(text) <= width:
+        start = 0
+    else:
+        start = max(0, best - width // 3)
+    piece = " ".join(text[start:start + width].split())
+    return ("…" if start > 0 else "") + piece + ("…" if start + width < len(text) else "")
+
+
+def _since(value: str) -> str:
+    """``since`` as a time comparable with chunk times: a date is its midnight UTC."""
+    from .events import format_ts, parse_ts
+
+    text = value.strip()
+    if len(text) == 10:
+        text += "T00:00:00Z"
+    parsed = parse_ts(text)
+    if parsed is None:
+        raise ValueError(f"since must be a date (YYYY-MM-DD) or an RFC 3339 time, not {value!r}")
+    return format_ts(parsed)
