@@ -177,6 +177,7 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     manifest = state.manifest
     if manifest.event_count < session.cap_retry_at:
         return  # the eviction hook failed at the last crossing: wait for the next one
+    session.publisher.drain()  # the turns handed to the publisher are in the index now
     open_turn = state.open_turn.number if state.open_turn is not None else None
     plan = plan_cap_eviction(_turn_spans(session), manifest.event_count, max_events, open_turn)
     if plan is None:

@@ -124,6 +124,8 @@ def _create_tables(db: "sqlite_utils.Database") -> None:
 
 
 def _create_views(db: "sqlite_utils.Database") -> None:
+    # Token sums are total() cast back to integers: SQLite's sum() raises on overflow, and a
+    # hostile (or merely huge) usage must not break a page.
     db.create_view("tool_calls", """
         SELECT session_id, seq, turn, ts, item_type, name AS tool, status AS outcome,
                status IN ('failed', 'error', 'declined', 'permission_rejected', 'permission_cancelled',
@@ -138,7 +140,7 @@ def _create_views(db: "sqlite_utils.Database") -> None:
         WHERE type = 'item.completed' AND item_type = 'command_execution'
     """)
     db.create_view("errors", """
-        SELECT session_id, turn, ended_at AS ts, 'turn ' || status AS what, error AS message
+        SELECT session_id, number AS turn, ended_at AS ts, 'turn ' || status AS what, error AS message
         FROM turns WHERE status = 'failed'
         UNION ALL
         SELECT e.session_id, e.turn, e.ts, e.type, c.text
@@ -147,15 +149,15 @@ def _create_views(db: "sqlite_utils.Database") -> None:
     """)
     db.create_view("token_usage_daily", """
         SELECT substr(coalesce(started_at, ended_at), 1, 10) AS day, coalesce(model, '') AS model,
-               count(*) AS turns, sum(input_tokens) AS input_tokens, sum(cached_input_tokens) AS cached_input_tokens,
-               sum(cache_creation_tokens) AS cache_creation_tokens, sum(output_tokens) AS output_tokens
+               count(*) AS turns, CAST(total(input_tokens) AS INTEGER) AS input_tokens, CAST(total(cached_input_tokens) AS INTEGER) AS cached_input_tokens,
+               CAST(total(cache_creation_tokens) AS INTEGER) AS cache_creation_tokens, CAST(total(output_tokens) AS INTEGER) AS output_tokens
         FROM turns GROUP BY day, model
     """)
     db.create_view("token_usage_by_model", """
-        SELECT coalesce(model, '') AS model, count(*) AS turns, sum(input_tokens) AS input_tokens,
-               sum(cached_input_tokens) AS cached_input_tokens, sum(cache_creation_tokens) AS cache_creation_tokens,
-               sum(output_tokens) AS output_tokens,
-               round(1.0 * sum(cached_input_tokens) / nullif(sum(input_tokens), 0), 4) AS cache_hit_rate
+        SELECT coalesce(model, '') AS model, count(*) AS turns, CAST(total(input_tokens) AS INTEGER) AS input_tokens,
+               CAST(total(cached_input_tokens) AS INTEGER) AS cached_input_tokens, CAST(total(cache_creation_tokens) AS INTEGER) AS cache_creation_tokens,
+               CAST(total(output_tokens) AS INTEGER) AS output_tokens,
+               round(total(cached_input_tokens) / nullif(total(input_tokens), 0), 4) AS cache_hit_rate
         FROM turns GROUP BY model
     """)
 
@@ -383,8 +385,8 @@ def _copy_derived(conn: sqlite3.Connection, reader: SessionReader, session_id: s
 def _upsert_session(conn: sqlite3.Connection, session_id: str, name: str, manifest, reader: SessionReader) -> None:
     source = manifest.source or {}
     totals = conn.execute(
-        "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(cached_input_tokens), 0), "
-        "coalesce(sum(cache_creation_tokens), 0), coalesce(sum(output_tokens), 0), "
+        "SELECT CAST(total(input_tokens) AS INTEGER), CAST(total(cached_input_tokens) AS INTEGER), "
+        "CAST(total(cache_creation_tokens) AS INTEGER), CAST(total(output_tokens) AS INTEGER), "
         "sum(status = 'failed'), (SELECT model FROM turns WHERE session_id = ? AND model IS NOT NULL "
         "ORDER BY number DESC LIMIT 1) FROM turns WHERE session_id = ?", (session_id, session_id)).fetchone()
     title = conn.execute(

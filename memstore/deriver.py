@@ -38,8 +38,9 @@ def derive_batch(session: "_Session", *, stop: Optional[threading.Event] = None,
         if session.failed is not None or session.index is None:
             return 0
         index = session.index
-        watermark = index.derived_watermark()
-        rows = index.underived(watermark, max_events)
+        with session.index_lock:
+            watermark = index.derived_watermark()
+            rows = index.underived(watermark, max_events)
         if not rows:
             return 0
         taken, size = [], 0
@@ -61,10 +62,12 @@ def derive_batch(session: "_Session", *, stop: Optional[threading.Event] = None,
     if not _acquire(session, stop):
         return 0
     try:
-        if (session.failed is not None or session.index is None
-                or session.state.manifest.generation != generation or session.index.derived_watermark() != watermark):
+        if session.failed is not None or session.index is None or session.state.manifest.generation != generation:
             return 0  # rewritten or rebuilt meanwhile
-        session.index.commit_derived(records, taken[-1][0])
+        with session.index_lock:
+            if session.index.derived_watermark() != watermark:
+                return 0
+            session.index.commit_derived(records, taken[-1][0])
     finally:
         session.lock.release()
     return len(records)

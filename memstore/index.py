@@ -552,12 +552,31 @@ class SessionIndex:
         records: Optional[Sequence[BatchRecord]] = None,
     ) -> None:
         """Record new event rows, changed turns and the manifest row in one transaction, and
-        hand ``records`` (the same events, for derived tables) to every derived table.
+        hand ``records`` (the same events, for derived tables) to every eager derived table.
 
         With ``reset`` every existing row is dropped first, in the same transaction. A rebuild
         commits in batches (so an interrupted one resumes where it stopped), so a concurrent
         reader may see a partly rebuilt index until it finishes.
         """
+        self.commit_rows(events, [t.as_row() for t in turns], manifest_row(manifest), tail, reset=reset,
+                         records=records)
+
+    def commit_rows(
+        self,
+        events: Sequence[tuple],
+        turn_rows: Sequence[tuple],
+        manifest_values: tuple,
+        tail: bytes,
+        *,
+        reset: bool = False,
+        records: Optional[Sequence[BatchRecord]] = None,
+        lines: Optional[Sequence[bytes]] = None,
+    ) -> None:
+        """:meth:`commit` with the turn and manifest rows already made (the publisher builds
+        them on the writer's thread, which goes on changing the live objects); ``lines`` are
+        the events' lines, from which the records for eager derived tables are made."""
+        if records is None and lines is not None and any(not t.lazy for t in _derived):
+            records = [BatchRecord(row[0], row[3], row[4], row[1], row[2], line=line) for row, line in zip(events, lines)]
         with self._transaction() as conn:
             if reset:
                 conn.execute("DELETE FROM events")
@@ -572,10 +591,9 @@ class SessionIndex:
                     for table in _derived:
                         if not table.lazy:
                             table.on_batch(conn, records)
-            turn_rows = [t.as_row() for t in turns]
             if turn_rows:
                 conn.executemany(_TURN_UPSERT, turn_rows)
-            conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
+            conn.execute(_MANIFEST_UPSERT, (*manifest_values, tail))
 
     def evict(
         self, truncate_offset: int, first_kept_turn: int, manifest: Manifest, tail: bytes,
@@ -613,7 +631,7 @@ class SessionIndex:
                 "UPDATE derived_state SET seq = max(seq, coalesce((SELECT min(seq) FROM events), ?) - 1) WHERE id = 1",
                 (manifest.next_seq,),
             )
-            conn.execute(_MANIFEST_UPSERT, (*_manifest_row(manifest), tail))
+            conn.execute(_MANIFEST_UPSERT, (*manifest_row(manifest), tail))
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -739,7 +757,8 @@ def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
     return "malformed" in text or "not a database" in text
 
 
-def _manifest_row(m: Manifest) -> tuple:
+def manifest_row(m: Manifest) -> tuple:
+    """The manifest table's values for ``m`` (``tail`` not included)."""
     values = []
     for name in _MANIFEST_COLUMNS:
         value = getattr(m, name)

@@ -38,11 +38,12 @@ from .deriver import Deriver, derive_all
 from .errors import LogFailedError, MemstoreError, SessionBusyError, SessionClosedError, StoreIOError, TurnNotFound
 from .events import Record
 from .fsio import ensure_private_dir, fsync_dir, session_directory, sessions_root, temp_file_pid
-from .index import INDEX_FILE, BatchRecord, IndexCorrupt, SavedState, SessionIndex, Turn, derived_tables
+from .index import INDEX_FILE, IndexCorrupt, SavedState, SessionIndex, Turn, derived_tables, manifest_row
 from .lifecycle import LogState
 from .lock import LivenessLock, SessionGone
 from .logfile import EVENTS_FILE, LogFile
-from .manifest import Manifest, ManifestPublisher
+from .manifest import Manifest
+from .publisher import Batch, Publisher
 from .recovery import recover
 
 logger = logging.getLogger("memstore")
@@ -85,8 +86,9 @@ class _Session:
         self.liveness = LivenessLock(directory)
         self.index: Optional[SessionIndex] = None
         self.state: LogState
-        self.published: Optional[bytes] = None
-        self.publisher = ManifestPublisher(directory)
+        # Guards the index connection: the publisher's thread commits through it too.
+        self.index_lock = threading.Lock()
+        self.publisher = Publisher(self)
         self.ready = False
         self.inherited = False
         # When the agent last wrote: the deriver waits for a quiet moment.
@@ -258,18 +260,17 @@ class _Session:
             raise
 
     def publish(self, *, manifest: bool = True) -> None:
-        """Commit the index rows for everything written, then (with ``manifest``) publish the
-        manifest. If the index transaction fails, nothing is forgotten: the next publish
-        retries the same rows and turns."""
+        """Hand the rows describing everything written to the publisher, which commits them
+        to the index and then (with ``manifest``) publishes the manifest, off this thread. If
+        the index transaction fails, nothing is forgotten: it is tried again with the next."""
         if self.log.buffer:
             raise AssertionError("publish() before write_out()")
         state = self.state
-        state.manifest.persisted_file_len = self.log.length
-        records = None
-        if self.pending_lines is not None:
-            records = [BatchRecord(row[0], row[3], row[4], row[1], row[2], line=line)
-                       for row, line in zip(self.pending, self.pending_lines)]
-        self.index.commit(self.pending, state.dirty.values(), state.manifest, self.log.tail, records=records)
+        m = state.manifest
+        m.persisted_file_len = self.log.length
+        self.publisher.submit(Batch(
+            self.pending, self.pending_lines, {t.number: t.as_row() for t in state.dirty.values()},
+            manifest_row(m), self.log.tail, m.to_json() if manifest else None))
         state.dirty.clear()
         self.pending = []
         if self.pending_lines is not None:
@@ -277,30 +278,25 @@ class _Session:
         self.unpublished = 0
         if self.deriver is not None:
             self.deriver.wake()
-        if manifest:
-            self.publish_manifest()
 
-    def publish_manifest(self, *, force: bool = False, wait: bool = False) -> None:
-        """Publish the manifest if it changed: from the background publisher on the append
-        path, synchronously (``wait``) on flush, open and close."""
-        data = self.state.manifest.to_json()
-        if force or data != self.published:
-            self.publisher.submit(data)
-            self.published = data
+    def publish_manifest(self, *, wait: bool = False) -> None:
+        """Publish the manifest (the index already holds its row): from the publisher's thread,
+        and waiting for it with ``wait``."""
+        self.publisher.submit(Batch(manifest_json=self.state.manifest.to_json()))
         if wait:
-            try:
-                self.publisher.drain()
-            except BaseException:
-                self.published = None  # not on disk: the next flush publishes it again
-                raise
+            self.publisher.drain()
 
     def flush(self, *, sync: bool = True) -> None:
+        """Write, sync (unless ``sync`` is false) and index everything, publish the manifest,
+        and wait until the publisher is done."""
         with self.lock:
             self.check_usable()
             self.write_out(sync=sync)
             if self.pending or self.state.dirty or self.unpublished:
-                self.publish(manifest=False)
-            self.publish_manifest(wait=True)
+                self.publish()
+            else:
+                self.publish_manifest()
+            self.publisher.drain()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -331,6 +327,7 @@ class _Session:
         self.inherited = True
         self.log.close()
         self.liveness.forget()
+        self.publisher.forget()
         if self.deriver is not None:
             self.deriver.forget()
         _inherited_connections.append(self.index)

@@ -1,4 +1,4 @@
-"""``manifest.json``: its shape, publishing and loading, the cap-rewrite intent marker, and a
+"""``manifest.json``: its shape and loading, the cap-rewrite intent marker, and a
 validated cache of session summaries.
 
 The manifest is a published view of the session's state (the per-session index holds the same
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, fields
@@ -244,88 +243,6 @@ class SummaryCache:
 
 
 summary_cache = SummaryCache()
-
-
-# --------------------------------------------------------------------------------------------
-# Publishing off the append path
-
-
-class ManifestPublisher:
-    """Publishes a session's manifest from a background thread, newest state only.
-
-    Publishing costs a temp file and a rename, as much as the per-turn fdatasync
-    itself; the agent does not need to wait for it. ``submit`` hands over the serialized
-    manifest after the index transaction committed (so the order log, index, manifest holds);
-    intermediate states are coalesced. ``drain`` waits until the newest state is on disk and
-    re-raises any error the thread met, naming the path.
-    """
-
-    def __init__(self, session_dir: os.PathLike | str):
-        self.path = os.path.join(session_dir, MANIFEST_FILE)
-        self._cond = threading.Condition()
-        self._pending: Optional[bytes] = None
-        self._busy = False
-        self._error: Optional[BaseException] = None
-        self._thread: Optional[threading.Thread] = None
-        self._stopping = False
-
-    def submit(self, data: bytes) -> None:
-        with self._cond:
-            self._pending = data
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="memstore-manifest", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while self._pending is None and not self._stopping:
-                    self._cond.wait()
-                if self._pending is None:
-                    return
-                data, self._pending = self._pending, None
-                self._busy = True
-            try:
-                atomic_write(self.path, data, durable=False)
-                summary_cache.invalidate(self.path)
-            except BaseException as exc:  # reported by drain()
-                with self._cond:
-                    self._error = exc
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
-
-    def drain(self) -> None:
-        """Wait for the newest submitted manifest to be published; raise a stored error."""
-        with self._cond:
-            thread = self._thread
-            if sys.is_finalizing() or thread is None or not thread.is_alive():
-                # The interpreter is shutting down (daemon threads may be frozen): publish here.
-                data, self._pending = self._pending, None
-                if data is not None:
-                    atomic_write(self.path, data, durable=False)
-                    summary_cache.invalidate(self.path)
-            else:
-                while self._pending is not None or self._busy:
-                    self._cond.wait()
-            error, self._error = self._error, None
-        if error is not None:
-            raise error
-
-    def stop(self) -> None:
-        """Drain, then end the thread."""
-        try:
-            self.drain()
-        finally:
-            with self._cond:
-                self._stopping = True
-                self._cond.notify_all()
-            if self._thread is not None and not sys.is_finalizing():
-                self._thread.join()
-                self._thread = None
-            self._stopping = False
 
 
 def list_sessions(root: os.PathLike | str, limit: Optional[int] = None) -> list[SessionSummary]:

@@ -73,7 +73,7 @@ def recover(session: "_Session", force_rescan: bool) -> None:
             session.open_index(fresh=True)
         log.repair_tail(0)
         _rescan(session, base, on_disk, saved)
-    session.publish_manifest(force=on_disk is None or on_disk != session.state.manifest, wait=True)
+    session.publish_manifest(wait=True)
     if marker is not None:
         clear_marker(session.dir)
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import memstore
-import memstore.manifest
+import memstore.publisher
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
@@ -90,25 +90,43 @@ def test_a_plausible_but_false_retained_turn_base_does_not_renumber_a_memstore_l
         assert [t.number for t in log.turns()] == [1, 2, 3]
 
 
-def test_an_error_after_the_event_reached_the_log_says_so(tmp_path, monkeypatch):
+def test_an_index_failure_never_fails_an_append_and_is_reported_by_flush(tmp_path, monkeypatch):
+    """The index is updated off the agent's path: a full disk there does not fail the append
+    (the event is in the log), it is reported by the next flush, and retried until it works."""
     from memstore.index import SessionIndex
 
     log = memstore.open_session(tmp_path, "s")
     log.append(TURN_STARTED)
-    real_commit = SessionIndex.commit
+    real_commit = SessionIndex.commit_rows
     failures = []
 
     def full_disk(self, *args, **kwargs):
         failures.append(1)
         raise memstore.StoreIOError("update index", self.path, "database or disk is full")
 
-    monkeypatch.setattr(SessionIndex, "commit", full_disk)
-    with pytest.raises(memstore.StoreIOError) as info:
-        log.append(TURN_COMPLETED)
+    monkeypatch.setattr(SessionIndex, "commit_rows", full_disk)
+    assert log.append(TURN_COMPLETED) == 2
+    assert json.loads(log_lines(tmp_path)[-1])["seq"] == 2  # the event is in the log
+    with pytest.raises(memstore.StoreIOError, match="disk is full"):
+        log.flush()
     assert failures
-    assert info.value.seq == 2 and info.value.durable is True
-    assert json.loads(log_lines(tmp_path)[-1])["seq"] == 2  # so the caller must not append it again
-    monkeypatch.setattr(SessionIndex, "commit", real_commit)
+    monkeypatch.setattr(SessionIndex, "commit_rows", real_commit)
+    log.flush()  # retried: nothing was forgotten
+    assert [(t.number, t.status) for t in log.turns()] == [(1, "completed")]
+    log.close()
+
+
+def test_an_error_after_the_event_reached_the_log_says_so(tmp_path):
+    def failing_hook(session_dir, session_id, events):
+        raise RuntimeError("summary store unavailable")
+
+    log = memstore.open_session(tmp_path, "s", max_events=2, on_evict=failing_hook)
+    log.append(TURN_STARTED)
+    log.append(TURN_COMPLETED)
+    with pytest.raises(memstore.CapEvictionError) as info:
+        log.append(TURN_STARTED)  # the third event: over the cap, and the hook fails
+    assert info.value.seq == 3 and info.value.durable is True
+    assert json.loads(log_lines(tmp_path)[-1])["seq"] == 3  # so the caller must not append it again
     with pytest.raises(memstore.InvalidEvent) as info:
         log.append({"type": "turn.completed", "usage": "bad"})
     assert info.value.seq is None and info.value.durable is False
@@ -138,15 +156,15 @@ def test_a_failing_eviction_hook_is_not_retried_on_every_append(tmp_path):
 
 def test_closing_one_session_does_not_hold_up_opening_another(tmp_path, monkeypatch):
     slow = threading.Event()
-    real_stop = memstore.manifest.ManifestPublisher.stop
+    real_stop = memstore.publisher.Publisher.stop
 
     def slow_stop(self):
-        if "slow" in self.path:
+        if "slow" in str(self.manifest_path):
             slow.set()
             time.sleep(0.8)
         return real_stop(self)
 
-    monkeypatch.setattr(memstore.manifest.ManifestPublisher, "stop", slow_stop)
+    monkeypatch.setattr(memstore.publisher.Publisher, "stop", slow_stop)
     closing = memstore.open_session(tmp_path, "slow")
     closing.append(TURN_STARTED)
     thread = threading.Thread(target=closing.close)

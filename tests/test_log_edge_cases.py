@@ -292,15 +292,16 @@ def test_a_failed_manifest_publish_is_retried_by_the_next_flush(tmp_path, monkey
     Fix: remember what was actually published (in the publisher, after the write succeeded) or
     reset ``published`` when the publisher reports an error.
     """
-    real_write = memstore.manifest.atomic_write
-    broken = {"on": False}
+    real_write = memstore.publisher.atomic_write
+    broken = {"on": False, "failed": 0}
 
     def maybe_failing(path, data, durable=True):
         if broken["on"]:
+            broken["failed"] += 1
             raise memstore.StoreIOError("create", path, "No space left on device")
         return real_write(path, data, durable=durable)
 
-    monkeypatch.setattr(memstore.manifest, "atomic_write", maybe_failing)
+    monkeypatch.setattr(memstore.publisher, "atomic_write", maybe_failing)
     log = memstore.open_session(tmp_path, "s")
     log.append(TURN_STARTED)
     log.append(TURN_COMPLETED)
@@ -310,6 +311,7 @@ def test_a_failed_manifest_publish_is_retried_by_the_next_flush(tmp_path, monkey
     log.append(TURN_COMPLETED)
     with pytest.raises(memstore.StoreIOError, match="manifest.json"):
         log.flush()
+    assert broken["failed"], "the patched write never ran"
     broken["on"] = False  # the disk has room again
     log.flush()
     log.close()

@@ -1,0 +1,166 @@
+"""Publishing what was written to the views, off the agent's path: the index transaction, then
+the manifest, from a background thread.
+
+At every write point the agent's thread writes the log (and syncs it, per the durability
+policy) and hands the rows that describe the new bytes to the session's publisher. The
+publisher commits them to the index in one transaction and then replaces ``manifest.json``, so
+the order log -> index -> manifest holds, while the agent goes on. Batches that pile up while
+a transaction runs are merged into the next one (the newest turn rows and manifest win).
+
+``flush()`` and ``close()`` wait for it (``drain``); a failed transaction is kept and tried
+again with the next batch, and its error is raised by the next ``drain``: nothing described is
+forgotten, and the log, already durable, never depends on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+from .fsio import atomic_write
+from .manifest import MANIFEST_FILE, summary_cache
+
+if TYPE_CHECKING:
+    from .log import _Session
+
+logger = logging.getLogger("memstore")
+
+# When this many event rows wait for the publisher, the writer waits for it: memory stays
+# bounded however fast a bulk import appends.
+MAX_PENDING_ROWS = 200_000
+
+
+@dataclass
+class Batch:
+    """Rows describing written bytes, and the state to record with them."""
+
+    rows: list = field(default_factory=list)
+    lines: Optional[list] = None  # the rows' lines, for eager derived tables
+    turns: dict = field(default_factory=dict)  # turn number -> turn row (the newest wins)
+    manifest_row: Optional[tuple] = None
+    tail: bytes = b""
+    manifest_json: Optional[bytes] = None  # None: do not publish manifest.json with this batch
+
+    def merge(self, newer: "Batch") -> None:
+        self.rows.extend(newer.rows)
+        if newer.lines is not None:
+            self.lines = (self.lines or []) + newer.lines
+        self.turns.update(newer.turns)
+        if newer.manifest_row is not None:
+            self.manifest_row, self.tail = newer.manifest_row, newer.tail
+        if newer.manifest_json is not None:
+            self.manifest_json = newer.manifest_json
+
+
+class Publisher:
+    """The background thread of one open session that commits its batches and publishes its
+    manifest (see the module docstring)."""
+
+    def __init__(self, session: "_Session"):
+        self.session = session
+        self.manifest_path = session.dir / MANIFEST_FILE
+        self._cond = threading.Condition()
+        self._pending: Optional[Batch] = None
+        self._busy = False
+        self._error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = False
+        self.published: Optional[bytes] = None  # the manifest last written
+
+    def submit(self, batch: Batch) -> None:
+        """Hand a batch over (merged into any not yet committed); returns at once, unless the
+        publisher is far behind."""
+        with self._cond:
+            if self._pending is None:
+                self._pending = batch
+            else:
+                self._pending.merge(batch)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="memstore-publisher", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+            while (self._pending is not None and len(self._pending.rows) >= MAX_PENDING_ROWS
+                   and self._error is None and self._thread.is_alive()):
+                self._cond.wait()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while (self._pending is None or self._error is not None) and not self._stopping:
+                    self._cond.wait()
+                if self._pending is None or self._error is not None:
+                    return
+                batch, self._pending = self._pending, None
+                self._busy = True
+            try:
+                self._publish(batch)
+            except BaseException as exc:  # reported by drain(); the batch is kept and retried
+                logger.warning("updating the views of %s failed (the log is intact; retried at the next flush): %s",
+                               self.session.dir, exc)
+                with self._cond:
+                    if self._pending is not None:
+                        batch.merge(self._pending)
+                    self._pending = batch
+                    self._error = exc
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _publish(self, batch: Batch) -> None:
+        session = self.session
+        if batch.manifest_row is not None:
+            with session.index_lock:
+                session.index.commit_rows(batch.rows, list(batch.turns.values()), batch.manifest_row, batch.tail,
+                                          lines=batch.lines)
+            # Committed: should the manifest fail now, only it is tried again.
+            batch.rows, batch.lines, batch.turns, batch.manifest_row = [], None, {}, None
+        if batch.manifest_json is not None and batch.manifest_json != self.published:
+            atomic_write(self.manifest_path, batch.manifest_json, durable=False)
+            summary_cache.invalidate(self.manifest_path)
+            self.published = batch.manifest_json
+
+    def drain(self) -> None:
+        """Wait until every submitted batch is committed and published; raise (once) the error
+        of a failed one, after trying it again."""
+        with self._cond:
+            if self._error is not None and self._pending is not None:
+                self._error = None  # try again now
+                self._cond.notify_all()
+            thread = self._thread
+            if sys.is_finalizing() or thread is None or not thread.is_alive():
+                batch, self._pending = self._pending, None
+                if batch is not None:
+                    # No thread to hand it to (the interpreter is shutting down): publish here.
+                    try:
+                        self._publish(batch)
+                    except BaseException:
+                        self._pending = batch
+                        raise
+            else:
+                while (self._pending is not None or self._busy) and self._error is None:
+                    self._cond.wait()
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def stop(self) -> None:
+        """Drain, then end the thread."""
+        try:
+            self.drain()
+        finally:
+            with self._cond:
+                self._stopping = True
+                self._cond.notify_all()
+            thread, self._thread = self._thread, None
+            if thread is not None and not sys.is_finalizing() and thread is not threading.current_thread():
+                thread.join()
+            self._stopping = False
+
+    def forget(self) -> None:
+        """In a forked child: the thread does not exist there."""
+        self._thread = None
+        self._pending = None
