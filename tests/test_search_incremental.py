@@ -10,7 +10,7 @@ import pytest
 
 import memstore.search as search
 from memstore.search import SearchIndex
-from test_search import NOW, WORDS, assert_same_ranking, build, insert_chunks, open_catalog, random_rows, reference_search
+from test_search import NOW, assert_same_ranking, build, insert_chunks, open_catalog, random_rows, reference_search
 
 QUERIES = ["rust", "cargo test", "blue whale ocean", "über", "i̇stanbul x y", "some none ok err", "v1 2 3", "fn fn impl",
            "sqlite index query commit", "nothing matches zzz"]
