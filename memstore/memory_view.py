@@ -500,12 +500,12 @@ def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None) -> 
         data, sha, mtime = foreign
         source = {"importer": "memstore.memory_view", "file": f"{DERIVED_DIR}/{MEMORY_FILE}", "sha256": sha,
                   "mtime": mtime}
-        floor = _append_envelope(log, data, not_before(mtime, floor), source)
+        floor = _append_envelope(log, data, not_before(not_after_now(mtime), floor), source)
         appended = True
     if envelope is not None:
         produced = envelope.get("generated_at")
-        produced = ev.normalize_ts(produced) if ev.parse_ts(produced) is not None else ev.utc_now()
-        _append_envelope(log, envelope, not_before(produced, floor), None)
+        produced = ev.normalize_ts(produced) if ev.parse_ts(produced) is not None else None
+        _append_envelope(log, envelope, not_before(not_after_now(produced), floor), None)
         appended = True
     if appended:
         log.flush()
@@ -515,6 +515,17 @@ def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None) -> 
     atomic_write(path, render_memory_view(builder.view(log.session_id)))
     _facts_cache.invalidate(path)
     return path
+
+
+def not_after_now(ts: Optional[str]) -> str:
+    """``ts``, or now when it is missing or in the future: a wrong clock or a hostile time
+    must not date a log past the present (every later record would follow it, and retention
+    would never age the session out)."""
+    now = ev.utc_now()
+    if ts is None:
+        return now
+    parsed = ev.parse_ts(ts)
+    return ts if parsed is not None and parsed <= ev.parse_ts(now) else now
 
 
 def not_before(ts: str, floor: Optional[str]) -> str:
@@ -635,7 +646,7 @@ def memory_facts_of(session_dir: os.PathLike | str) -> list[dict]:
     ``grounded_facts`` array (search chunk ids are ``<session>:<index>``). ``[]`` when the file
     is missing or malformed, or the session directory is a symlink."""
     directory = Path(session_dir)
-    if directory.is_symlink():
+    if directory.is_symlink() or (directory / DERIVED_DIR).is_symlink():
         return []
     return [dict(f) for f in _facts_cache.get(directory / DERIVED_DIR / MEMORY_FILE)[1]]
 

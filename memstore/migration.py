@@ -70,7 +70,7 @@ from .events import Record
 from .fsio import atomic_write, check_session_id, open_read_no_follow
 from .lock import remove_session_directory, store_lock
 from .log import SessionLog, open_session
-from .memory_view import ENVELOPE_EVENT, not_before, refresh_memory_view
+from .memory_view import ENVELOPE_EVENT, not_after_now, not_before, refresh_memory_view
 from .reader import read_session
 from .retention import GcLog
 
@@ -433,9 +433,10 @@ class _Writer:
         self.appended = False
 
     def append(self, event: dict, ts: Optional[str]) -> None:
-        """Append ``event``; :class:`InvalidEvent` (nothing written) if it cannot be serialized
-        (JSON nested deeper than orjson writes)."""
-        ts = not_before(ts or ev.utc_now(), self.found.last_ts)
+        """Append ``event`` dated ``ts`` (never in the future, never before the log's last
+        record); :class:`InvalidEvent` (nothing written) if it cannot be serialized (JSON nested
+        deeper than orjson writes)."""
+        ts = not_before(not_after_now(ts), self.found.last_ts)
         if self.created and not self.started:
             ev.encode_record(1, ts, event)  # refuse before the thread starts, not after
             self.log.append({"type": ev.THREAD_STARTED, "thread_id": self.session_id,

@@ -68,6 +68,7 @@ from .fsio import (
     write_all,
 )
 from .lock import (
+    TRASH_DIR,
     LivenessLock,
     SessionGone,
     empty_trash,
@@ -205,13 +206,13 @@ def apply_retention_preserving(root: os.PathLike | str, policy: RetentionPolicy,
         return report
     if dry_run:
         candidates = _survey(root, policy.max_age_days, preserve_session_id, report, mark=False)
-        for session, reason in _plan_removals(candidates, policy):
+        for session, reason in _plan_removals(candidates, policy, report):
             report.removed.append(_removal_record(session, reason, _tree_bytes(session.path)))
         return report
     with store_lock(root, "retention"):
-        empty_trash(root)  # what a removal interrupted by a crash left behind
+        _empty_trash(root)
         candidates = _survey(root, policy.max_age_days, preserve_session_id, report, mark=True)
-        plan = _plan_removals(candidates, policy)
+        plan = _plan_removals(candidates, policy, report)
         if plan:
             with GcLog(root) as gc_log:
                 for session, reason in plan:
@@ -269,13 +270,13 @@ def evict_zero_turn_completed_store(root: os.PathLike | str, session_id: str) ->
     if not stat.S_ISDIR(st.st_mode):
         logger.info("not evicting %s: a symlink or not a directory", path)
         return False
-    if _pin_state(path) is not None or is_live(path):
+    if _pin_state(os.fspath(path)) is not None or is_live(path):
         return False
-    seen = _inspect(path)
+    seen = _inspect(os.fspath(path))
     if isinstance(seen, str):
         logger.info("not evicting %s: %s", path, seen)
         return False
-    if seen.summary.status == STATUS_ACTIVE or seen.summary.turn_count != 0 or not _is_empty_shell(path):
+    if seen.summary.status == STATUS_ACTIVE or seen.summary.turn_count != 0 or not _is_empty_shell(seen.path):
         return False
     with GcLog(root) as gc_log:
         return _remove(root, seen, REASON_EMPTY_SHELL, report, gc_log)
@@ -321,7 +322,7 @@ def unpin_session_retention(session_dir: os.PathLike | str) -> bool:
 
 def session_retention_pinned(session_dir: os.PathLike | str) -> bool:
     """Whether the session is pinned (``retention-pin.json`` exists, whatever kind of file)."""
-    return _pin_state(Path(session_dir)) is not None
+    return _pin_state(os.fspath(session_dir)) is not None
 
 
 def retention_pinned_session_ids(root: os.PathLike | str) -> list[str]:
@@ -337,11 +338,14 @@ def retention_pinned_session_ids(root: os.PathLike | str) -> list[str]:
     except OSError as exc:
         raise StoreIOError.from_os_error("list", base, exc) from exc
     return sorted(e.name for e in entries
-                  if e.is_dir(follow_symlinks=False) and _pin_state(Path(e.path)) is not None)
+                  if e.is_dir(follow_symlinks=False) and _pin_state(e.path) is not None)
 
 
 # --------------------------------------------------------------------------------------------
 # gc-log.jsonl
+
+
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # the appended bytes and the new size, not the mtime
 
 
 class GcLog:
@@ -366,7 +370,7 @@ class GcLog:
                             option=orjson.OPT_APPEND_NEWLINE)
         write_all(self.fd, line, self.path)
         try:
-            os.fsync(self.fd)
+            _fdatasync(self.fd)
         except OSError as exc:
             raise StoreIOError.from_os_error("fsync", self.path, exc) from exc
         return removed_at
@@ -386,11 +390,12 @@ class _Seen:
     """One session as retention judged it."""
 
     name: str
-    path: Path
+    path: str  # strings, not Paths, on the survey's path: it runs for every session
     summary: SessionSummary
     updated: Optional[int]  # the last event time in whole seconds since the epoch; None: unparseable
-    stamp: tuple  # what must not change between judging and removing
+    stamp: tuple  # what must not change between judging and removing (see _stamp)
     manifest: dict  # the manifest to rewrite when marking it abandoned
+    live: Optional[bool] = None  # probed only when it matters (see _live)
 
 
 def _sessions_dir_usable(root: Path, report: RetentionReport) -> bool:
@@ -415,7 +420,9 @@ def _sessions_dir_usable(root: Path, report: RetentionReport) -> bool:
 def _survey(root: Path, max_age_days: int, preserve: Optional[str], report: RetentionReport, *,
             mark: bool, removable_only: bool = True) -> list[_Seen]:
     """Look at every entry of ``<root>/sessions`` (sorted by name); run the abandoned sweep
-    (``mark``: for real, else only in the report); return the removable sessions."""
+    (``mark``: for real, else only in the report); return the completed sessions that are not
+    pinned or preserved. Whether they are live is probed later, only for those it matters for
+    (see :func:`_plan_removals`): a removal takes the session's lock anyway."""
     base = sessions_root(root)
     try:
         entries = sorted(os.scandir(base), key=lambda e: e.name)
@@ -435,16 +442,13 @@ def _survey(root: Path, max_age_days: int, preserve: Optional[str], report: Rete
         if not entry.is_dir(follow_symlinks=False):
             report.skip(name, "not a directory")
             continue
-        path = base / name
         if name == preserved:
             report.skip(name, "preserved (the caller's current session)")
             continue
+        path = entry.path
         pinned = _pin_state(path)
         if pinned is not None:
             report.skip(name, pinned)
-            continue
-        if is_live(path):
-            report.skip(name, "live: a process holds its session.lock")
             continue
         seen = _inspect(path)
         if isinstance(seen, str):
@@ -456,28 +460,62 @@ def _survey(root: Path, max_age_days: int, preserve: Optional[str], report: Rete
                 if removable_only:
                     report.skip(name, "active")
                 continue
-            problem = _mark_abandoned(path, seen, cutoff) if mark else None
+            if mark:
+                problem = _mark_abandoned(path, seen, cutoff)
+            else:
+                problem = "live: a process holds its session.lock" if is_live(path) else None
             if problem is not None:
                 report.skip(name, problem)
                 continue
             report.marked_abandoned.append(name)
             seen.summary = replace(seen.summary, status=STATUS_COMPLETED)
+            seen.live = False  # just checked (under its lock, when marking)
         removable.append(seen)
     return removable
 
 
-def _inspect(path: Path) -> Union[_Seen, str]:
-    """What the session says about itself, or why it cannot be judged (a string).
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0))
+
+
+def _read_regular(path: str) -> tuple[Optional[bytes], Optional[tuple]]:
+    """``(bytes, stamp)`` of the regular file ``path``, never through a symlink; ``(None, None)``
+    when it does not exist. Like ``fsio.read_no_follow``, with the one ``fstat`` serving both
+    the regular-file check and the stamp (the survey does this for every session)."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        raise StoreIOError.from_os_error("open", path, exc) from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError("open", path, "is not a regular file")
+        data = os.read(fd, st.st_size + 1)
+        if len(data) > st.st_size:  # it grew since the fstat: read the rest
+            chunks = [data]
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("read", path, exc) from exc
+    finally:
+        os.close(fd)
+    return data, (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _inspect(path: str) -> Union[_Seen, str]:
+    """What the session says about itself, or why it cannot be judged (a string). The caller
+    has checked that it is not pinned.
 
     The manifest is used when it describes the whole log (``persisted_file_len`` equals the log's
     size) or there is no log (a VT Code store migrated without one); otherwise (missing,
     malformed, hostile, or behind its log after a crash) the log decides, read through the
     read-only reader.
     """
-    stamp = _stamp(path)
-    manifest_path = path / MANIFEST_FILE
     try:
-        raw = read_no_follow(manifest_path)
+        raw, manifest_stamp = _read_regular(f"{path}/{MANIFEST_FILE}")
     except StoreIOError as exc:
         return f"manifest.json cannot be read ({exc.detail or exc})"
     data = None
@@ -487,19 +525,15 @@ def _inspect(path: Path) -> Union[_Seen, str]:
         except orjson.JSONDecodeError:
             data = None
     summary = SessionSummary.from_dict(data)
-    events_path = path / EVENTS_FILE
-    try:
-        log_st = os.lstat(events_path)
-    except FileNotFoundError:
-        log_st = None
-    except OSError as exc:
-        return f"events.jsonl cannot be examined ({exc.strerror})"
-    if log_st is not None and not stat.S_ISREG(log_st.st_mode):
+    log_stamp = _file_stamp(f"{path}/{EVENTS_FILE}")
+    if log_stamp is not None and log_stamp[0] == "error":
+        return f"events.jsonl cannot be examined ({os.strerror(log_stamp[1])})"
+    if log_stamp is not None and not stat.S_ISREG(log_stamp[0]):
         return "events.jsonl is a symlink or not a regular file"
     covered = data.get("persisted_file_len") if isinstance(data, dict) else None
-    if summary is not None and (log_st is None or (type(covered) is int and covered == log_st.st_size)):
+    if summary is not None and (log_stamp is None or (type(covered) is int and covered == log_stamp[2])):
         manifest = data
-    elif log_st is not None:
+    elif log_stamp is not None:
         try:
             with read_session_dir(path) as reader:
                 m = reader.manifest
@@ -511,7 +545,8 @@ def _inspect(path: Path) -> Union[_Seen, str]:
         return "not a session: no manifest.json and no events.jsonl"
     else:
         return "manifest.json is malformed (not a session summary) and there is no events.jsonl"
-    return _Seen(path.name, path, summary, _epoch_seconds(summary.updated_at), stamp, manifest)
+    return _Seen(path.rpartition("/")[2], path, summary, _epoch_seconds(summary.updated_at),
+                 (manifest_stamp, log_stamp, None), manifest)
 
 
 def _epoch_seconds(value: str) -> Optional[int]:
@@ -522,7 +557,7 @@ def _epoch_seconds(value: str) -> Optional[int]:
         return None
 
 
-def _file_stamp(path: Path) -> Optional[tuple]:
+def _file_stamp(path: str) -> Optional[tuple]:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -532,17 +567,17 @@ def _file_stamp(path: Path) -> Optional[tuple]:
     return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _stamp(path: Path) -> tuple:
-    """The identity of the directory and of what retention judges it by. Not the directory's
-    mtime: creating session.lock or a temp file in it changes nothing retention decides on."""
-    directory = _file_stamp(path)
-    return (directory[:2] if directory else None, _file_stamp(path / MANIFEST_FILE),
-            _file_stamp(path / EVENTS_FILE), _file_stamp(path / PIN_FILE))
+def _stamp(path: str) -> tuple:
+    """What retention judges a session by: its manifest, its log and its pin (identity, size and
+    mtime of each). Not the directory's mtime: creating session.lock or a temp file in it
+    changes nothing retention decides on."""
+    return (_file_stamp(os.path.join(path, MANIFEST_FILE)), _file_stamp(os.path.join(path, EVENTS_FILE)),
+            _file_stamp(os.path.join(path, PIN_FILE)))
 
 
-def _pin_state(path: Path) -> Optional[str]:
+def _pin_state(path: str) -> Optional[str]:
     """``None`` if the session is not pinned, else why it counts as pinned."""
-    pin = path / PIN_FILE
+    pin = f"{path}/{PIN_FILE}"
     try:
         st = os.lstat(pin)
     except FileNotFoundError:
@@ -561,14 +596,14 @@ def _pin_state(path: Path) -> Optional[str]:
     return f"pinned: {reason}" if isinstance(reason, str) and reason else "pinned"
 
 
-def _is_empty_shell(path: Path) -> bool:
+def _is_empty_shell(path: str) -> bool:
     """Whether a zero-turn, non-active session holds nothing worth keeping: its log holds only
     ``thread.started``/``thread.completed``, and ``derived/`` has no data that no log produced
     (VT Code's migration wrote ``memory.json`` or ``trajectory.jsonl`` without any log). When in
     doubt (a file that cannot be read), it is not a shell."""
-    derived = path / DERIVED_DIR
+    derived = os.path.join(path, DERIVED_DIR)
     try:
-        trajectory = os.lstat(derived / "trajectory.jsonl")
+        trajectory = os.lstat(os.path.join(derived, "trajectory.jsonl"))
         if not stat.S_ISREG(trajectory.st_mode) or trajectory.st_size > 0:
             return False
     except FileNotFoundError:
@@ -576,7 +611,7 @@ def _is_empty_shell(path: Path) -> bool:
     except OSError:
         return False
     try:
-        raw = read_no_follow(derived / "memory.json")
+        raw = read_no_follow(os.path.join(derived, "memory.json"))
     except StoreIOError:
         return False
     if raw is not None:
@@ -588,7 +623,7 @@ def _is_empty_shell(path: Path) -> bool:
         # log (VT Code's own migration copies legacy envelopes there): it is data.
         if not (isinstance(view, dict) and VIEW_MARKER in view):
             return False
-    if not os.path.lexists(path / EVENTS_FILE):
+    if not os.path.lexists(os.path.join(path, EVENTS_FILE)):
         return True
     try:
         with read_session_dir(path) as reader:
@@ -601,9 +636,24 @@ def _is_empty_shell(path: Path) -> bool:
     return True
 
 
-def _mark_abandoned(path: Path, seen: _Seen, cutoff: int) -> Optional[str]:
+def _real_dir_identity(path: str) -> Optional[tuple]:
+    """``(st_dev, st_ino)`` of ``path`` if it is a real directory (not a symlink), else ``None``."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def _mark_abandoned(path: str, seen: _Seen, cutoff: int) -> Optional[str]:
     """Rewrite the session's manifest with status ``completed`` under its liveness lock; return
     ``None`` on success, else why it was not marked."""
+    # Taking the lock creates session.lock, and marking writes manifest.json, through this path:
+    # it must still be the real directory listed, not a symlink swapped in since (checked again
+    # just before the write; the paths in between cannot be pinned without *at() calls).
+    identity = _real_dir_identity(path)
+    if identity is None:
+        return "no longer a real directory"
     lock = LivenessLock(path)
     try:
         if not lock.acquire():
@@ -622,7 +672,9 @@ def _mark_abandoned(path: Path, seen: _Seen, cutoff: int) -> Optional[str]:
             return "changed while retention looked at it"
         manifest = dict(again.manifest)
         manifest["status"] = STATUS_COMPLETED
-        target = path / MANIFEST_FILE
+        target = os.path.join(path, MANIFEST_FILE)
+        if _real_dir_identity(path) != identity:
+            return "replaced while retention looked at it"
         try:
             atomic_write(target, orjson.dumps(manifest))
         except StoreIOError as exc:
@@ -640,15 +692,33 @@ def _mark_abandoned(path: Path, seen: _Seen, cutoff: int) -> Optional[str]:
 # Deciding and removing
 
 
-def _plan_removals(candidates: list[_Seen], policy: RetentionPolicy) -> list[tuple[_Seen, str]]:
-    """The removals, in order: empty shells, then the count cap's oldest, then the aged."""
+def _live(seen: _Seen, report: RetentionReport) -> bool:
+    """Whether a process holds the session (probed once); a live one is reported as skipped."""
+    if seen.live is None:
+        seen.live = is_live(seen.path)
+        if seen.live:
+            report.skip(seen.name, "live: a process holds its session.lock")
+    return seen.live
+
+
+def _plan_removals(candidates: list[_Seen], policy: RetentionPolicy,
+                   report: RetentionReport) -> list[tuple[_Seen, str]]:
+    """The removals, in order: empty shells, then the count cap's oldest, then the aged.
+
+    Live sessions are neither removed nor counted against the cap (as in VT Code); liveness is
+    probed for the sessions a phase would remove and, when the count cap applies, for all that
+    count against it, so a sweep that removes nothing probes nothing.
+    """
     plan: list[tuple[_Seen, str]] = []
     rest = []
     for seen in candidates:
         if seen.summary.turn_count == 0 and _is_empty_shell(seen.path):
-            plan.append((seen, REASON_EMPTY_SHELL))
+            if not _live(seen, report):
+                plan.append((seen, REASON_EMPTY_SHELL))
         else:
             rest.append(seen)
+    if len(rest) > policy.max_sessions:
+        rest = [seen for seen in rest if not _live(seen, report)]
     if len(rest) > policy.max_sessions:
         # Oldest first by parsed time; an unparseable time sorts as the newest (kept longest).
         rest.sort(key=lambda s: (s.updated is None, s.updated or 0, s.name))
@@ -656,7 +726,8 @@ def _plan_removals(candidates: list[_Seen], policy: RetentionPolicy) -> list[tup
         plan.extend((seen, REASON_COUNT_CAP) for seen in rest[:excess])
         rest = rest[excess:]
     cutoff = int(time.time()) - policy.max_age_days * _DAY
-    plan.extend((seen, REASON_AGE_CAP) for seen in rest if seen.updated is not None and seen.updated < cutoff)
+    plan.extend((seen, REASON_AGE_CAP) for seen in rest
+                if seen.updated is not None and seen.updated < cutoff and not _live(seen, report))
     return plan
 
 
@@ -682,7 +753,7 @@ def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_lo
         return False
     size = _tree_bytes(seen.path)
     try:
-        removed = remove_session_directory(root, seen.path)
+        removed = remove_session_directory(root, Path(seen.path))
     except StoreIOError as exc:
         logger.warning("retention could not remove %s: %s", seen.path, exc)
         report.skip(seen.name, f"could not be removed ({exc})")
@@ -698,6 +769,23 @@ def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_lo
     report.removed.append(record)
     logger.info("retention removed %s (%s, %d bytes)", seen.path, reason, size)
     return True
+
+
+def _empty_trash(root: Path) -> None:
+    """Delete what a removal interrupted by a crash left in ``<root>/.trash`` (only a real
+    directory: a ``.trash`` symlink would point the deletion outside the store)."""
+    trash = root / TRASH_DIR
+    try:
+        st = os.lstat(trash)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        logger.warning("cannot examine %s: %s", trash, exc)
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        logger.warning("%s is a symlink or not a directory; not emptying it", trash)
+        return
+    empty_trash(root)
 
 
 def _tree_bytes(path: Path) -> int:

@@ -96,21 +96,21 @@ def test_dedup_latest_facts_moves_a_reseen_fact_to_the_end_and_keeps_the_last_fi
 
 
 def test_an_envelope_is_recorded_in_the_log_first_and_rebuilt_byte_for_byte(tmp_path):
-    directory = session(tmp_path, "s", [{"type": "thread.started", "thread_id": "s"}])
+    directory = session(tmp_path, "s", [{"type": "thread.started", "thread_id": "s"}], ts="2026-01-01T00:00:00Z")
     envelope = {"session_id": "s", "schema_version": 3, "summary": "We did things.", "objective": "ship it",
                 "grounded_facts": [{"fact": "tests pass", "source": "tool:cargo"}], "touched_files": ["a.rs"],
-                "constraints": ["no  unsafe", "No unsafe", "keep API"], "generated_at": "2030-05-05T10:00:00+02:00"}
+                "constraints": ["no  unsafe", "No unsafe", "keep API"], "generated_at": "2026-05-05T10:00:00+02:00"}
     path = memstore.write_session_memory_view(tmp_path, "s", envelope)
     assert path == directory / "derived" / "memory.json"
     with memstore.read_session(tmp_path, "s") as reader:
         last = list(reader.iter_records())[-1]
     assert last.event == {"type": "memory.envelope", "envelope": envelope}
-    assert last.ts == "2030-05-05T08:00:00.000Z"  # when it was produced
+    assert last.ts == "2026-05-05T08:00:00.000Z"  # when it was produced
     view = view_of(directory)
     assert view["summary"] == "We did things." and view["objective"] == "ship it"
     assert view["grounded_facts"] == [{"fact": "tests pass", "source": "tool:cargo"}]
     assert view["constraints"] == ["No unsafe", "keep API"]
-    assert view["generated_at"] == "2030-05-05T08:00:00.000Z"
+    assert view["generated_at"] == "2026-05-05T08:00:00.000Z"
     assert view["derived_from"] == {"events_through_seq": 2, "envelope_seq": 2}
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     before = path.read_bytes()
@@ -120,6 +120,16 @@ def test_an_envelope_is_recorded_in_the_log_first_and_rebuilt_byte_for_byte(tmp_
     memstore.rebuild(tmp_path, "s")
     memstore.write_session_memory_view(tmp_path, "s")
     assert path.read_bytes() == before
+
+
+def test_an_envelope_is_never_dated_in_the_future_or_before_the_log(tmp_path):
+    session(tmp_path, "s", [{"type": "thread.started", "thread_id": "s"}], ts="2026-06-01T00:00:00Z")
+    memstore.write_session_memory_view(tmp_path, "s", {"summary": "a", "generated_at": "9999-01-01T00:00:00Z"})
+    memstore.write_session_memory_view(tmp_path, "s", {"summary": "b", "generated_at": "2020-01-01T00:00:00Z"})
+    memstore.write_session_memory_view(tmp_path, "s", {"summary": "c", "generated_at": "not a time"})
+    with memstore.read_session(tmp_path, "s") as reader:
+        times = [r.ts for r in reader.iter_records()]
+    assert times == sorted(times) and times[-1] < "2100" and times[1] > "2026-06-01"
 
 
 def test_regenerating_is_stable_over_time(tmp_path):
