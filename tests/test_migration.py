@@ -374,3 +374,24 @@ def test_envelope_session_ids(name, expected):
 ])
 def test_trajectory_session_ids(name, expected):
     assert memstore.migration.trajectory_session_id(name) == expected
+
+
+def test_hostile_trajectory_lines_are_kept_without_breaking_the_log(tmp_path):
+    deep = b"[" * 300 + b"]" * 300
+    nested = b'{"kind":"tool","args":' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"
+    future = orjson.dumps({**ROUTE, "ts": 4_102_444_800})  # 2100
+    legacy_store(tmp_path, trajectories={"trajectory-h.jsonl": b"\xff\xfe not utf-8\n" + deep + b"\n" + nested + b"\n"
+                                         + future + b"\n" + jsonl({**ROUTE, "ts": True}, {**ROUTE, "ts": float("1e30")})})
+    legacy_store(tmp_path, envelopes={"deep.memory.json": b'{"summary":' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"})
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.records_imported == 6
+    assert [s.path for s in report.skipped] == ["history/deep.memory.json"]
+    assert report.skipped[0].reason.startswith("cannot be stored as an event")
+    with memstore.read_session(tmp_path, "traj-h") as reader:
+        records = [r for r in reader.iter_records() if r.event["type"] == "trajectory.record"]
+    assert records[0].event["raw"] == "\\xff\\xfe not utf-8"
+    assert "raw" in records[1].event and "raw" in records[2].event  # nested deeper than orjson writes
+    now = memstore.events.utc_now()
+    assert all(r.ts <= now for r in records)  # a record from 2100 is not dated in the future
+    assert [r.ts for r in records] == sorted(r.ts for r in records)
+    assert memstore.migrate_legacy(tmp_path).records_imported == 0

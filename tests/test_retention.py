@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -500,6 +501,31 @@ def test_a_missing_store_is_an_empty_answer_and_creates_nothing(tmp_path):
     assert not root.exists()
 
 
+def test_a_trash_symlink_is_not_emptied_through(tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "precious").mkdir(parents=True)
+    (outside / "precious" / "data.txt").write_text("keep")
+    root = tmp_path / "store"
+    directory = sample_session(root, "old", ts=OLD)
+    (root / ".trash").symlink_to(outside)
+    report = memstore.apply_retention(root, RetentionPolicy(50, 30))
+    assert report.count == 0 and directory.is_dir()
+    assert report.skipped[0].reason.startswith("could not be removed") and ".trash: is a symlink" in report.skipped[0].reason
+    assert (outside / "precious" / "data.txt").read_text() == "keep"
+
+
+def test_marking_refuses_a_session_directory_swapped_for_a_symlink(tmp_path):
+    outside = sample_session(tmp_path / "elsewhere", "s", ts=OLD, complete=False)
+    before = (outside / "manifest.json").read_bytes()
+    root = tmp_path / "store"
+    sample_session(root, "s", ts=OLD, complete=False)
+    seen = retention._inspect(str(root / "sessions" / "s"))
+    shutil.rmtree(root / "sessions" / "s")
+    (root / "sessions" / "s").symlink_to(outside)  # swapped after the survey looked
+    assert retention._mark_abandoned(str(root / "sessions" / "s"), seen, int(time.time())) == "no longer a real directory"
+    assert (outside / "manifest.json").read_bytes() == before
+
+
 # --------------------------------------------------------------------------------------------
 # Races with writers
 
@@ -532,16 +558,19 @@ WRITER = textwrap.dedent("""
 """)
 
 
-def test_retention_racing_a_live_writer_never_removes_the_live_session(tmp_path):
+@pytest.mark.parametrize("policy", [RetentionPolicy(0, 0), RetentionPolicy(0, 30)], ids=["no-sweep", "sweep"])
+def test_retention_racing_a_live_writer_never_removes_the_live_session(tmp_path, policy):
     """A writer in another process opens, fills (aged 2020), and closes the same session over and
-    over, while this process applies the harshest policy in a loop. The writer checks, while it
+    over, while this process applies the harshest policy in a loop (with the abandoned sweep, the
+    open session is an old active one: it must not be marked either). The writer checks, while it
     holds the session, that its directory is still there; closed rounds are fair game."""
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "raced", "50"],
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "raced", "40"],
                               stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
     removed = runs = 0
     try:
         while writer.poll() is None:
-            removed += memstore.apply_retention(tmp_path, RetentionPolicy(0, 0)).count
+            report = memstore.apply_retention(tmp_path, policy)
+            removed += report.count
             runs += 1
         out = writer.stdout.read()
     finally:
