@@ -395,3 +395,35 @@ def test_hostile_trajectory_lines_are_kept_without_breaking_the_log(tmp_path):
     assert all(r.ts <= now for r in records)  # a record from 2100 is not dated in the future
     assert [r.ts for r in records] == sorted(r.ts for r in records)
     assert memstore.migrate_legacy(tmp_path).records_imported == 0
+
+
+def test_a_failed_import_reports_the_error_and_the_next_run_goes_on_without_duplicates(tmp_path, monkeypatch):
+    records = [{**ROUTE, "turn": n, "ts": 1767225600 + n} for n in range(1, 6)]
+    legacy_store(tmp_path, trajectories={"trajectory-a.jsonl": jsonl(*records)})
+    append = memstore.migration._Writer.append
+    calls = []
+
+    def failing(self, event, ts):
+        calls.append(event)
+        if len(calls) == 3:
+            raise memstore.StoreIOError("write", self.log.events_path, "No space left on device")
+        return append(self, event, ts)
+
+    monkeypatch.setattr(memstore.migration._Writer, "append", failing)
+    with pytest.raises(memstore.StoreIOError, match="No space left"):
+        memstore.migrate_legacy(tmp_path)
+    monkeypatch.setattr(memstore.migration._Writer, "append", append)
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.records_imported == 3 and report.sessions_updated == 1
+    turns = [e["record"]["turn"] for e in events_of(tmp_path, "traj-a") if e["type"] == "trajectory.record"]
+    assert turns == [1, 2, 3, 4, 5]
+
+
+def test_a_directory_migration_did_not_make_is_never_removed_by_it(tmp_path):
+    existing = tmp_path / "sessions" / "deep"
+    (existing / "derived").mkdir(parents=True)
+    (existing / "derived" / "memory.json").write_bytes(b'{"grounded_facts":[{"fact":"kept"}]}')
+    legacy_store(tmp_path, envelopes={"deep.memory.json": b'{"summary":' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"})
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.memory_imported == 0 and len(report.skipped) == 1
+    assert (existing / "derived" / "memory.json").read_bytes() == b'{"grounded_facts":[{"fact":"kept"}]}'
