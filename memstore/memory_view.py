@@ -490,6 +490,8 @@ def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None) -> 
     with ``envelope``, append it as a ``memory.envelope`` event first. A ``memory.json`` that
     memstore did not produce is adopted into the log before it is replaced. Returns the path."""
     path = log.directory / DERIVED_DIR / MEMORY_FILE
+    if envelope is not None:  # refused (InvalidEvent) before anything is appended
+        ev.encode_record(1, ev.utc_now(), {"type": ENVELOPE_EVENT, "envelope": envelope})
     builder = _ViewBuilder()
     for record in log.iter_records():
         builder.add(record)

@@ -323,3 +323,12 @@ def test_recent_sessions_newest_first_by_parsed_time_and_never_stale(tmp_path):
     with pytest.raises(ValueError):
         memstore.recent_sessions(tmp_path, -1)
     assert memstore.recent_sessions(tmp_path / "missing", 5) == []
+
+
+def test_an_envelope_that_cannot_be_stored_appends_nothing(tmp_path):
+    directory = session(tmp_path, "s", [{"type": "thread.started", "thread_id": "s"}])
+    (directory / "derived" / "memory.json").write_bytes(b'{"grounded_facts": [{"fact": "foreign"}]}')
+    before = (directory / "events.jsonl").read_bytes()
+    with pytest.raises(memstore.InvalidEvent):
+        memstore.write_session_memory_view(tmp_path, "s", {"summary": {1, 2}})  # a set is not JSON
+    assert (directory / "events.jsonl").read_bytes() == before
