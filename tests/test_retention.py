@@ -304,7 +304,7 @@ def test_an_unparseable_time_is_never_aged_out_and_sorts_newest(tmp_path):
     old = sample_session(tmp_path, "old", ts=OLD)
     report = memstore.apply_retention(tmp_path, RetentionPolicy(1, 30))
     assert [(r.directory, r.reason) for r in report.removed] == [("old", "count_cap")]
-    assert odd.is_dir() and memstore.apply_retention(tmp_path, RetentionPolicy(50, 0)).count == 0
+    assert not old.exists() and odd.is_dir() and memstore.apply_retention(tmp_path, RetentionPolicy(50, 0)).count == 0
 
 
 def test_a_log_ahead_of_its_manifest_is_judged_by_the_log(tmp_path):
@@ -353,7 +353,7 @@ def test_every_removal_is_recorded_in_the_gc_log(tmp_path):
     assert [(e["directory"], e["reason"]) for e in entries] == [
         ("sessions/shell", "empty_shell"), ("sessions/old", "count_cap"), ("sessions/keep-0", "count_cap")]
     assert len(entries) == report.count == 3
-    for entry, removed in zip(entries, report.removed):
+    for entry, removed in zip(entries, report.removed, strict=True):
         assert list(entry) == ["session_id", "directory", "removed_at", "reason", "bytes", "updated_at"]
         assert entry["bytes"] == removed.bytes > 0 and entry["updated_at"] == removed.updated_at
         assert memstore.events.parse_ts(entry["removed_at"]) is not None
