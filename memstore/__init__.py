@@ -36,9 +36,31 @@ from .log import (
     write_eviction_summary,
 )
 from .manifest import Manifest, SessionSummary, list_sessions
+from .memory_view import (
+    FactRecord,
+    memory_facts_of,
+    query_facts,
+    recent_sessions,
+    refresh_memory_view,
+    session_memory_facts,
+    write_session_memory_view,
+)
+from .migration import LegacyGcReport, MigrationReport, gc_legacy, migrate_legacy
 from .reader import SessionReader, read_session
 from .catalog import RefreshReport, refresh_catalog
 from .search import MemorySearchResult, search_memory
+from .retention import (
+    RetentionPolicy,
+    RetentionReport,
+    apply_retention,
+    apply_retention_preserving,
+    evict_zero_turn_completed_store,
+    mark_abandoned_active_sessions,
+    pin_session_retention,
+    retention_pinned_session_ids,
+    session_retention_pinned,
+    unpin_session_retention,
+)
 from .pack import (
     AuditPackEntry,
     PackVerification,
@@ -84,6 +106,13 @@ __all__ = [
     # audit packs
     "SessionAuditPack", "AuditPackEntry", "PackVerification", "create_audit_pack", "write_audit_pack",
     "read_audit_pack", "verify_audit_pack",
+    # retention, legacy migration, memory views
+    "RetentionPolicy", "RetentionReport", "apply_retention", "apply_retention_preserving",
+    "mark_abandoned_active_sessions", "evict_zero_turn_completed_store", "pin_session_retention",
+    "unpin_session_retention", "session_retention_pinned", "retention_pinned_session_ids",
+    "MigrationReport", "LegacyGcReport", "migrate_legacy", "gc_legacy",
+    "FactRecord", "write_session_memory_view", "refresh_memory_view", "session_memory_facts", "memory_facts_of",
+    "query_facts", "recent_sessions",
     # errors
     "MemstoreError", "StoreIOError", "UnsafePathError", "InvalidEvent", "InvalidSessionId", "SessionNotFound",
     "EventNotFound", "TurnNotFound", "LogFailedError",

@@ -492,3 +492,153 @@ def import_command(paths, source, root, as_json):
                f"{report.sessions_created} sessions created, {report.sessions_updated} updated, "
                f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
                f"{report.lines_skipped} lines skipped, {len(report.problems)} problems")
+
+
+# --- retention, pins, legacy migration, memory facts ---
+
+
+@cli.command("retention")
+@root_option
+@click.option("--max-sessions", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Keep at most this many removable (completed, unpinned, idle) sessions.")
+@click.option("--max-age-days", type=click.IntRange(min=0), default=30, show_default=True,
+              help="Remove sessions whose last event is older; also marks idle active ones completed (0: no sweep).")
+@click.option("--preserve", "preserve", default=None, metavar="SESSION", help="Never touch this session.")
+@click.option("--apply", "apply_", is_flag=True, help="Remove for real (default: a dry run that only shows).")
+@json_option
+def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_json):
+    """Show which sessions retention would remove (a dry run), or remove them with --apply.
+
+    Removals are recorded in <root>/gc-log.jsonl. Live, pinned and preserved sessions are never
+    touched; see `memstore pin`.
+    """
+    from .retention import RetentionPolicy, apply_retention_preserving
+
+    try:
+        report = apply_retention_preserving(root, RetentionPolicy(max_sessions, max_age_days), preserve,
+                                            dry_run=not apply_)
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _echo_json(report.to_dict())
+        return
+    verb = "removed" if apply_ else "would remove"
+    click.echo(f"{verb} {report.count} session{'s' if report.count != 1 else ''} ({report.bytes} bytes)")
+    for r in report.removed:
+        click.echo(f"  {r.directory:<40} {r.reason:<12} {r.bytes:>10} bytes  updated {r.updated_at}")
+    if report.marked_abandoned:
+        click.echo(f"{'marked' if apply_ else 'would mark'} completed (abandoned): {', '.join(report.marked_abandoned)}")
+    if report.skipped:
+        click.echo("left alone:")
+        for s in report.skipped:
+            click.echo(f"  {s.directory}: {s.reason}")
+    if not apply_:
+        click.echo("dry run: nothing was changed; pass --apply to remove")
+
+
+def _existing_session_dir(root, session):
+    from .fsio import session_directory
+
+    try:
+        directory = session_directory(root, session)
+    except errors.InvalidSessionId as exc:
+        raise _ExitWith(str(exc), 2) from exc
+    if not directory.is_dir() or directory.is_symlink():
+        raise _ExitWith(f"no session {session!r} (no directory {directory})", 2)
+    return directory
+
+
+@cli.command("pin")
+@click.argument("session")
+@click.option("--reason", default="", help="Why it is kept (recorded in retention-pin.json).")
+@root_option
+def pin_command(session, reason, root):
+    """Pin SESSION: retention never removes it until `memstore unpin`."""
+    from .retention import pin_session_retention
+
+    directory = _existing_session_dir(root, session)
+    try:
+        path = pin_session_retention(directory, reason)
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    click.echo(f"pinned {session!r} ({path})")
+
+
+@cli.command("unpin")
+@click.argument("session")
+@root_option
+def unpin_command(session, root):
+    """Unpin SESSION, so retention may remove it again."""
+    from .retention import unpin_session_retention
+
+    directory = _existing_session_dir(root, session)
+    try:
+        removed = unpin_session_retention(directory)
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    click.echo(f"unpinned {session!r}" if removed else f"{session!r} was not pinned")
+
+
+@cli.command("migrate")
+@root_option
+@click.option("--remove-legacy", is_flag=True,
+              help="Then remove the legacy files whose content was imported (others are kept and listed).")
+@json_option
+def migrate_command(root, remove_legacy, as_json):
+    """Import VT Code's legacy history/*.memory.json and logs/trajectory*.jsonl under the root
+    (a workspace's .vtcode) into sessions. Running it again imports only what is new.
+
+    Exit 1 when some legacy file could not be imported (each is listed with the reason).
+    """
+    import os
+
+    from .migration import migrate_legacy
+
+    if not os.path.isdir(root):
+        raise _ExitWith(f"no directory {root} (point --root at a VT Code workspace's .vtcode)", 2)
+    try:
+        report = migrate_legacy(root, remove_legacy=remove_legacy)
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _echo_json(report.to_dict())
+    else:
+        click.echo(f"imported {report.memory_imported} memory envelopes and {report.trajectory_imported} trajectory logs "
+                   f"({report.records_imported} records, {report.bytes_migrated} bytes): "
+                   f"{report.sessions_created} sessions created, {report.sessions_updated} updated; "
+                   f"{report.already_imported} already imported")
+        for s in report.skipped:
+            click.echo(f"not imported: {s.path}: {s.reason}")
+        if report.legacy is not None:
+            click.echo(f"removed {len(report.legacy.removed)} legacy files ({report.legacy.bytes_freed} bytes)")
+            for s in report.legacy.kept:
+                click.echo(f"kept: {s.path}: {s.reason}")
+    if report.skipped:
+        sys.exit(1)
+
+
+@cli.command("facts")
+@root_option
+@click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True)
+@click.option("--session", "session", default=None, help="Only this session's facts.")
+@json_option
+def facts_command(root, limit, session, as_json):
+    """List the grounded facts of the sessions' memory views (derived/memory.json), newest
+    sessions first."""
+    from .memory_view import query_facts, session_memory_facts
+
+    try:
+        if session is not None:
+            rows = [{"session_id": session, **f} for f in session_memory_facts(root, session)][:limit]
+        else:
+            rows = [asdict(f) for f in query_facts(root, limit)]
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _echo_json(rows)
+        return
+    if not rows:
+        click.echo("no facts")
+        return
+    for row in rows:
+        click.echo(f"{row['session_id']}: [{row['source'] or '?'}] {row['fact']}")

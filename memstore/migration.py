@@ -1,0 +1,756 @@
+"""Importing VT Code's legacy stores into sessions: ``<root>/history/*.memory.json`` (memory
+envelopes) and ``<root>/logs/trajectory*.jsonl`` (trajectory logs), ``root`` being a workspace's
+``.vtcode`` directory. And :func:`gc_legacy`, which removes what was imported.
+
+Everything imported goes into a session's log first; the derived files are regenerated from it:
+
+- an envelope becomes ``{"type": "memory.envelope", "envelope": {...}, "source": {"importer":
+  "memstore.migrate", "file": "history/<name>", "sha256": <of the file>, "mtime": ...}}``, dated
+  by the file's mtime; ``derived/memory.json`` is then regenerated (see ``memory_view.py``);
+- each line of a trajectory log becomes ``{"type": "trajectory.record", "record": {...},
+  "source": {"file": "logs/<name>", "generation": <hash>, "line": N}}`` (a line that is not a
+  JSON object keeps its text as ``"raw"`` instead of ``"record"``), dated by the record's unix
+  ``ts`` (else the file's mtime); ``derived/trajectory.jsonl`` is then regenerated: one line per
+  record, in log order.
+
+A session migration creates starts with a ``thread.started`` (``source``: the agent, the
+importer, the file) and ends with a ``thread.completed`` (``outcome_code: "imported"``) dated
+when the import finished, so it is ``completed`` with no turns, its imported events make it
+content (not an empty shell) for retention, and its age counts from the migration. Records are
+never dated before the log's last record (log order stays time order).
+
+**Session ids.** ``history/<sid>.memory.json`` goes to session ``<sid>`` (VT Code kept the
+``.memory``); ``history/<sid>_<turn>_<YYYYMMDDTHHMMSSZ>.memory.json`` files are compaction
+artifacts of the same session (when the envelope's own ``session_id`` abbreviates to that
+``<sid>``, as VT Code abbreviates long ids to 32 characters, that id is used). Every envelope of
+a session is imported, oldest first by (mtime, name), so the newest is the session's envelope.
+``logs/trajectory-<stamp>.jsonl`` goes to ``traj-<stamp>``; the live ``logs/trajectory.jsonl``
+to ``traj-live``.
+
+**Idempotent.** Each record says what it came from, so a second run appends nothing that is
+already in a log: an envelope is known by its SHA-256; a trajectory line by its file's
+*generation* (the SHA-256 of its first non-blank line, which does not change as a log grows or
+when VT Code rotates ``trajectory.jsonl`` to ``trajectory-<stamp>.jsonl``) and its line number.
+So the live log is imported incrementally (lines added since the last run; a partial last line
+waits for the next), and once rotated, only its lines ``traj-live`` does not already hold go to
+``traj-<stamp>``. Nothing is overwritten: a changed envelope file is a new envelope.
+
+**Safety.** Holds the store's ``migration`` lock. Sources are read without following symlinks
+(a symlinked ``history``/``logs`` directory or file is reported, not read); a source that cannot
+be read or parsed is listed in ``MigrationReport.skipped`` with the reason. Sources are removed
+only with ``remove_legacy=True`` (through :func:`gc_legacy`).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import math
+import os
+import re
+import stat
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Optional
+
+import orjson
+
+from . import events as ev
+from .errors import (
+    InvalidEvent,
+    InvalidSessionId,
+    SessionBusyError,
+    SessionNotFound,
+    StoreIOError,
+    UnsafePathError,
+)
+from .events import Record
+from .fsio import atomic_write, check_session_id, open_read_no_follow, session_directory
+from .lock import remove_session_directory, store_lock
+from .log import SessionLog, open_session
+from .memory_view import ENVELOPE_EVENT, not_after_now, not_before, refresh_memory_view
+from .reader import read_session
+from .retention import GcLog
+
+logger = logging.getLogger("memstore")
+
+HISTORY_DIR = "history"
+LOGS_DIR = "logs"
+ENVELOPE_SUFFIX = ".memory.json"
+LIVE_TRAJECTORY = "trajectory.jsonl"
+LIVE_TRAJECTORY_SESSION = "traj-live"
+TRAJECTORY_EVENT = "trajectory.record"
+TRAJECTORY_VIEW = "trajectory.jsonl"
+IMPORTER = "memstore.migrate"
+MAX_ENVELOPE_BYTES = 16 << 20
+MAX_TRAJECTORY_BYTES = 512 << 20
+_ARTIFACT = re.compile(r"(?P<sid>.+)_(?P<turn>\d{4,})_(?P<stamp>\d{8}T\d{6}Z)\.memory\.json\Z", re.S)
+_ROTATED = re.compile(r"trajectory-(?P<stamp>.+)\.jsonl\Z", re.S)
+_MAX_UNIX_TS = 253_402_300_799  # 9999-12-31T23:59:59Z
+
+
+@dataclass(frozen=True)
+class SkippedSource:
+    """A legacy file (path relative to the root) that was not imported, or not removed, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class LegacyGcReport:
+    """What :func:`gc_legacy` removed (paths relative to the root) and kept, and why."""
+
+    bytes_freed: int = 0
+    removed: list[str] = field(default_factory=list)
+    kept: list[SkippedSource] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"bytes_freed": self.bytes_freed, "removed": list(self.removed), "kept": [asdict(k) for k in self.kept]}
+
+
+@dataclass
+class MigrationReport:
+    """What :func:`migrate_legacy` did.
+
+    ``memory_imported`` counts envelope files and ``trajectory_imported`` trajectory files from
+    which something was appended in this run (``records_imported`` lines); ``bytes_migrated``
+    is the source bytes they held; ``already_imported`` counts sources found fully imported;
+    ``skipped`` lists sources that could not be imported, and why. ``legacy`` is the
+    :func:`gc_legacy` report when ``remove_legacy`` was given.
+    """
+
+    sessions_created: int = 0
+    sessions_updated: int = 0
+    memory_imported: int = 0
+    trajectory_imported: int = 0
+    records_imported: int = 0
+    bytes_migrated: int = 0
+    already_imported: int = 0
+    skipped: list[SkippedSource] = field(default_factory=list)
+    legacy: Optional[LegacyGcReport] = None
+
+    def skip(self, path: str, reason: str) -> None:
+        logger.warning("migrate: not importing %s: %s", path, reason)
+        self.skipped.append(SkippedSource(path, reason))
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["legacy"] = self.legacy.to_dict() if self.legacy is not None else None
+        return data
+
+
+# --------------------------------------------------------------------------------------------
+# Reading legacy sources
+
+
+@dataclass
+class _Envelope:
+    rel: str
+    session_id: str
+    data: dict
+    sha256: str
+    size: int
+    mtime_ns: int
+    ts: str
+    st: os.stat_result  # of the file as read
+
+
+@dataclass
+class _Trajectory:
+    rel: str
+    session_id: str
+    generation: Optional[str]
+    lines: list[tuple[int, bytes]]  # (line number, bytes without the newline), blank lines left out
+    last_line: int  # the number of the last complete line (blank ones included)
+    ts: str  # the file's mtime
+    st: os.stat_result  # of the file as read
+
+
+def _listing(root: Path, name: str, skipped: list[SkippedSource]) -> list[os.DirEntry]:
+    """The entries of ``<root>/<name>`` sorted by name; ``[]`` when it is missing, and reported
+    when it is a symlink or not a directory."""
+    base = root / name
+    try:
+        st = os.lstat(base)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise StoreIOError.from_os_error("stat", base, exc) from exc
+    if stat.S_ISLNK(st.st_mode):
+        skipped.append(SkippedSource(name, "a symlink; legacy stores are not read through symlinks"))
+        return []
+    if not stat.S_ISDIR(st.st_mode):
+        skipped.append(SkippedSource(name, "not a directory"))
+        return []
+    try:
+        return sorted(os.scandir(base), key=lambda e: e.name)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("list", base, exc) from exc
+
+
+def _read_source(path: Path, limit: int) -> tuple[bytes, os.stat_result]:
+    """The bytes of a legacy file, read without following a symlink; raises
+    :class:`StoreIOError` (``UnsafePathError`` for a symlink or a non-regular file) or
+    ``ValueError`` (too large, or gone)."""
+    fd = open_read_no_follow(path)
+    if fd is None:
+        raise ValueError("disappeared while being read")
+    try:
+        st = os.fstat(fd)
+        if st.st_size > limit:
+            raise ValueError(f"{st.st_size} bytes, more than the {limit}-byte limit for this kind of file")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks), st
+    except OSError as exc:
+        raise StoreIOError.from_os_error("read", path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, StoreIOError):
+        return f"cannot be read: {exc.detail or exc}"
+    return f"cannot be read: {exc}"
+
+
+def _mtime_ts(st: os.stat_result) -> str:
+    return ev.format_ts(datetime.fromtimestamp(st.st_mtime, timezone.utc))
+
+
+def _vt_prefix(session_id: str) -> str:
+    """How VT Code abbreviates a session id in compaction artifact names."""
+    return "".join(c if (c.isascii() and c.isalnum()) or c in "_-" else "_" for c in session_id)[:32]
+
+
+def envelope_session_id(name: str, envelope: dict) -> str:
+    """The session a ``history/<name>`` envelope belongs to (see the module docstring)."""
+    match = _ARTIFACT.match(name)
+    if match is None:
+        return name[: -len(ENVELOPE_SUFFIX)]
+    sid = match["sid"]
+    claimed = envelope.get("session_id")
+    if isinstance(claimed, str) and claimed and claimed != sid and _vt_prefix(claimed) == sid:
+        return claimed
+    return sid
+
+
+def _read_envelope(root: Path, entry: os.DirEntry, skipped: list[SkippedSource]) -> Optional[_Envelope]:
+    rel = f"{HISTORY_DIR}/{entry.name}"
+    try:
+        raw, st = _read_source(Path(entry.path), MAX_ENVELOPE_BYTES)
+    except (StoreIOError, ValueError) as exc:
+        skipped.append(SkippedSource(rel, _why(exc)))
+        return None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        skipped.append(SkippedSource(rel, f"not valid JSON ({exc})"))
+        return None
+    if not isinstance(data, dict):
+        skipped.append(SkippedSource(rel, "not a JSON object (a memory envelope is one)"))
+        return None
+    sid = envelope_session_id(entry.name, data)
+    try:
+        check_session_id(sid)
+    except InvalidSessionId as exc:
+        skipped.append(SkippedSource(rel, f"no usable session id in its name ({exc})"))
+        return None
+    return _Envelope(rel, sid, data, hashlib.sha256(raw).hexdigest(), len(raw), st.st_mtime_ns, _mtime_ts(st), st)
+
+
+def _collect_envelopes(root: Path, skipped: list[SkippedSource]) -> dict[str, list[_Envelope]]:
+    groups: dict[str, list[_Envelope]] = {}
+    for entry in _listing(root, HISTORY_DIR, skipped):
+        name = entry.name
+        if not name.endswith(".json"):
+            continue  # compaction history artifacts (*.jsonl), temp files: not envelopes
+        rel = f"{HISTORY_DIR}/{name}"
+        if not name.endswith(ENVELOPE_SUFFIX):
+            skipped.append(SkippedSource(rel, "not a memory envelope (*.memory.json)"))
+            continue
+        envelope = _read_envelope(root, entry, skipped)
+        if envelope is not None:
+            groups.setdefault(envelope.session_id, []).append(envelope)
+    for envelopes in groups.values():
+        envelopes.sort(key=lambda e: (e.mtime_ns, e.rel))  # oldest first: the last is the newest
+    return groups
+
+
+def trajectory_session_id(name: str) -> Optional[str]:
+    """The session a ``logs/<name>`` trajectory log goes to, or ``None`` if it is not one."""
+    if name == LIVE_TRAJECTORY:
+        return LIVE_TRAJECTORY_SESSION
+    match = _ROTATED.match(name)
+    return f"traj-{match['stamp']}" if match else None
+
+
+def _split_lines(data: bytes, *, complete_only: bool) -> tuple[list[tuple[int, bytes]], int]:
+    """``([(number, line)], last_line)``: non-blank lines numbered from 1 (blank ones count), and
+    the number of the last line considered. With ``complete_only`` (a log still being written)
+    a last line without its newline is left for later."""
+    parts = data.split(b"\n")
+    tail = parts.pop()  # after the last newline: b"" when the file ends with one
+    if tail and not complete_only:
+        parts.append(tail)
+    lines = []
+    for number, line in enumerate(parts, start=1):
+        line = line[:-1] if line.endswith(b"\r") else line
+        if line.strip():
+            lines.append((number, line))
+    return lines, len(parts)
+
+
+def _read_trajectory(entry: os.DirEntry, sid: str, skipped: list[SkippedSource]) -> Optional[_Trajectory]:
+    rel = f"{LOGS_DIR}/{entry.name}"
+    try:
+        raw, st = _read_source(Path(entry.path), MAX_TRAJECTORY_BYTES)
+    except (StoreIOError, ValueError) as exc:
+        skipped.append(SkippedSource(rel, _why(exc)))
+        return None
+    lines, last = _split_lines(raw, complete_only=sid == LIVE_TRAJECTORY_SESSION)
+    generation = hashlib.sha256(lines[0][1]).hexdigest()[:32] if lines else None
+    return _Trajectory(rel, sid, generation, lines, last, _mtime_ts(st), st)
+
+
+def _collect_trajectories(root: Path, skipped: list[SkippedSource]) -> list[_Trajectory]:
+    rotated, live = [], []
+    for entry in _listing(root, LOGS_DIR, skipped):
+        name = entry.name
+        if not name.endswith(".jsonl"):
+            continue
+        sid = trajectory_session_id(name)
+        if sid is None:
+            skipped.append(SkippedSource(f"{LOGS_DIR}/{name}", "not a trajectory log (trajectory*.jsonl)"))
+            continue
+        try:
+            check_session_id(sid)
+        except InvalidSessionId as exc:
+            skipped.append(SkippedSource(f"{LOGS_DIR}/{name}", f"no usable session id in its name ({exc})"))
+            continue
+        trajectory = _read_trajectory(entry, sid, skipped)
+        if trajectory is not None:
+            (live if sid == LIVE_TRAJECTORY_SESSION else rotated).append(trajectory)
+    return rotated + live
+
+
+# --------------------------------------------------------------------------------------------
+# What a session already holds
+
+
+@dataclass
+class _Imported:
+    """What a session's log says was imported into it."""
+
+    envelope_shas: set = field(default_factory=set)
+    lines: dict = field(default_factory=dict)  # trajectory generation -> highest line number
+    last_ts: Optional[str] = None
+    records: int = 0
+    memory: bool = False
+    trajectory: bool = False
+
+    def add(self, record: Record) -> None:
+        self.records += 1
+        if record.ts is not None:
+            self.last_ts = not_before(record.ts, self.last_ts)
+        event = record.event
+        kind = event.get("type")
+        source = event.get("source")
+        if kind == ENVELOPE_EVENT:
+            self.memory = True
+            if isinstance(source, dict) and isinstance(source.get("sha256"), str):
+                self.envelope_shas.add(source["sha256"])
+        elif kind == TRAJECTORY_EVENT:
+            self.trajectory = True
+            if isinstance(source, dict):
+                generation, line = source.get("generation"), source.get("line")
+                if isinstance(generation, str) and type(line) is int:
+                    self.lines[generation] = max(self.lines.get(generation, 0), line)
+
+
+def _imported(records: Iterable[Record]) -> _Imported:
+    found = _Imported()
+    for record in records:
+        found.add(record)
+    return found
+
+
+def _imported_read_only(root: Path, session_id: str) -> _Imported:
+    """What session ``session_id`` holds, read without locking or writing (empty if it has no
+    log). Raises :class:`StoreIOError` for a session that cannot be read (a symlink, say)."""
+    try:
+        with read_session(root, session_id) as reader:
+            return _imported(reader.iter_records())
+    except SessionNotFound:
+        return _Imported()
+
+
+# --------------------------------------------------------------------------------------------
+# Writing into sessions
+
+
+def _unix_ts(record: dict) -> Optional[str]:
+    value = record.get("ts")
+    if type(value) not in (int, float) or not math.isfinite(value) or not 0 <= value <= _MAX_UNIX_TS:
+        return None
+    return ev.format_ts(datetime.fromtimestamp(value, timezone.utc))
+
+
+def _trajectory_event(trajectory: _Trajectory, number: int, line: bytes) -> tuple[dict, Optional[str]]:
+    source = {"file": trajectory.rel, "generation": trajectory.generation, "line": number}
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        record = None
+    if isinstance(record, dict):
+        return {"type": TRAJECTORY_EVENT, "record": record, "source": source}, _unix_ts(record)
+    return {"type": TRAJECTORY_EVENT, "raw": line.decode("utf-8", "backslashreplace"), "source": source}, None
+
+
+class _Writer:
+    """Appends imported events to one session, dating each no earlier than the log's last."""
+
+    def __init__(self, root: Path, session_id: str, first_file: str, report: MigrationReport):
+        # Only a directory this import made may be removed again (see finish).
+        self.made_directory = not os.path.lexists(session_directory(root, session_id))
+        self.log: SessionLog = open_session(root, session_id, max_events=0, durability="none")
+        self.root = root
+        self.session_id = session_id
+        self.report = report
+        try:
+            self.found = _imported(self.log.iter_records())
+        except BaseException:
+            self.log.close()
+            raise
+        self.created = self.found.records == 0  # an empty log: this import starts its thread
+        self.first_file = first_file
+        self.started = False
+        self.appended = False
+
+    def append(self, event: dict, ts: Optional[str]) -> None:
+        """Append ``event`` dated ``ts`` (never in the future, never before the log's last
+        record); :class:`InvalidEvent` (nothing written) if it cannot be serialized (JSON nested
+        deeper than orjson writes)."""
+        ts = not_before(not_after_now(ts), self.found.last_ts)
+        if self.created and not self.started:
+            ev.encode_record(1, ts, event)  # refuse before the thread starts, not after
+            self.log.append({"type": ev.THREAD_STARTED, "thread_id": self.session_id,
+                             "source": {"agent": "vtcode", "importer": IMPORTER, "file": self.first_file}}, ts=ts)
+            self.started = True
+        self.log.append(event, ts=ts)
+        self.found.last_ts = ev.normalize_ts(ts)
+        self.found.add(Record(None, None, event))
+        self.appended = True
+
+    def finish(self) -> None:
+        """Close the thread of a created session, sync the log, then regenerate the derived
+        views from it (the log is synced before any view describes it), and close. A session
+        directory this import made but appended nothing to is removed again."""
+        try:
+            if self.appended:
+                if self.created:
+                    # Dated when the import finished: the session's last event is its import, so
+                    # retention counts a migrated session's age from the migration.
+                    self.log.append({"type": ev.THREAD_COMPLETED, "thread_id": self.session_id,
+                                     "session_id": self.session_id, "subtype": "success",
+                                     "outcome_code": "imported", "usage": {}, "num_turns": 0},
+                                    ts=not_before(ev.utc_now(), self.found.last_ts))
+                self.log.flush()
+                if self.found.memory:
+                    refresh_memory_view(self.log)
+                if self.found.trajectory:
+                    write_trajectory_view(self.log)
+                if self.created:
+                    self.report.sessions_created += 1
+                else:
+                    self.report.sessions_updated += 1
+        finally:
+            self.log.close()
+        if self.made_directory and not self.appended:
+            remove_session_directory(self.root, self.log.directory)
+
+    def abort(self) -> None:
+        """Close after a failure: what was appended stays (each record says where it came from,
+        so the next run goes on from there); the views are regenerated by the next run."""
+        try:
+            self.log.close()
+        except Exception as exc:  # the failure being raised is the one to report
+            logger.warning("closing %s after a failed import: %s", self.log.directory, exc)
+
+
+def _open_writer(root: Path, session_id: str, first_file: str, report: MigrationReport,
+                 sources: list[str]) -> Optional[_Writer]:
+    try:
+        return _Writer(root, session_id, first_file, report)
+    except SessionBusyError:
+        for rel in sources:
+            report.skip(rel, f"session {session_id!r} is open in another process; run migrate again later")
+    except StoreIOError as exc:
+        # A session directory (or its lock) that is a symlink or not what it must be: that
+        # session is skipped. Any other I/O error is the store failing, and reaches the caller.
+        if not (isinstance(exc, UnsafePathError) or exc.errno == errno.ELOOP):
+            raise
+        for rel in sources:
+            report.skip(rel, f"session {session_id!r} cannot be opened ({exc})")
+    return None
+
+
+def _import_envelopes(root: Path, session_id: str, envelopes: list[_Envelope], report: MigrationReport) -> None:
+    sources = [e.rel for e in envelopes]
+    try:
+        held = _imported_read_only(root, session_id)
+    except StoreIOError as exc:
+        for rel in sources:
+            report.skip(rel, f"session {session_id!r} cannot be read ({exc})")
+        return
+    pending = [e for e in envelopes if e.sha256 not in held.envelope_shas]
+    report.already_imported += len(envelopes) - len(pending)
+    if not pending:
+        return  # nothing new: the session is not even opened for writing
+    writer = _open_writer(root, session_id, pending[0].rel, report, [e.rel for e in pending])
+    if writer is None:
+        return
+    try:
+        for envelope in pending:
+            if envelope.sha256 in writer.found.envelope_shas:  # imported since we looked
+                report.already_imported += 1
+                continue
+            try:
+                writer.append({"type": ENVELOPE_EVENT, "envelope": envelope.data,
+                               "source": {"importer": IMPORTER, "file": envelope.rel, "sha256": envelope.sha256,
+                                          "mtime": envelope.ts}}, envelope.ts)
+            except InvalidEvent as exc:
+                report.skip(envelope.rel, f"cannot be stored as an event ({exc})")
+                continue
+            report.memory_imported += 1
+            report.bytes_migrated += envelope.size
+    except BaseException:
+        writer.abort()
+        raise
+    writer.finish()
+
+
+def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, report: MigrationReport) -> None:
+    if trajectory.generation is None:
+        report.already_imported += 1  # nothing in it
+        return
+    try:
+        held = _imported_read_only(root, trajectory.session_id)
+    except StoreIOError as exc:
+        report.skip(trajectory.rel, f"session {trajectory.session_id!r} cannot be read ({exc})")
+        return
+    done = held.lines.get(trajectory.generation, 0)
+    if trajectory.session_id != LIVE_TRAJECTORY_SESSION:
+        # A rotated log begins with what traj-live may already hold of it (same generation).
+        done = max(done, live.lines.get(trajectory.generation, 0))
+    if not any(number > done for number, _line in trajectory.lines):
+        report.already_imported += 1
+        return
+    writer = _open_writer(root, trajectory.session_id, trajectory.rel, report, [trajectory.rel])
+    if writer is None:
+        return
+    imported = 0
+    try:
+        done = max(done, writer.found.lines.get(trajectory.generation, 0))
+        for number, line in trajectory.lines:
+            if number <= done:
+                continue
+            event, ts = _trajectory_event(trajectory, number, line)
+            try:
+                writer.append(event, ts or trajectory.ts)
+            except InvalidEvent:
+                # JSON nested deeper than orjson writes: its text is kept instead.
+                event = {"type": TRAJECTORY_EVENT, "raw": line.decode("utf-8", "backslashreplace"),
+                         "source": event["source"]}
+                writer.append(event, ts or trajectory.ts)
+            imported += 1
+            report.bytes_migrated += len(line) + 1
+        writer.found.lines[trajectory.generation] = max(done, trajectory.lines[-1][0])
+    except BaseException:
+        writer.abort()
+        raise
+    writer.finish()
+    if imported:
+        report.trajectory_imported += 1
+        report.records_imported += imported
+        if trajectory.session_id == LIVE_TRAJECTORY_SESSION:
+            live.lines[trajectory.generation] = writer.found.lines[trajectory.generation]
+
+
+def write_trajectory_view(log: SessionLog) -> Optional[Path]:
+    """Regenerate ``derived/trajectory.jsonl`` of the open session ``log`` from its
+    ``trajectory.record`` events (``rebuild`` calls this): one line per record in log order, the
+    record as compact JSON (or its raw text). ``None`` (and nothing written) when it has none."""
+    lines = []
+    for event in log.iter_events():
+        if event.get("type") != TRAJECTORY_EVENT:
+            continue
+        record, raw = event.get("record"), event.get("raw")
+        if isinstance(record, dict):
+            lines.append(orjson.dumps(record))
+        elif isinstance(raw, str):
+            lines.append(raw.encode("utf-8", "surrogateescape"))
+    if not lines:
+        return None
+    path = log.directory / "derived" / TRAJECTORY_VIEW
+    atomic_write(path, b"\n".join(lines) + b"\n")
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+
+
+def migrate_legacy(root: os.PathLike | str, remove_legacy: bool = False) -> MigrationReport:
+    """Import the legacy stores of the VT Code directory ``root`` into sessions (see the module
+    docstring); with ``remove_legacy``, then remove the imported sources (:func:`gc_legacy`).
+
+    Running it again imports only what is new. A source that cannot be read or parsed, or whose
+    session is open in another process, is listed in ``report.skipped`` with the reason; an
+    error writing the store raises :class:`StoreIOError` naming the path. A ``root`` that does
+    not exist gives an empty report (nothing is created).
+    """
+    root = Path(root)
+    report = MigrationReport()
+    if not root.is_dir():
+        return report
+    with store_lock(root, "migration"):
+        groups = _collect_envelopes(root, report.skipped)
+        trajectories = _collect_trajectories(root, report.skipped)
+        for skipped in report.skipped:
+            logger.warning("migrate: not importing %s: %s", skipped.path, skipped.reason)
+        for session_id in sorted(groups):
+            _import_envelopes(root, session_id, groups[session_id], report)
+        live = _Imported()
+        if trajectories:
+            try:
+                live = _imported_read_only(root, LIVE_TRAJECTORY_SESSION)
+            except StoreIOError as exc:
+                logger.warning("migrate: cannot read %s: %s", LIVE_TRAJECTORY_SESSION, exc)
+        for trajectory in trajectories:
+            _import_trajectory(root, trajectory, live, report)
+        if remove_legacy:
+            report.legacy = _gc_legacy(root)
+    return report
+
+
+def gc_legacy(root: os.PathLike | str) -> LegacyGcReport:
+    """Remove the legacy sources migration has imported; return what was removed and kept.
+
+    Unlike VT Code, which deletes ``history/`` and ``logs/`` wholesale, only files whose content
+    a session's log holds are removed (each recorded in ``gc-log.jsonl``, reason
+    ``legacy_imported``): an envelope whose SHA-256 was imported, a rotated trajectory log whose
+    every line was. Kept, and listed with the reason: compaction history artifacts (never
+    imported), the live ``trajectory.jsonl`` (VT Code may be writing it), files not imported
+    (yet), unreadable ones and symlinks. ``history/`` and ``logs/`` go when nothing is left in
+    them; ``checkpoints/`` is never touched. Holds the store's ``migration`` lock.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return LegacyGcReport()
+    with store_lock(root, "migration"):
+        return _gc_legacy(root)
+
+
+def _gc_legacy(root: Path) -> LegacyGcReport:
+    report = LegacyGcReport()
+    held: dict[str, _Imported] = {}
+
+    def session(session_id: str) -> _Imported:
+        if session_id not in held:
+            try:
+                held[session_id] = _imported_read_only(root, session_id)
+            except StoreIOError as exc:
+                logger.warning("gc_legacy: cannot read session %s: %s", session_id, exc)
+                held[session_id] = _Imported()
+        return held[session_id]
+
+    removable: list[tuple[str, Path, os.stat_result, str]] = []  # (rel, path, as read, session)
+    kept = report.kept
+    for entry in _listing(root, HISTORY_DIR, kept):
+        rel = f"{HISTORY_DIR}/{entry.name}"
+        if not entry.name.endswith(ENVELOPE_SUFFIX):
+            kept.append(SkippedSource(rel, "not a memory envelope; migrate does not import it"))
+            continue
+        problems: list[SkippedSource] = []
+        envelope = _read_envelope(root, entry, problems)
+        if envelope is None:
+            kept.extend(problems)
+            continue
+        if envelope.sha256 not in session(envelope.session_id).envelope_shas:
+            kept.append(SkippedSource(rel, f"not imported into session {envelope.session_id!r} (run migrate)"))
+            continue
+        removable.append((rel, Path(entry.path), envelope.st, envelope.session_id))
+    for entry in _listing(root, LOGS_DIR, kept):
+        rel = f"{LOGS_DIR}/{entry.name}"
+        sid = trajectory_session_id(entry.name) if entry.name.endswith(".jsonl") else None
+        if sid is None:
+            kept.append(SkippedSource(rel, "not a trajectory log; migrate does not import it"))
+            continue
+        if sid == LIVE_TRAJECTORY_SESSION:
+            kept.append(SkippedSource(rel, "the live trajectory log: VT Code may still be writing it"))
+            continue
+        problems = []
+        trajectory = _read_trajectory(entry, sid, problems)
+        if trajectory is None:
+            kept.extend(problems)
+            continue
+        if trajectory.generation is not None:
+            done = max(session(sid).lines.get(trajectory.generation, 0),
+                       session(LIVE_TRAJECTORY_SESSION).lines.get(trajectory.generation, 0))
+            if done < trajectory.lines[-1][0]:
+                kept.append(SkippedSource(rel, f"not (fully) imported into session {sid!r} (run migrate)"))
+                continue
+        removable.append((rel, Path(entry.path), trajectory.st, sid))
+    if removable:
+        with GcLog(root) as gc_log:
+            for rel, path, before, sid in removable:
+                if not _unchanged(path, before):
+                    kept.append(SkippedSource(rel, "changed while gc_legacy looked at it"))
+                    continue
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise StoreIOError.from_os_error("remove", path, exc) from exc
+                gc_log.record(session_id=sid, directory=rel, reason="legacy_imported", size=before.st_size,
+                              updated_at=None)
+                report.removed.append(rel)
+                report.bytes_freed += before.st_size
+    for name in (HISTORY_DIR, LOGS_DIR):
+        try:
+            os.rmdir(root / name)  # only when empty; never follows a symlink
+        except OSError:
+            pass
+    return report
+
+
+def _unchanged(path: Path, before: os.stat_result) -> bool:
+    """Whether ``path`` is still the regular file that was read (an atomic rewrite by VT Code in
+    between would be another inode, and is not deleted)."""
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(now.st_mode) and (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == (
+        before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns)
+
+
+__all__ = [
+    "MigrationReport",
+    "LegacyGcReport",
+    "SkippedSource",
+    "migrate_legacy",
+    "gc_legacy",
+    "write_trajectory_view",
+    "envelope_session_id",
+    "trajectory_session_id",
+]

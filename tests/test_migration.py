@@ -1,0 +1,429 @@
+"""Legacy migration: the reference scenario, the quirks fixed (ids without ``.memory``, idempotent,
+nothing overwritten, sources kept unless asked, unreadable sources reported), the live
+trajectory log and its rotation, gc_legacy, and that every view comes back from the log."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+import memstore
+from memstore.cli import cli
+from memstore.migration import write_trajectory_view
+
+WIDGET = {
+    "session_id": "session-foo",
+    "schema_version": 3,
+    "summary": "Painted the widget.",
+    "objective": "paint the widget",
+    "grounded_facts": [{"fact": "the widget is blue", "source": "tool:read_file"}],
+    "touched_files": ["src/widget.rs"],
+    "generated_at": "2026-01-01T00:00:00+00:00",
+}
+ROUTE = {"kind": "route", "turn": 1, "selected_model": "m", "class": "simple", "input_preview": "hi", "ts": 1767225600}
+TOOL = {"kind": "tool", "turn": 1, "name": "read_file", "args": {"path": "a"}, "ok": True, "agent_name": "main",
+        "is_subagent": False, "ts": 1767225601}
+
+
+def jsonl(*records) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+def legacy_store(root, *, envelopes=None, trajectories=None):
+    (root / "history").mkdir(parents=True, exist_ok=True)
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    for name, data in (envelopes or {}).items():
+        (root / "history" / name).write_bytes(data if isinstance(data, bytes) else orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    for name, data in (trajectories or {}).items():
+        (root / "logs" / name).write_bytes(data)
+    return root
+
+
+def events_of(root, sid):
+    with memstore.read_session(root, sid) as reader:
+        return list(reader.iter_events())
+
+
+def snapshot(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and "locks" not in p.parts}
+
+
+def test_migrate_legacy_imports_history_and_trajectory(tmp_path):
+    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET},
+                 trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL)})
+    report = memstore.migrate_legacy(tmp_path, remove_legacy=False)
+    assert (report.sessions_created, report.memory_imported, report.trajectory_imported) == (2, 1, 1)
+    assert report.records_imported == 2 and report.skipped == []
+    assert [f.fact for f in memstore.query_facts(tmp_path, 10)] == ["the widget is blue"]
+    assert (tmp_path / "history" / "session-foo.memory.json").exists()
+    assert (tmp_path / "logs" / "trajectory-20260101T000000Z.jsonl").exists()
+    assert sorted(s.session_id for s in memstore.recent_sessions(tmp_path, 10)) == ["session-foo", "traj-20260101T000000Z"]
+    # The session id drops ".memory"; the envelope is in the log, then in the view.
+    assert [e["type"] for e in events_of(tmp_path, "session-foo")] == ["thread.started", "memory.envelope", "thread.completed"]
+    view = orjson.loads((tmp_path / "sessions" / "session-foo" / "derived" / "memory.json").read_bytes())
+    assert view["summary"] == "Painted the widget." and view["touched_files"] == ["src/widget.rs"]
+    records = [e["record"] for e in events_of(tmp_path, "traj-20260101T000000Z") if e["type"] == "trajectory.record"]
+    assert records == [ROUTE, TOOL]
+    with memstore.read_session(tmp_path, "traj-20260101T000000Z") as reader:
+        times = [r.ts for r in reader.iter_records() if r.event["type"] == "trajectory.record"]
+    assert times == ["2026-01-01T00:00:00.000Z", "2026-01-01T00:00:01.000Z"]  # from the records' unix ts
+    assert (tmp_path / "sessions" / "traj-20260101T000000Z" / "derived" / "trajectory.jsonl").read_bytes() == jsonl(ROUTE, TOOL)
+
+
+def test_a_second_run_imports_nothing_and_writes_nothing(tmp_path):
+    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET},
+                 trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL),
+                               "trajectory.jsonl": jsonl(ROUTE)})
+    first = memstore.migrate_legacy(tmp_path)
+    assert first.sessions_created == 3
+    before = snapshot(tmp_path)
+    second = memstore.migrate_legacy(tmp_path)
+    assert (second.sessions_created, second.sessions_updated, second.memory_imported, second.trajectory_imported,
+            second.records_imported, second.bytes_migrated) == (0, 0, 0, 0, 0, 0)
+    assert second.already_imported == 3 and second.skipped == []
+    assert snapshot(tmp_path) == before
+
+
+def test_migrated_sessions_are_content_and_survive_retention(tmp_path):
+    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET},
+                 trajectories={"trajectory-20200101T000000Z.jsonl": jsonl({**ROUTE, "ts": 1577836800})})
+    memstore.migrate_legacy(tmp_path)
+    report = memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30))
+    assert report.count == 0  # not empty shells; dated by the import, so not aged out at once either
+    summaries = {s.session_id: s for s in memstore.recent_sessions(tmp_path, 10)}
+    assert {s.status for s in summaries.values()} == {"completed"} and {s.turn_count for s in summaries.values()} == {0}
+
+
+def test_compaction_artifacts_belong_to_their_session_and_the_newest_envelope_wins(tmp_path):
+    older = {**WIDGET, "grounded_facts": [{"fact": "the widget was red", "source": "tool:x"}]}
+    newest = {**WIDGET, "grounded_facts": [{"fact": "the widget is green", "source": "tool:x"}]}
+    long_id = "a-very-long-session-identifier-from-vtcode-0123456789"
+    legacy_store(tmp_path, envelopes={
+        "session-foo.memory.json": older,
+        "session-foo_0003_20260102T000000Z.memory.json": newest,
+        f"{long_id[:32]}_0001_20260102T000000Z.memory.json": {**WIDGET, "session_id": long_id},
+    })
+    os.utime(tmp_path / "history" / "session-foo.memory.json", (1_700_000_000, 1_700_000_000))
+    os.utime(tmp_path / "history" / "session-foo_0003_20260102T000000Z.memory.json", (1_700_000_100, 1_700_000_100))
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.memory_imported == 3 and report.sessions_created == 2
+    envelopes = [e["envelope"] for e in events_of(tmp_path, "session-foo") if e["type"] == "memory.envelope"]
+    assert envelopes == [older, newest]  # every envelope is in the log, oldest first
+    assert memstore.session_memory_facts(tmp_path, "session-foo") == [{"fact": "the widget is green", "source": "tool:x"}]
+    assert memstore.session_memory_facts(tmp_path, long_id) == WIDGET["grounded_facts"]  # the envelope's own id
+
+
+def test_a_changed_envelope_is_a_new_envelope_and_nothing_is_overwritten(tmp_path):
+    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET})
+    memstore.migrate_legacy(tmp_path)
+    log_before = (tmp_path / "sessions" / "session-foo" / "events.jsonl").read_bytes()
+    changed = {**WIDGET, "grounded_facts": [{"fact": "the widget is now green", "source": "user_assertion"}]}
+    legacy_store(tmp_path, envelopes={"session-foo.memory.json": changed})
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.memory_imported, report.sessions_updated, report.sessions_created) == (1, 1, 0)
+    log_after = (tmp_path / "sessions" / "session-foo" / "events.jsonl").read_bytes()
+    assert log_after.startswith(log_before)  # appended, never rewritten
+    assert [f.fact for f in memstore.query_facts(tmp_path, 10)] == ["the widget is now green"]
+
+
+def test_envelopes_go_into_an_existing_session_without_moving_it_back_in_time(tmp_path):
+    with memstore.open_session(tmp_path, "session-foo") as log:
+        log.append({"type": "thread.started", "thread_id": "session-foo"})
+        log.append({"type": "item.completed", "item": {"id": "u", "type": "user_message", "text": "my name is Ada"}})
+        updated = log.manifest.updated_at
+    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET})
+    os.utime(tmp_path / "history" / "session-foo.memory.json", (1_600_000_000, 1_600_000_000))  # 2020
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.sessions_created, report.sessions_updated) == (0, 1)
+    with memstore.read_session(tmp_path, "session-foo") as reader:
+        records = list(reader.iter_records())
+        assert reader.manifest.updated_at >= updated
+    envelope = records[-1]
+    assert envelope.event["type"] == "memory.envelope" and envelope.ts >= updated
+    assert envelope.event["source"]["mtime"].startswith("2020-09-13")  # the file's time is kept
+
+
+def test_the_live_trajectory_log_is_imported_incrementally_and_rotation_adds_no_duplicates(tmp_path):
+    first = [{**ROUTE, "turn": n, "ts": 1767225600 + n} for n in range(1, 4)]
+    legacy_store(tmp_path, trajectories={"trajectory.jsonl": jsonl(*first) + b'{"kind":"rou'})  # a partial line
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.records_imported == 3
+
+    def imported(sid):
+        return [e["record"]["turn"] for e in events_of(tmp_path, sid) if e["type"] == "trajectory.record"]
+
+    assert imported("traj-live") == [1, 2, 3]
+    later = [{**ROUTE, "turn": n, "ts": 1767225600 + n} for n in range(4, 6)]
+    (tmp_path / "logs" / "trajectory.jsonl").write_bytes(jsonl(*first, *later))
+    assert memstore.migrate_legacy(tmp_path).records_imported == 2
+    assert imported("traj-live") == [1, 2, 3, 4, 5]
+    # VT Code starts again: the live log (grown once more) is rotated, and a new one begins.
+    rotated = [{**ROUTE, "turn": 6, "ts": 1767225606}]
+    os.rename(tmp_path / "logs" / "trajectory.jsonl", tmp_path / "logs" / "trajectory-20260102T000000Z.jsonl")
+    with open(tmp_path / "logs" / "trajectory-20260102T000000Z.jsonl", "ab") as fh:
+        fh.write(jsonl(*rotated))
+    fresh = [{**ROUTE, "turn": 1, "input_preview": "new run", "ts": 1767312000}]
+    (tmp_path / "logs" / "trajectory.jsonl").write_bytes(jsonl(*fresh))
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.records_imported, report.sessions_created, report.sessions_updated) == (2, 1, 1)
+    assert imported("traj-20260102T000000Z") == [6]  # only what traj-live did not hold
+    assert imported("traj-live") == [1, 2, 3, 4, 5, 1]
+    assert memstore.migrate_legacy(tmp_path).records_imported == 0
+
+
+def test_lines_that_are_not_json_objects_are_kept_as_text(tmp_path):
+    data = jsonl(ROUTE) + b"not json at all\n\n[1, 2]\n" + b'{"kind":"tool","ts":"yesterday"}\n'
+    legacy_store(tmp_path, trajectories={"trajectory-x.jsonl": data})
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.records_imported == 4 and report.skipped == []
+    events = [e for e in events_of(tmp_path, "traj-x") if e["type"] == "trajectory.record"]
+    assert [e.get("raw") for e in events] == [None, "not json at all", "[1, 2]", None]
+    assert [e["source"]["line"] for e in events] == [1, 2, 4, 5]
+    view = (tmp_path / "sessions" / "traj-x" / "derived" / "trajectory.jsonl").read_bytes()
+    assert view == jsonl(ROUTE) + b"not json at all\n[1, 2]\n" + b'{"kind":"tool","ts":"yesterday"}\n'
+
+
+def test_every_derived_file_comes_back_byte_for_byte_from_the_log(tmp_path):
+    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET},
+                 trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL)})
+    memstore.migrate_legacy(tmp_path)
+    for sid, name in (("session-foo", "memory.json"), ("traj-20260101T000000Z", "trajectory.jsonl")):
+        directory = tmp_path / "sessions" / sid
+        before = (directory / "derived" / name).read_bytes()
+        shutil.rmtree(directory / "derived")
+        shutil.rmtree(directory / "index")
+        (directory / "manifest.json").unlink()
+        memstore.rebuild(tmp_path, sid)
+        with memstore.open_session(tmp_path, sid) as log:
+            if name == "memory.json":
+                memstore.refresh_memory_view(log)
+            else:
+                write_trajectory_view(log)
+        assert (directory / "derived" / name).read_bytes() == before
+
+
+def test_unreadable_sources_are_reported_not_silently_skipped(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.memory.json").write_bytes(orjson.dumps(WIDGET))
+    root = legacy_store(tmp_path / "vtcode", envelopes={
+        "broken.memory.json": b'{"summary": ',
+        "list.memory.json": b"[1, 2]",
+        "notes.json": b"{}",
+        "good.memory.json": WIDGET,
+    }, trajectories={"other.jsonl": b"{}\n"})
+    (root / "history" / "link.memory.json").symlink_to(outside / "secret.memory.json")
+    (root / "history" / "dir.memory.json").mkdir()
+    os.mkfifo(root / "history" / "fifo.memory.json")
+    (root / "logs" / "trajectory-link.jsonl").symlink_to(outside / "secret.memory.json")
+    (root / "history" / "s_0001_20260101T000000Z.jsonl").write_bytes(b"{}\n")  # a compaction artifact
+    report = memstore.migrate_legacy(root)
+    reasons = {s.path: s.reason for s in report.skipped}
+    assert report.memory_imported == 1 and report.sessions_created == 1
+    assert set(reasons) == {"history/broken.memory.json", "history/list.memory.json", "history/notes.json",
+                            "history/link.memory.json", "history/dir.memory.json", "history/fifo.memory.json",
+                            "logs/trajectory-link.jsonl", "logs/other.jsonl"}
+    assert reasons["history/broken.memory.json"].startswith("not valid JSON")
+    assert reasons["history/list.memory.json"] == "not a JSON object (a memory envelope is one)"
+    assert reasons["history/link.memory.json"] == "cannot be read: refusing to follow a symlink"
+    assert reasons["history/dir.memory.json"] == "cannot be read: is not a regular file"
+    assert reasons["history/fifo.memory.json"] == "cannot be read: is not a regular file"
+    assert sorted(os.listdir(root / "sessions")) == ["good"]
+    # The CLI says so and exits 1.
+    result = CliRunner().invoke(cli, ["migrate", "--root", str(root)])
+    assert result.exit_code == 1
+    assert "not imported: history/link.memory.json: cannot be read: refusing to follow a symlink" in result.output
+
+
+def test_symlinked_legacy_directories_are_not_read(tmp_path):
+    elsewhere = legacy_store(tmp_path / "elsewhere", envelopes={"x.memory.json": WIDGET},
+                             trajectories={"trajectory-1.jsonl": jsonl(ROUTE)})
+    root = tmp_path / "vtcode"
+    root.mkdir()
+    (root / "history").symlink_to(elsewhere / "history")
+    (root / "logs").symlink_to(elsewhere / "logs")
+    report = memstore.migrate_legacy(root, remove_legacy=True)
+    assert report.sessions_created == 0
+    assert {s.path for s in report.skipped} == {"history", "logs"}
+    assert (elsewhere / "history" / "x.memory.json").exists() and (elsewhere / "logs" / "trajectory-1.jsonl").exists()
+
+
+def test_sources_are_removed_only_when_asked_and_only_once_imported(tmp_path):
+    root = legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET, "bad.memory.json": b"{"},
+                        trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL),
+                                      "trajectory.jsonl": jsonl(ROUTE)})
+    (root / "history" / "session-foo_0001_20260101T000000Z.jsonl").write_bytes(b'{"_type":"metadata"}\n')
+    (root / "checkpoints").mkdir()
+    (root / "checkpoints" / "turn_1.json").write_bytes(b"{}")
+    memstore.migrate_legacy(root)
+    assert len(list((root / "history").iterdir())) == 3 and len(list((root / "logs").iterdir())) == 2
+    # A rotated log that grew after the import is not removed until imported again.
+    legacy = memstore.gc_legacy(root)
+    assert sorted(legacy.removed) == ["history/session-foo.memory.json", "logs/trajectory-20260101T000000Z.jsonl"]
+    assert legacy.bytes_freed > 0
+    assert {k.path: k.reason for k in legacy.kept} == {
+        "history/bad.memory.json": "not valid JSON (unexpected end of data: line 1 column 2 (char 1))",
+        "history/session-foo_0001_20260101T000000Z.jsonl": "not a memory envelope; migrate does not import it",
+        "logs/trajectory.jsonl": "the live trajectory log: VT Code may still be writing it",
+    }
+    assert (root / "checkpoints" / "turn_1.json").exists()
+    entries = [orjson.loads(line) for line in (root / "gc-log.jsonl").read_bytes().splitlines()]
+    assert sorted((e["directory"], e["reason"]) for e in entries) == [
+        ("history/session-foo.memory.json", "legacy_imported"), ("logs/trajectory-20260101T000000Z.jsonl", "legacy_imported")]
+    # The imported data is still all there.
+    assert [f.fact for f in memstore.query_facts(root, 10)] == ["the widget is blue"]
+
+
+def test_remove_legacy_keeps_what_was_not_fully_imported(tmp_path):
+    root = legacy_store(tmp_path, trajectories={"trajectory-a.jsonl": jsonl(ROUTE)})
+    memstore.migrate_legacy(root)
+    with open(root / "logs" / "trajectory-a.jsonl", "ab") as fh:  # grew after the import
+        fh.write(jsonl(TOOL))
+    legacy_store(root, envelopes={"new.memory.json": WIDGET})
+    report = memstore.gc_legacy(root)
+    assert report.removed == []
+    assert {k.path for k in report.kept} == {"logs/trajectory-a.jsonl", "history/new.memory.json"}
+    report = memstore.migrate_legacy(root, remove_legacy=True)
+    assert report.records_imported == 1 and sorted(report.legacy.removed) == [
+        "history/new.memory.json", "logs/trajectory-a.jsonl"]
+    assert not (root / "history").exists() and not (root / "logs").exists()
+
+
+def test_a_session_open_in_another_process_is_reported_and_left_alone(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, memstore
+        log = memstore.open_session(sys.argv[1], "session-foo")
+        log.append({"type": "thread.started", "thread_id": "session-foo"})
+        log.flush()
+        print("open", flush=True)
+        sys.stdin.readline()
+        log.close()
+    """), str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET})
+        report = memstore.migrate_legacy(tmp_path)
+        assert report.memory_imported == 0
+        assert [s.path for s in report.skipped] == ["history/session-foo.memory.json"]
+        assert "open in another process" in report.skipped[0].reason
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert memstore.migrate_legacy(tmp_path).memory_imported == 1  # and later it goes in
+
+
+def test_concurrent_migrations_import_everything_once(tmp_path):
+    legacy_store(tmp_path, envelopes={f"s{n}.memory.json": {**WIDGET, "session_id": f"s{n}"} for n in range(4)},
+                 trajectories={"trajectory-a.jsonl": jsonl(ROUTE, TOOL)})
+    script = "import sys, memstore; r = memstore.migrate_legacy(sys.argv[1]); print(r.memory_imported, r.records_imported)"
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = sorted(p.communicate(timeout=60)[0].split() for p in procs)
+    assert all(p.returncode == 0 for p in procs)
+    assert outputs == [["0", "0"], ["4", "2"]]
+    for n in range(4):
+        assert [e["type"] for e in events_of(tmp_path, f"s{n}")].count("memory.envelope") == 1
+
+
+def test_a_missing_root_creates_nothing(tmp_path):
+    report = memstore.migrate_legacy(tmp_path / "missing")
+    assert report == memstore.MigrationReport() and not (tmp_path / "missing").exists()
+    assert memstore.gc_legacy(tmp_path / "missing").removed == []
+    result = CliRunner().invoke(cli, ["migrate", "--root", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "no directory" in result.output
+
+
+def test_cli_migrate_reports_and_removes_legacy(tmp_path):
+    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET},
+                 trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL)})
+    runner = CliRunner()
+    result = runner.invoke(cli, ["migrate", "--root", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "imported 1 memory envelopes and 1 trajectory logs (2 records" in result.output
+    assert "2 sessions created" in result.output
+    result = runner.invoke(cli, ["migrate", "--root", str(tmp_path), "--remove-legacy", "--json"])
+    assert result.exit_code == 0
+    data = orjson.loads(result.output)
+    assert data["already_imported"] == 2 and len(data["legacy"]["removed"]) == 2
+    result = runner.invoke(cli, ["facts", "--root", str(tmp_path)])
+    assert result.output.strip() == "session-foo: [tool:read_file] the widget is blue"
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("session-foo.memory.json", "session-foo"),
+    ("a.b.memory.json", "a.b"),
+    ("run_0012_20260101T101010Z.memory.json", "run"),
+    ("x_1_20260101T101010Z.memory.json", "x_1_20260101T101010Z"),
+])
+def test_envelope_session_ids(name, expected):
+    assert memstore.migration.envelope_session_id(name, {}) == expected
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("trajectory.jsonl", "traj-live"),
+    ("trajectory-20260101T000000Z.jsonl", "traj-20260101T000000Z"),
+    ("other.jsonl", None),
+])
+def test_trajectory_session_ids(name, expected):
+    assert memstore.migration.trajectory_session_id(name) == expected
+
+
+def test_hostile_trajectory_lines_are_kept_without_breaking_the_log(tmp_path):
+    deep = b"[" * 300 + b"]" * 300
+    nested = b'{"kind":"tool","args":' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"
+    future = orjson.dumps({**ROUTE, "ts": 4_102_444_800})  # 2100
+    legacy_store(tmp_path, trajectories={"trajectory-h.jsonl": b"\xff\xfe not utf-8\n" + deep + b"\n" + nested + b"\n"
+                                         + future + b"\n" + jsonl({**ROUTE, "ts": True}, {**ROUTE, "ts": float("1e30")})})
+    legacy_store(tmp_path, envelopes={"deep.memory.json": b'{"summary":' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"})
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.records_imported == 6
+    assert [s.path for s in report.skipped] == ["history/deep.memory.json"]
+    assert report.skipped[0].reason.startswith("cannot be stored as an event")
+    with memstore.read_session(tmp_path, "traj-h") as reader:
+        records = [r for r in reader.iter_records() if r.event["type"] == "trajectory.record"]
+    assert records[0].event["raw"] == "\\xff\\xfe not utf-8"
+    assert "raw" in records[1].event and "raw" in records[2].event  # nested deeper than orjson writes
+    now = memstore.events.utc_now()
+    assert all(r.ts <= now for r in records)  # a record from 2100 is not dated in the future
+    assert [r.ts for r in records] == sorted(r.ts for r in records)
+    assert memstore.migrate_legacy(tmp_path).records_imported == 0
+
+
+def test_a_failed_import_reports_the_error_and_the_next_run_goes_on_without_duplicates(tmp_path, monkeypatch):
+    records = [{**ROUTE, "turn": n, "ts": 1767225600 + n} for n in range(1, 6)]
+    legacy_store(tmp_path, trajectories={"trajectory-a.jsonl": jsonl(*records)})
+    append = memstore.migration._Writer.append
+    calls = []
+
+    def failing(self, event, ts):
+        calls.append(event)
+        if len(calls) == 3:
+            raise memstore.StoreIOError("write", self.log.events_path, "No space left on device")
+        return append(self, event, ts)
+
+    monkeypatch.setattr(memstore.migration._Writer, "append", failing)
+    with pytest.raises(memstore.StoreIOError, match="No space left"):
+        memstore.migrate_legacy(tmp_path)
+    monkeypatch.setattr(memstore.migration._Writer, "append", append)
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.records_imported == 3 and report.sessions_updated == 1
+    turns = [e["record"]["turn"] for e in events_of(tmp_path, "traj-a") if e["type"] == "trajectory.record"]
+    assert turns == [1, 2, 3, 4, 5]
+
+
+def test_a_directory_migration_did_not_make_is_never_removed_by_it(tmp_path):
+    existing = tmp_path / "sessions" / "deep"
+    (existing / "derived").mkdir(parents=True)
+    (existing / "derived" / "memory.json").write_bytes(b'{"grounded_facts":[{"fact":"kept"}]}')
+    legacy_store(tmp_path, envelopes={"deep.memory.json": b'{"summary":' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"})
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.memory_imported == 0 and len(report.skipped) == 1
+    assert (existing / "derived" / "memory.json").read_bytes() == b'{"grounded_facts":[{"fact":"kept"}]}'
