@@ -281,14 +281,15 @@ def _generated_session(index: int, rng: random.Random) -> tuple[str, list[tuple[
     compact_at = 4 if turns >= 6 and index % 3 == 0 else None
     denied_at = 1 if index % 4 == 1 else None
     for number in range(1, turns + 1):
+        w.add({"type": "turn.started"}, 20, 600)
         if compact_at == number:
+            # The context grew too big: the agent compacts it as the turn starts (usage drops).
             before = context
             context = rng.randint(7_000, 9_000)
             cached = 0
             w.add({"type": "thread.compact_boundary", "thread_id": session_id, "trigger": "auto",
                    "mode": "provider", "original_message_count": 40 + number * 6, "compacted_message_count": 6,
                    "pre_tokens": before}, 2, 6)
-        w.add({"type": "turn.started"}, 20, 600)
         if number == 1:
             w.item("user_message", 0.5, 2, text=prompt)
         else:

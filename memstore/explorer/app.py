@@ -134,6 +134,23 @@ async def _in_thread(fn, *args, **kwargs):
 # Views
 
 
+def _read_only(view):
+    """Views answer GET and HEAD only: nothing here acts on a request body."""
+
+    @functools.wraps(view)
+    async def wrapped(datasette, request):
+        if request.method not in ("GET", "HEAD"):
+            from datasette.utils.asgi import Response
+
+            return Response.text("Method not allowed: the explorer is read-only", status=405,
+                                 headers={"Allow": "GET, HEAD"})
+        return await view(datasette, request)
+
+    return wrapped
+
+
+
+@_read_only
 async def home_view(datasette, request):
     as_json = bool(request.url_vars.get("fmt"))
     state = _state_or_none(datasette)
@@ -150,6 +167,7 @@ async def home_view(datasette, request):
                           else None)
 
 
+@_read_only
 async def session_view(datasette, request):
     as_json = bool(request.url_vars.get("fmt"))
     state = _state_or_none(datasette)
@@ -167,6 +185,7 @@ async def session_view(datasette, request):
                           chart=charts.turns_chart(payload["turns"]) if payload["turns"] else None)
 
 
+@_read_only
 async def turn_view(datasette, request):
     as_json = bool(request.url_vars.get("fmt"))
     state = _state_or_none(datasette)
@@ -183,6 +202,7 @@ async def turn_view(datasette, request):
     return await _respond(datasette, request, "memstore_turn.html", payload, as_json)
 
 
+@_read_only
 async def event_view(datasette, request):
     as_json = bool(request.url_vars.get("fmt"))
     state = _state_or_none(datasette)
@@ -198,6 +218,7 @@ async def event_view(datasette, request):
     return await _respond(datasette, request, "memstore_event.html", payload, as_json)
 
 
+@_read_only
 async def search_view(datasette, request):
     as_json = bool(request.url_vars.get("fmt"))
     state = _state_or_none(datasette)

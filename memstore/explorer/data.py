@@ -241,7 +241,6 @@ def session_data(conn: Optional[sqlite3.Connection], root: os.PathLike | str, se
             "commands": urls.table("commands", **filt),
             "tool_calls": urls.table("tool_calls", **filt),
             "file_changes": urls.table("file_changes", **filt),
-            "errors": urls.table("errors", **filt),
             "chunks": urls.table("chunks", **filt),
             "parent": urls.session(parent) if isinstance(parent, str) and parent else None,
         },

@@ -103,13 +103,6 @@ def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict
         problem("log", "no events.jsonl: not a session", fixable=False)
         return
     report.sessions += 1
-    perms = _permission_problems(directory)
-    for detail in perms:
-        problem("permissions", detail)
-    if fix and perms:
-        _fix_permissions(directory)
-        for p in report.problems[-len(perms):]:
-            p.fixed = True
     live = is_live(directory)
     try:
         with read_session_dir(directory) as reader:
@@ -121,6 +114,11 @@ def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict
     except MemstoreError as exc:
         problem("log", f"cannot be read: {exc}", fixable=False)
         return
+    perms = [problem("permissions", detail, session_id) for detail in _permission_problems(directory)]
+    if fix and perms:
+        _fix_permissions(directory)
+        for p in perms:
+            p.fixed = True
     seen[name] = (session_id, manifest)
     if live:
         report.live.append(session_id)
