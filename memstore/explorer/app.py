@@ -239,11 +239,12 @@ async def search_view(datasette, request):
 
 
 def _message(exc: BaseException) -> str:
-    if isinstance(exc, UnicodeDecodeError):
-        return "not a valid session id"
-    if isinstance(exc, (UnsafePathError, InvalidSessionId)):
-        return "no such session"
-    return str(exc)
+    # Say what was not found, never where the store looked for it (no filesystem paths).
+    if isinstance(exc, SessionNotFound):
+        return f"no session {exc.session_id!r}"
+    if isinstance(exc, (TurnNotFound, EventNotFound)):
+        return str(exc)
+    return "no such session"
 
 
 def routes() -> list[tuple[str, Any]]:

@@ -35,6 +35,8 @@ logger = logging.getLogger("memstore")
 SESSIONS_PER_PAGE = 50
 TURNS_PER_PAGE = 100
 EVENTS_PER_PAGE = 200
+PAGE_BYTES = 2 << 20  # of log lines on one turn page
+MAX_LINE_SHOWN = 1 << 20  # characters of one event's line shown in HTML (the .json has it whole)
 CHART_DAYS = 30
 MAX_PAGE = 1_000_000
 
@@ -312,17 +314,19 @@ def turn_data(root: os.PathLike | str, session_id: str, number: int, urls: Urls,
                 raise EventNotFound(session_id, start)
             offset, next_seq = found[0], start
         end = min(turn.end_offset, reader.end)
-        records, more = [], None
+        records, more, size = [], None, 0
         for line, _line_start, _line_end in reader.log.lines(offset, end):
             record = ev.decode_line(line)
             if record is None:
                 continue
             seq = ev.assign_seq(record.seq, next_seq)
             next_seq = seq + 1
-            if len(records) == per_page:
+            # A page ends at per_page events, or sooner once it holds PAGE_BYTES of log (huge outputs).
+            if len(records) == per_page or size >= PAGE_BYTES:
                 more = seq
                 break
             records.append((seq, record))
+            size += len(line)
     events = []
     for seq, record in records:
         events.append({"seq": seq, "ts": record.ts, "type": record.event.get("type"), "url": urls.event(session_id, seq),
@@ -378,6 +382,7 @@ def event_data(root: os.PathLike | str, session_id: str, seq: int, urls: Urls) -
         "line": text,
         "envelope": envelope,
         "pretty": orjson.dumps(envelope, option=orjson.OPT_INDENT_2).decode() if envelope is not None else text,
+        "line_truncated": len(text) > MAX_LINE_SHOWN,
         "display": display_event(event) if event is not None else None,
         "type": event.get("type") if event is not None else None,
         "turn_url": anchor,
@@ -410,12 +415,15 @@ def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int =
 
         search_memory = getattr(memstore, "search_memory", None)
         if search_memory is not None:
-            engine = "bm25"
-            found = search_memory(root, query, max_results=limit, session_id=session_id or None)
-            results = [{k: getattr(r, k, None) for k in ("chunk_id", "path", "start_line", "end_line", "score",
-                                                           "snippet", "source", "created_at", "session_id", "turn",
-                                                           "seq")} for r in found]
-        elif fallback is not None:
+            try:
+                found = search_memory(root, query, max_results=limit, session_id=session_id or None)
+                engine = "bm25"
+                results = [{k: getattr(r, k, None) for k in ("chunk_id", "path", "start_line", "end_line", "score",
+                                                               "snippet", "source", "created_at", "session_id",
+                                                               "turn", "seq")} for r in found]
+            except (MemstoreError, sqlite3.Error) as exc:
+                logger.warning("explorer: search_memory failed (%s); falling back to FTS5", exc)
+        if engine is None and fallback is not None:
             engine = "fts5"
             results = fallback(query, limit, session_id)
     terms = query_terms(query)

@@ -224,9 +224,10 @@ def _check_catalog(root: Path, report: DoctorReport, seen: dict, fix: bool) -> N
             problem(f"the catalog lists {rows[name][0]!r}, which is no longer in the store", rows[name][0])
     if fix and found:
         try:
-            refresh_catalog(root)
+            refreshed = refresh_catalog(root)
         except MemstoreError as exc:
             logger.warning("doctor: catalog refresh failed: %s", exc)
             return
+        failed = {name for name, _reason in refreshed.errors}
         for p in found:
-            p.fixed = True
+            p.fixed = not any(seen_name in failed for seen_name, (sid, _m) in seen.items() if sid == p.session)
