@@ -38,6 +38,8 @@ from .log import (
 )
 from .manifest import Manifest, SessionSummary, list_sessions
 from .reader import SessionReader, read_session
+from .catalog import RefreshReport, refresh_catalog
+from .search import MemorySearchResult, search_memory
 from .pack import (
     AuditPackEntry,
     PackVerification,
@@ -78,7 +80,9 @@ def __getattr__(name: str):
 
 __all__ = [
     # the event log
-    "open_session", "SessionLog", "rebuild", "read_session", "SessionReader", "Turn", "Manifest", "SessionSummary", "list_sessions",
+    "open_session", "SessionLog", "rebuild", "read_session", "SessionReader",
+    # search and the catalog
+    "search_memory", "MemorySearchResult", "refresh_catalog", "RefreshReport", "Turn", "Manifest", "SessionSummary", "list_sessions",
     "session_directory", "session_dir_name", "sanitize_session_id", "is_live", "plan_cap_eviction", "CapPlan",
     "write_eviction_summary", "DEFAULT_MAX_EVENTS", "SCHEMA_VERSION",
     # progress and goals

@@ -175,6 +175,8 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     records. Called with the session's lock held, after an append."""
     state = session.state
     manifest = state.manifest
+    if manifest.event_count < session.cap_retry_at:
+        return  # the eviction hook failed at the last crossing: wait for the next one
     open_turn = state.open_turn.number if state.open_turn is not None else None
     plan = plan_cap_eviction(_turn_spans(session), manifest.event_count, max_events, open_turn)
     if plan is None:
@@ -191,6 +193,13 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     try:
         hook(session.dir, manifest.session_id, _events(log.records(0, cut)))
     except Exception as exc:
+        # Not again on every append: after the cap's headroom has filled again, a gap that
+        # doubles with every failure in a row.
+        session.cap_failures += 1
+        gap = max(1, max_events - cap_low_water(max_events)) << min(session.cap_failures - 1, 20)
+        session.cap_retry_at = manifest.event_count + gap
+        logger.warning("eviction summary hook failed for %s; nothing evicted, retried at %d events: %s",
+                       log.path, session.cap_retry_at, exc)
         raise CapEvictionError(
             f"eviction summary hook failed for {log.path}; the log was left intact: {exc}"
         ) from exc
@@ -224,6 +233,7 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     except BaseException as exc:
         session.failed = exc
         raise
+    session.cap_failures = 0
     session.publish_manifest(wait=True)
     clear_marker(session.dir)
 

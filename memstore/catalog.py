@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from .chunks import file_change_rows, record_chunks
+from .search import SearchIndex
 from .errors import MemstoreError, StoreIOError
 from .fsio import sessions_root
 from .index import INDEX_FILE, TURN_COLUMNS, MigrationSet, file_stamp, readonly_uri
@@ -111,6 +112,7 @@ def _create_tables(db: "sqlite_utils.Database") -> None:
     )
     db["chunks"].create_index(["chunk_id"], index_name="chunks_chunk_id", unique=True)
     db["chunks"].create_index(["session_id", "seq"], index_name="chunks_session_seq")
+    db["chunks"].create_index(["created_at"], index_name="chunks_created")
     db["chunks"].enable_fts(["text"], fts_version="FTS5", create_triggers=True, tokenize="unicode61")
     # Where each session stands: what the catalog copied, and the file stamps that say whether
     # anything changed since.
@@ -176,6 +178,7 @@ def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
         conn.execute("PRAGMA busy_timeout=10000")
         if CATALOG_MIGRATIONS.pending(conn):
             CATALOG_MIGRATIONS.apply(conn)
+        SearchIndex(conn).ensure_schema()
     except (sqlite3.Error, OSError) as exc:
         conn.close()
         raise StoreIOError("open catalog", path, str(exc)) from exc
@@ -199,7 +202,7 @@ def refresh_catalog(root: os.PathLike | str, *, progress=None) -> RefreshReport:
     with store_lock(root, "catalog"):
         conn = open_catalog(root)
         try:
-            _refresh(conn, root, report, progress)
+            _refresh(conn, SearchIndex(conn), root, report, progress)
         finally:
             conn.close()
     return report
@@ -233,13 +236,13 @@ def _stamp(directory: Path) -> Optional[str]:
     return "|".join(parts)
 
 
-def _refresh(conn: sqlite3.Connection, root: Path, report: RefreshReport, progress) -> None:
+def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: RefreshReport, progress) -> None:
     directories = _session_dirs(root)
     state = {row[0]: row for row in conn.execute(
         "SELECT directory, session_id, generation, events_seq, chunks_seq, last_turn, stamp FROM catalog_state")}
     for name in sorted(set(state) - set(directories)):
         with _transaction(conn):
-            _forget(conn, state[name][1])
+            _forget(conn, search, state[name][1])
             conn.execute("DELETE FROM catalog_state WHERE directory = ?", (name,))
         report.removed.append(state[name][1])
     total = len(directories)
@@ -255,7 +258,7 @@ def _refresh(conn: sqlite3.Connection, root: Path, report: RefreshReport, progre
             report.unchanged += 1
             continue
         try:
-            outcome = _refresh_session(conn, root, name, directory, previous, stamp)
+            outcome = _refresh_session(conn, search, name, directory, previous, stamp)
         except (MemstoreError, sqlite3.Error, OSError) as exc:
             logger.warning("catalog: skipping session directory %s this time: %s", directory, exc)
             report.errors.append((name, str(exc)))
@@ -265,17 +268,17 @@ def _refresh(conn: sqlite3.Connection, root: Path, report: RefreshReport, progre
             getattr(report, kind).append(session_id)
 
 
-def _refresh_session(conn: sqlite3.Connection, root: Path, name: str, directory: Path,
+def _refresh_session(conn: sqlite3.Connection, search: SearchIndex, name: str, directory: Path,
                      previous: Optional[tuple], stamp: str) -> Optional[tuple[str, str]]:
     for _attempt in range(_ATTEMPTS):
         with read_session_dir(directory) as reader:
-            outcome = _copy_session(conn, root, name, directory, reader, previous, stamp)
+            outcome = _copy_session(conn, search, name, reader, previous, stamp)
         if outcome is not None:
             return outcome
     raise StoreIOError("refresh catalog", directory, "the session kept being rewritten while it was read")
 
 
-def _copy_session(conn: sqlite3.Connection, root: Path, name: str, directory: Path, reader: SessionReader,
+def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, reader: SessionReader,
                   previous: Optional[tuple], stamp: str) -> Optional[tuple[str, str]]:
     """Copy what the catalog lacks of one session, in one transaction; ``None`` when the session's
     index changed generation under the reader (the caller reads it again)."""
@@ -296,9 +299,9 @@ def _copy_session(conn: sqlite3.Connection, root: Path, name: str, directory: Pa
                 if row is None or row[0] != manifest.generation:
                     raise _Rewritten()
             if full and previous is not None:
-                _forget(conn, previous[1])
+                _forget(conn, search, previous[1])
             if full:
-                _forget(conn, session_id)  # a directory renamed to another id's, say
+                _forget(conn, search, session_id)  # a directory renamed to another id's, say
             # Events: from the index up to what the reader saw of it, then the reader's tail.
             if attached and reader.indexed_seq > events_seq:
                 conn.execute(
@@ -320,9 +323,11 @@ def _copy_session(conn: sqlite3.Connection, root: Path, name: str, directory: Pa
                 f"VALUES (?, {', '.join('?' * len(TURN_COLUMNS))}, ?)",
                 [(session_id, *t.as_row(), _duration_ms(t.started_at, t.ended_at)) for t in turns])
             # Chunks and changed files: what the index derived, then what the reader derives.
-            _copy_derived(conn, reader, session_id, name, chunks_seq, attached)
+            new_ids = _copy_derived(conn, reader, session_id, name, chunks_seq, attached)
+            search.add(conn.execute("SELECT id, text, created_at FROM chunks WHERE id IN (SELECT value FROM json_each(?))",
+                                    (_json_list(new_ids),)))
             new_chunks_seq = max(chunks_seq, new_events_seq)
-            _upsert_session(conn, session_id, name, directory, manifest, reader)
+            _upsert_session(conn, session_id, name, manifest, reader)
             conn.execute(
                 "INSERT OR REPLACE INTO catalog_state (directory, session_id, generation, events_seq, chunks_seq, "
                 "last_turn, stamp) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -375,8 +380,7 @@ def _copy_derived(conn: sqlite3.Connection, reader: SessionReader, session_id: s
     return ids
 
 
-def _upsert_session(conn: sqlite3.Connection, session_id: str, name: str, directory: Path, manifest,
-                    reader: SessionReader) -> None:
+def _upsert_session(conn: sqlite3.Connection, session_id: str, name: str, manifest, reader: SessionReader) -> None:
     source = manifest.source or {}
     totals = conn.execute(
         "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(cached_input_tokens), 0), "
@@ -399,7 +403,8 @@ def _upsert_session(conn: sqlite3.Connection, session_id: str, name: str, direct
          totals[0], totals[1], totals[2], totals[3], reader.end))
 
 
-def _forget(conn: sqlite3.Connection, session_id: str) -> None:
+def _forget(conn: sqlite3.Connection, search: SearchIndex, session_id: str) -> None:
+    search.remove([row[0] for row in conn.execute("SELECT id FROM chunks WHERE session_id = ?", (session_id,))])
     for table in ("chunks", "file_changes", "events", "turns", "sessions"):
         conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
 

@@ -1,7 +1,9 @@
 """The ``memstore`` command line: a thin click shell over the library.
 
-Every command takes ``--root`` (or ``MEMSTORE_ROOT``) and, where it prints data, ``--json``.
-Exit codes: 0 success, 1 a check that did not pass, 2 usage errors, invalid input and I/O errors.
+Every command takes ``--root`` (or ``MEMSTORE_ROOT``) and, where it prints data, ``--json``;
+with ``--json`` an error is printed as ``{"error": ...}`` on stderr. Exit codes: 0 success, 1 a
+check that did not pass (or a turn or session that is not there), 2 usage errors, invalid input
+and errors reading or writing the store (the message names the path).
 """
 
 from __future__ import annotations
@@ -16,7 +18,18 @@ from . import errors
 
 
 def _echo_json(data) -> None:
-    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+
+
+def plural(n: int, word: str) -> str:
+    """``1 event``, ``2 events``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _remember_json(ctx: click.Context, _param, value: bool) -> bool:
+    if value:
+        ctx.meta["memstore.json"] = True  # shared with the group, which prints errors
+    return value
 
 
 root_option = click.option(
@@ -27,13 +40,40 @@ root_option = click.option(
     show_default=True,
     help="Store root (holds sessions/); env MEMSTORE_ROOT. A VT Code .vtcode directory works.",
 )
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+json_option = click.option("--json", "as_json", is_flag=True, callback=_remember_json, is_eager=True,
+                           help="Machine-readable JSON output (errors too, on stderr).")
 
 
-@click.group()
+class _Group(click.Group):
+    """Turns every error of the library into one clear line (or ``{"error": ...}`` with
+    ``--json``) and a meaningful exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except errors.MemstoreError as exc:
+            error: click.ClickException = _ExitWith(str(exc), 1 if isinstance(
+                exc, (errors.TurnNotFound, errors.EventNotFound)) else 2)
+        except click.ClickException as exc:
+            error = exc
+        if ctx.meta.get("memstore.json"):
+            click.echo(orjson.dumps({"error": error.format_message(), "exit_code": error.exit_code}).decode(), err=True)
+            sys.exit(error.exit_code)
+        raise error
+
+
+@click.group(cls=_Group)
 @click.version_option(package_name="memstore")
 def cli():
-    """memstore: a per-session event store for AI coding agents."""
+    """memstore: a per-session event store for AI coding agents.
+
+    \b
+    Examples:
+      memstore demo && memstore serve          # browse a demo store
+      memstore import                          # your Codex and Claude Code sessions
+      memstore search "cargo test failed"      # BM25 over every session
+      memstore show SESSION --turn 3           # one turn's events as JSON Lines
+    """
 
 
 class _ExitWith(click.ClickException):
@@ -169,32 +209,54 @@ def append_command(session, source, root, durability, max_events, as_json):
 @root_option
 @json_option
 def rebuild_command(sessions, rebuild_all, root, as_json):
-    """Regenerate the index and manifest of SESSIONS (or --all) from their events.jsonl."""
-    from .fsio import sessions_root
-    from .log import rebuild
+    """Regenerate the views of SESSIONS (or --all) from their events.jsonl: the index, the
+    search chunks, and their rows in the catalog.
 
+    \b
+    Examples:
+      memstore rebuild run-42
+      memstore rebuild --all --json
+    """
+    from .log import rebuild, session_ids
+
+    if rebuild_all and sessions:
+        raise click.UsageError("give SESSION names or --all, not both")
+    if not rebuild_all and not sessions:
+        raise click.UsageError("name at least one SESSION, or give --all")
+    _require_store(root)
     if rebuild_all:
-        base = sessions_root(root)
-        sessions = tuple(sorted(p.name for p in base.iterdir() if p.is_dir() and not p.is_symlink())) if base.is_dir() else ()
-    if not sessions:
-        raise _ExitWith("name at least one SESSION, or --all", 2)
-    results = []
-    failures = 0
-    for session in sessions:
-        try:
-            manifest = rebuild(root, session)
-        except errors.MemstoreError as exc:
-            failures += 1
-            results.append({"session_id": session, "error": str(exc)})
-            if not as_json:
-                click.echo(f"{session}: error: {exc}", err=True)
-            continue
-        results.append({"session_id": manifest.session_id, "turn_count": manifest.turn_count,
-                        "event_count": manifest.event_count, "status": manifest.status})
-        if not as_json:
-            click.echo(f"{session}: {manifest.event_count} events, {manifest.turn_count} turns, {manifest.status}")
+        sessions = tuple(session_ids(root))
+        if not sessions:
+            if as_json:
+                _echo_json([])
+            else:
+                click.echo(f"no sessions under {root}")
+            return
+    results, failures = [], 0
+    with click.progressbar(sessions, label="rebuilding", file=sys.stderr,
+                           hidden=as_json or len(sessions) < 20 or not sys.stderr.isatty()) as bar:
+        for session in bar:
+            try:
+                manifest = rebuild(root, session, refresh=False)
+            except errors.MemstoreError as exc:
+                failures += 1
+                results.append({"session_id": session, "error": str(exc)})
+                if not as_json:
+                    click.echo(f"{session}: error: {exc}", err=True)
+                continue
+            results.append({"session_id": manifest.session_id, "turn_count": manifest.turn_count,
+                            "event_count": manifest.event_count, "status": manifest.status})
+            if not as_json and len(sessions) < 20:
+                click.echo(f"{session}: {plural(manifest.event_count, 'event')}, "
+                           f"{plural(manifest.turn_count, 'turn')}, {manifest.status}")
+    from .catalog import refresh_catalog
+
+    refresh_catalog(root)
     if as_json:
         _echo_json(results)
+    elif len(sessions) >= 20:
+        click.echo(f"rebuilt {plural(len(sessions) - failures, 'session')}"
+                   + (f", {failures} failed" if failures else ""))
     if failures:
         sys.exit(1 if failures < len(sessions) else 2)
 
@@ -207,10 +269,8 @@ def sessions_command(root, limit, as_json):
     """List the sessions under the root, most recently updated first."""
     from .manifest import list_sessions
 
-    try:
-        summaries = list_sessions(root, limit)
-    except errors.MemstoreError as exc:
-        raise _fail(exc) from exc
+    _require_store(root)
+    summaries = list_sessions(root, limit)
     if as_json:
         _echo_json([asdict(s) for s in summaries])
         return
@@ -220,6 +280,14 @@ def sessions_command(root, limit, as_json):
     click.echo(f"{'session':<32} {'status':<10} {'turns':>5} {'events':>7}  updated")
     for s in summaries:
         click.echo(f"{s.session_id[:32]:<32} {s.status:<10} {s.turn_count:>5} {s.event_count:>7}  {s.updated_at}")
+
+
+def _require_store(root: str) -> None:
+    """A command that reads a store refuses a root that is not one, in one clear line."""
+    import os
+
+    if not os.path.isdir(root):
+        raise _ExitWith(f"no store at {root} (no such directory; set --root or MEMSTORE_ROOT)", 2)
 
 
 @cli.command("show")
@@ -352,6 +420,47 @@ def verify_command(session, pack_path, root, as_json):
             click.echo(f"NOT verified: {len(result.mismatches)} mismatched, {len(result.missing)} missing")
     if not result.verified:
         sys.exit(1)
+
+
+# --- search ---
+
+
+@cli.command("search")
+@click.argument("query")
+@click.option("--session", "session_id", default=None, help="Only this session.")
+@click.option("--since", default=None, help="Only events from this date (YYYY-MM-DD) or time on.")
+@click.option("--source", type=click.Choice(["event", "session"]), default=None,
+              help="Only event text, or only memory facts.")
+@click.option("-n", "--max-results", type=click.IntRange(min=1, max=1000), default=10, show_default=True)
+@click.option("--no-recency", is_flag=True, help="Plain BM25, without the mild preference for recent events.")
+@root_option
+@json_option
+def search_command(query, session_id, since, source, max_results, no_recency, root, as_json):
+    """BM25 search over every session: where did the agent do QUERY?
+
+    \b
+    Examples:
+      memstore search "mismatched types"
+      memstore search "cargo test" --since 2026-11-01 -n 20 --json
+    """
+    from .search import search_memory
+
+    _require_store(root)
+    try:
+        results = search_memory(root, query, max_results, source=source, session_id=session_id, since=since,
+                                recency=not no_recency)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from exc
+    if as_json:
+        _echo_json([r.to_dict() for r in results])
+        return
+    if not results:
+        click.echo("no results")
+        return
+    for r in results:
+        where = f"{r.session_id} turn {r.turn} seq {r.seq}" if r.seq is not None else f"{r.session_id} (memory)"
+        click.echo(f"{r.score:7.3f}  {where}  [{r.kind or r.source}]  {r.created_at or ''}")
+        click.echo(f"         {r.snippet}")
 
 
 # --- importing other agents' logs ---

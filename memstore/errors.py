@@ -12,7 +12,15 @@ from typing import Optional
 
 
 class MemstoreError(Exception):
-    """Base class of every error memstore raises on purpose."""
+    """Base class of every error memstore raises on purpose.
+
+    An error raised by ``append`` after its event was handed a sequence number carries it as
+    ``seq``, and ``durable`` says whether the event reached ``events.jsonl`` (written, and
+    synced as the durability policy asks) before the failure: if so, do not append it again.
+    """
+
+    seq: Optional[int] = None
+    durable: bool = False
 
 
 class StoreIOError(MemstoreError):

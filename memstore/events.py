@@ -147,51 +147,58 @@ def _valid_token_breakdown(value: Any) -> bool:
     return all(v is None or _is_u64(v) for k, v in value.items() if k.endswith("_tokens"))
 
 
+# What each lifecycle event requires: (field, rule, what the rule means). The table is the
+# event contract's one statement of it: append, scan and the README use it.
+_STR = (lambda v: isinstance(v, str), "a string")
+_OPT_STR = (lambda v: v is None or isinstance(v, str), "a string or absent")
+_USAGE = (valid_usage, "an object whose input_tokens, cached_input_tokens, cache_creation_tokens and "
+                       "output_tokens are non-negative integers or absent")
+_OPT_USAGE = (lambda v: v is None or valid_usage(v), "absent or " + _USAGE[1])
+_U64 = (_is_u64, "a non-negative integer")
+LIFECYCLE_FIELDS: dict[str, tuple[tuple[str, tuple], ...]] = {
+    THREAD_STARTED: (("thread_id", _STR),),
+    THREAD_COMPLETED: (
+        ("thread_id", _STR), ("session_id", _STR), ("subtype", _STR), ("outcome_code", _STR), ("usage", _USAGE),
+        ("num_turns", _U64), ("result", _OPT_STR), ("stop_reason", _OPT_STR), ("completed_at", _OPT_STR),
+        ("total_cost_usd", (lambda v: v is None or (type(v) in (int, float) and math.isfinite(v)),
+                            "a finite number or absent")),
+    ),
+    TURN_STARTED: (
+        ("token_breakdown", (_valid_token_breakdown, "absent or an object of non-negative integer *_tokens")),
+        ("context", (lambda v: v is None or isinstance(v, dict), "an object or absent")),
+    ),
+    TURN_COMPLETED: (
+        ("usage", _USAGE), ("completed_at", _OPT_STR),
+        ("in_progress_exec_sessions", (lambda v: v is None or (isinstance(v, list) and all(isinstance(s, str) for s in v)),
+                                       "a list of strings or absent")),
+    ),
+    TURN_FAILED: (("message", _STR), ("usage", _OPT_USAGE), ("completed_at", _OPT_STR)),
+    TURN_ABORTED: (("reason", _OPT_STR), ("usage", _OPT_USAGE), ("completed_at", _OPT_STR)),
+}
+
+
+def lifecycle_problem(event: dict) -> Optional[str]:
+    """What is wrong with a lifecycle event (``None`` if nothing, or if it is not one): the first
+    field that does not match the event contract, and what it must be."""
+    rules = LIFECYCLE_FIELDS.get(event.get("type"))
+    if rules is None:
+        return None
+    for name, (ok, meaning) in rules:
+        value = event.get(name)
+        if not ok(value):
+            shown = "absent" if name not in event else repr(value)
+            if len(shown) > 60:
+                shown = shown[:57] + "..."
+            return f"{event['type']}: {name} must be {meaning} (got {shown})"
+    return None
+
+
 def valid_lifecycle(event: dict) -> bool:
     """Full-shape validation of a lifecycle event, so a malformed one cannot open or close a turn.
 
     Non-lifecycle events are always valid here (they only need a string ``type``).
     """
-    kind = event.get("type")
-    if kind == TURN_STARTED:
-        context = event.get("context")
-        return _valid_token_breakdown(event.get("token_breakdown")) and (
-            context is None or isinstance(context, dict)
-        )
-    if kind == TURN_COMPLETED:
-        sessions = event.get("in_progress_exec_sessions")
-        return (
-            valid_usage(event.get("usage"))
-            and _opt_str(event, "completed_at")
-            and (sessions is None or (isinstance(sessions, list) and all(isinstance(s, str) for s in sessions)))
-        )
-    if kind == TURN_FAILED:
-        usage = event.get("usage")
-        return (
-            isinstance(event.get("message"), str)
-            and (usage is None or valid_usage(usage))
-            and _opt_str(event, "completed_at")
-        )
-    if kind == TURN_ABORTED:
-        usage = event.get("usage")
-        return _opt_str(event, "reason") and (usage is None or valid_usage(usage)) and _opt_str(event, "completed_at")
-    if kind == THREAD_STARTED:
-        return isinstance(event.get("thread_id"), str)
-    if kind == THREAD_COMPLETED:
-        cost = event.get("total_cost_usd")
-        return (
-            isinstance(event.get("thread_id"), str)
-            and isinstance(event.get("session_id"), str)
-            and isinstance(event.get("subtype"), str)
-            and isinstance(event.get("outcome_code"), str)
-            and valid_usage(event.get("usage"))
-            and _is_u64(event.get("num_turns"))
-            and _opt_str(event, "result")
-            and _opt_str(event, "stop_reason")
-            and _opt_str(event, "completed_at")
-            and (cost is None or (type(cost) in (int, float) and math.isfinite(cost)))
-        )
-    return True
+    return lifecycle_problem(event) is None
 
 
 def check_event(event: Any) -> str:
@@ -201,9 +208,31 @@ def check_event(event: Any) -> str:
     kind = event.get("type")
     if not isinstance(kind, str) or not kind:
         raise InvalidEvent("an event needs a non-empty string 'type'")
-    if kind in LIFECYCLE_KINDS and not valid_lifecycle(event):
-        raise InvalidEvent(f"malformed {kind} event: its fields do not match the event contract")
+    if kind in LIFECYCLE_KINDS:
+        problem = lifecycle_problem(event)
+        if problem is not None:
+            raise InvalidEvent(f"malformed event: {problem}")
     return kind
+
+
+def non_finite_field(value: Any, path: str = "") -> Optional[str]:
+    """The path of the first NaN or infinite float in ``value`` (``None`` if there is none).
+    JSON has no such numbers: serialized, they would silently become ``null``."""
+    if type(value) is float:
+        return None if math.isfinite(value) else (path or "(the value)")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = non_finite_field(item, f"{path}.{key}" if path else str(key))
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = non_finite_field(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    elif isinstance(value, float) and not math.isfinite(value):  # a float subclass
+        return path or "(the value)"
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,16 +254,23 @@ def encode_record(seq: int, ts: str, event: dict, head: Optional[dict] = None) -
     :func:`decode_log_head`), written before the envelope's own keys."""
     try:
         if head:
-            return orjson.dumps(
+            line = orjson.dumps(
                 {**head, "schema_version": SCHEMA_VERSION, "seq": seq, "ts": ts, "event": event},
                 option=orjson.OPT_APPEND_NEWLINE,
             )
-        return orjson.dumps(
-            {"schema_version": SCHEMA_VERSION, "seq": seq, "ts": ts, "event": event},
-            option=orjson.OPT_APPEND_NEWLINE,
-        )
+        else:
+            line = orjson.dumps(
+                {"schema_version": SCHEMA_VERSION, "seq": seq, "ts": ts, "event": event},
+                option=orjson.OPT_APPEND_NEWLINE,
+            )
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise InvalidEvent(f"event cannot be serialized as JSON: {exc}") from None
+    # orjson writes NaN and infinities as null: only a line with a null can hide one.
+    if b"null" in line:
+        field = non_finite_field(event)
+        if field is not None:
+            raise InvalidEvent(f"event field {field} is not a finite number (JSON has no NaN or infinity)")
+    return line
 
 
 # --------------------------------------------------------------------------------------------

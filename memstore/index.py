@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequen
 import orjson
 
 from .errors import StoreIOError, UnsafePathError
+from .fsio import write_all
 from .manifest import Manifest
 
 logger = logging.getLogger("memstore")
@@ -106,21 +107,21 @@ def _log_tables(db: "sqlite_utils.Database") -> None:
         pk="number",
         not_null={"status", "start_offset", "end_offset", "event_count"},
     )
+    # seq is the rowid: unique, and rows are stored in log order (offsets grow with seqs), so a
+    # lookup by seq needs no second index and an append is an append to the b-tree.
     db["events"].create(
         {
-            "id": int, "seq": int, "offset": int, "length": int, "turn": int, "ts": str, "type": str,
+            "seq": int, "offset": int, "length": int, "turn": int, "ts": str, "type": str,
             "item_type": str, "item_id": str, "name": str, "status": str, "exit_code": int,
         },
-        pk="id",
-        not_null={"seq", "offset", "length", "type"},
+        pk="seq",
+        not_null={"offset", "length", "type"},
     )
-    db["events"].create_index(["seq"], index_name="events_seq", unique=True)
-    db["events"].create_index(["turn"], index_name="events_turn")
     # How far the lazy derived tables have caught up: every record up to this seq is in them.
     db["derived_state"].create({"id": int, "seq": int}, pk="id", not_null={"seq"})
 
 
-LOG_MIGRATIONS = MigrationSet("memstore.index", (("log_tables", _log_tables),))
+LOG_MIGRATIONS = MigrationSet("memstore.index", (("log_tables_2", _log_tables),))
 
 
 @dataclass(slots=True)
@@ -361,6 +362,8 @@ class SessionIndex:
         if version not in (0, INDEX_FORMAT) or (version == 0 and tables):
             raise IndexCorrupt(f"{self.path}: index format {version} is not this memstore's ({INDEX_FORMAT})")
         pending = LOG_MIGRATIONS.pending(conn)
+        if pending and pending[0] == LOG_MIGRATIONS.steps[0][0] and "manifest" in tables:
+            raise IndexCorrupt(f"{self.path}: an index layout this memstore does not know")
         derived_pending = [t for t in _derived if t.migrations.pending(conn)]
         if not pending and not derived_pending:
             return
@@ -448,6 +451,8 @@ class SessionIndex:
 
     def event_position(self, seq: int) -> Optional[tuple[int, int, Optional[int]]]:
         """``(offset, length, turn)`` of the record with ``seq``, or ``None``."""
+        if type(seq) is not int or not 0 < seq < 2**63:
+            return None
         rows = self._read("SELECT offset, length, turn FROM events WHERE seq = ?", (seq,))
         return rows[0] if rows else None
 
@@ -472,11 +477,12 @@ class SessionIndex:
 
     def count_events_before(self, offset: int) -> int:
         """How many records lie before byte ``offset`` (what a cap rewrite cut there evicts)."""
+        # Rows are in log order (no index on offset: it is only asked here, at a cap rewrite).
         return self._read("SELECT count(*) FROM events WHERE offset < ?", (offset,))[0][0]
 
     def first_seq_from(self, offset: int) -> Optional[int]:
         """The seq of the first record at or after byte ``offset``."""
-        rows = self._read("SELECT seq FROM events WHERE offset >= ? ORDER BY offset LIMIT 1", (offset,))
+        rows = self._read("SELECT seq FROM events WHERE offset >= ? ORDER BY seq LIMIT 1", (offset,))
         return rows[0][0] if rows else None
 
     def offsets_of(self, seq: Optional[int], candidates: tuple[int, int], length: int, kind: str) -> set[int]:
@@ -500,9 +506,9 @@ class SessionIndex:
 
         Turn numbers must run contiguously from ``retained_turn_base`` to ``turn_count`` (plus the
         open turn), the first and last turns must be non-empty byte ranges inside the covered log,
-        the last two must not overlap, and the event rows (ids are assigned contiguously) must
-        number ``event_count``, end inside the covered log, and have seqs below ``next_seq``.
-        Index lookups and one count over the turns, so reopening a million-event session stays
+        the last two must not overlap, and the event rows must number ``event_count``, end inside
+        the covered log, and have seqs below ``next_seq``. Index lookups and two counts (SQLite
+        counts a table's rows without reading them), so reopening a million-event session stays
         cheap; the interior rows are kept consistent by the transactions that write them.
         """
         covered = manifest.persisted_file_len
@@ -514,15 +520,13 @@ class SessionIndex:
                 "UNION ALL SELECT * FROM (SELECT number, start_offset, end_offset, event_count FROM turns "
                 "ORDER BY number DESC LIMIT 2)"
             ).fetchall()
-            first_id = conn.execute("SELECT id FROM events ORDER BY id LIMIT 1").fetchone()
-            last_event = conn.execute("SELECT id, offset + length, seq FROM events ORDER BY id DESC LIMIT 1").fetchone()
-            top_seq = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
+            events = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+            last_event = conn.execute("SELECT seq, offset + length FROM events ORDER BY seq DESC LIMIT 1").fetchone()
         except sqlite3.DatabaseError:
             return False
-        events = 0 if last_event is None else last_event[0] - first_id[0] + 1
         if events != manifest.event_count or (last_event is not None and last_event[1] > covered):
             return False
-        if top_seq is not None and top_seq >= manifest.next_seq:
+        if last_event is not None and last_event[0] >= manifest.next_seq:
             return False
         expected_last = manifest.turn_count + (1 if manifest.in_turn else 0)
         if count == 0:
@@ -586,7 +590,7 @@ class SessionIndex:
                   "grown": truncate_offset if grown else -1}
         with self._transaction() as conn:
             first_kept_seq = conn.execute(
-                "SELECT seq FROM events WHERE offset >= ? ORDER BY offset LIMIT 1", (truncate_offset,)
+                "SELECT seq FROM events WHERE offset >= ? ORDER BY seq LIMIT 1", (truncate_offset,)
             ).fetchone()
             conn.execute("DELETE FROM turns WHERE number < ?", (first_kept_turn,))
             conn.execute("DELETE FROM events WHERE offset < ?", (truncate_offset,))
@@ -658,9 +662,33 @@ def readonly_uri(path: os.PathLike | str) -> str:
     return f"{path.absolute().as_uri()}?immutable=1"
 
 
+_templates: dict[tuple, bytes] = {}
+
+
+def _template() -> bytes:
+    """The bytes of an empty index with every migration applied (the log's and the registered
+    derived tables'), built once per process with sqlite-utils in memory. A new index starts as
+    a copy of it: writing 60 KB costs a fraction of creating a dozen tables and an FTS5 index."""
+    key = (LOG_MIGRATIONS, *(t.migrations for t in _derived))
+    data = _templates.get(key)
+    if data is None:
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        try:
+            LOG_MIGRATIONS.apply(conn)
+            for table in _derived:
+                table.migrations.apply(conn)
+            conn.execute(f"PRAGMA user_version={INDEX_FORMAT}")
+            data = conn.serialize()
+        finally:
+            conn.close()
+        _templates[key] = data
+    return data
+
+
 def _create_private(path: Path) -> tuple[int, int]:
-    """Make sure ``path`` is a regular file, creating it empty and 0600 (from its first byte)
-    when missing; never through a symlink. Returns its ``(st_dev, st_ino)``."""
+    """Make sure ``path`` is a regular file, creating it 0600 (from its first byte) as a copy of
+    the empty index (see :func:`_template`) when missing or empty; never through a symlink.
+    Returns its ``(st_dev, st_ino)``."""
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags, 0o600)
@@ -671,8 +699,10 @@ def _create_private(path: Path) -> tuple[int, int]:
         if not stat.S_ISREG(st.st_mode):
             raise UnsafePathError("open index", path, "is not a regular file")
         os.fchmod(fd, 0o600)
+        if st.st_size == 0 and not os.path.exists(f"{path}-wal"):
+            write_all(fd, _template(), path)
     except OSError as exc:
-        raise StoreIOError.from_os_error("chmod", path, exc) from exc
+        raise StoreIOError.from_os_error("create index", path, exc) from exc
     finally:
         os.close(fd)
     return st.st_dev, st.st_ino

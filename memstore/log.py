@@ -35,7 +35,7 @@ from .cap import (
     write_eviction_summary,
 )
 from .deriver import Deriver, derive_all
-from .errors import LogFailedError, SessionBusyError, SessionClosedError, StoreIOError, TurnNotFound
+from .errors import LogFailedError, MemstoreError, SessionBusyError, SessionClosedError, StoreIOError, TurnNotFound
 from .events import Record
 from .fsio import ensure_private_dir, fsync_dir, session_directory, sessions_root, temp_file_pid
 from .index import INDEX_FILE, BatchRecord, IndexCorrupt, SavedState, SessionIndex, Turn, derived_tables
@@ -91,6 +91,9 @@ class _Session:
         self.inherited = False
         # When the agent last wrote: the deriver waits for a quiet moment.
         self.active = 0.0
+        # After an eviction hook failed, the cap is tried again only from this event count on.
+        self.cap_retry_at = 0
+        self.cap_failures = 0
         self.deriver: Optional[Deriver] = Deriver(self) if Deriver.needed() else None
         # The log's first line names the session when the directory name cannot (a hashed id).
         self.head_id = session_id if directory.name != session_id else None
@@ -218,24 +221,31 @@ class _Session:
             if self.pending_lines is not None:
                 self.pending_lines.append(line)
             self.unpublished += size
-            if durability == "event":
-                self.write_out(sync=True)
-            if boundary:
-                self.write_out(sync=durability != "none")
-                if durability != "none":
-                    self.publish()
-            if len(buffer) >= MAX_WRITE_BUFFER_BYTES:
-                self.write_out(sync=durability != "none")
-            if durability != "none":
-                if self.unpublished >= MAX_WRITE_BUFFER_BYTES:
+            try:
+                if durability == "event":
                     self.write_out(sync=True)
-                    self.publish()
-            elif self.unpublished >= BULK_INDEX_BYTES:
-                # Bulk mode indexes in larger batches and leaves the manifest to flush/close.
-                self.write_out(sync=False)
-                self.publish(manifest=False)
-            if max_events > 0 and manifest.event_count > max_events:
-                enforce_cap(self, max_events, on_evict)
+                if boundary:
+                    self.write_out(sync=durability != "none")
+                    if durability != "none":
+                        self.publish()
+                if len(buffer) >= MAX_WRITE_BUFFER_BYTES:
+                    self.write_out(sync=durability != "none")
+                if durability != "none":
+                    if self.unpublished >= MAX_WRITE_BUFFER_BYTES:
+                        self.write_out(sync=True)
+                        self.publish()
+                elif self.unpublished >= BULK_INDEX_BYTES:
+                    # Bulk mode indexes in larger batches and leaves the manifest to flush/close.
+                    self.write_out(sync=False)
+                    self.publish(manifest=False)
+                if max_events > 0 and manifest.event_count > max_events:
+                    enforce_cap(self, max_events, on_evict)
+            except MemstoreError as exc:
+                # Say whether the event is in the log already: a caller that retries an event
+                # that is would write it twice.
+                exc.seq = seq
+                exc.durable = self.log.length >= start + size
+                raise
         return seq
 
     def write_out(self, *, sync: bool) -> None:
@@ -645,16 +655,52 @@ def _create_root(root: Path) -> None:
         raise StoreIOError("open store", root, "is not a directory")
 
 
-def rebuild(root: os.PathLike | str, session_id: str) -> Manifest:
-    """Regenerate the session's index and manifest by rescanning ``events.jsonl``.
+def rebuild(root: os.PathLike | str, session_id: Optional[str] = None, *, refresh: bool = True):
+    """Regenerate every view of the session ``session_id`` from its ``events.jsonl`` (its index,
+    search chunks and manifest, and its rows in the catalog); return its :class:`Manifest`. With
+    no ``session_id``, do that for every session and return their manifests.
 
     The log decides everything it records. What it cannot record is kept from the old metadata
     when present: ``created_at``, a status set outside the log (retention marking a session
     completed, or a ``thread.completed`` the cap evicted), and, for logs VT Code rewrote, the
     first retained turn's number. A torn tail is cut (and kept) as on any open. Works on a
     session this process has open (under its lock); refuses with :class:`SessionBusyError` one
-    that another process has open.
+    that another process has open. ``refresh=False`` leaves the catalog alone.
     """
+    if session_id is None:
+        manifests = [rebuild(root, sid, refresh=False) for sid in session_ids(root)]
+        if refresh:
+            _refresh_catalog(root)
+        return manifests
+    manifest = _rebuild_session(root, session_id)
+    if refresh:
+        _refresh_catalog(root)
+    return manifest
+
+
+def _refresh_catalog(root: os.PathLike | str) -> None:
+    from .catalog import refresh_catalog  # the catalog reads sessions; it is not part of writing them
+
+    refresh_catalog(root)
+
+
+def session_ids(root: os.PathLike | str) -> list[str]:
+    """The ids of the sessions under ``root``, in directory-name order."""
+    from .reader import session_id_of
+
+    base = sessions_root(root)
+    try:
+        entries = sorted(os.scandir(base), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise StoreIOError.from_os_error("list", base, exc) from exc
+    return [session_id_of(Path(e.path)) for e in entries
+            if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+            and os.path.isfile(os.path.join(e.path, EVENTS_FILE))]
+
+
+def _rebuild_session(root: os.PathLike | str, session_id: str) -> Manifest:
     directory = session_directory(root, session_id)
     if directory.is_symlink() or not (directory / EVENTS_FILE).is_file():
         raise StoreIOError("rebuild", directory, "no such session (no events.jsonl)")
@@ -679,6 +725,7 @@ __all__ = [
     "open_session",
     "plan_cap_eviction",
     "rebuild",
+    "session_ids",
     "write_eviction_summary",
     "cap_low_water",
 ]

@@ -48,6 +48,34 @@ def read_session_dir(session_dir: os.PathLike | str) -> "SessionReader":
     return SessionReader(Path(session_dir), None)
 
 
+def session_id_of(directory: Path) -> str:
+    """The id of the session in ``directory``: the one its metadata or its log names, provided
+    it maps to this directory (see ``session_dir_name``); else the directory's name."""
+    manifest = load_manifest(directory)
+    log = LogFile(directory)
+    head = None
+    try:
+        log.open_readonly()
+        head = log.head().session_id
+    except (FileNotFoundError, StoreIOError):
+        pass
+    finally:
+        log.close()
+    return _matching_id(directory.name, [manifest.session_id if manifest else None, head])
+
+
+def _matching_id(name: str, candidates: list) -> str:
+    for candidate in candidates + [name]:
+        if candidate is None:
+            continue
+        try:
+            if session_dir_name(candidate) == name:
+                return candidate
+        except ValueError:
+            continue
+    return name
+
+
 class SessionReader:
     """A read-only view of one session, as of when it was opened.
 
@@ -175,19 +203,8 @@ class SessionReader:
     def _session_id(self, given: Optional[str], on_disk: Optional[Manifest], saved: Optional[SavedState]) -> str:
         if given is not None:
             return given
-        name = self.dir.name
-        candidates = [m.session_id for m in (saved.manifest if saved else None, on_disk) if m is not None]
-        head = self.log.head().session_id
-        if head is not None:
-            candidates.append(head)
-        candidates.append(name)
-        for candidate in candidates:
-            try:
-                if session_dir_name(candidate) == name:
-                    return candidate
-            except ValueError:
-                continue
-        return name
+        known = [m.session_id for m in (saved.manifest if saved else None, on_disk) if m is not None]
+        return _matching_id(self.dir.name, known + [self.log.head().session_id])
 
     def _catch_up(self, state: LogState, start: int, *, status_floor: int) -> None:
         """Apply the complete lines in ``[start, end)`` to ``state`` in memory."""

@@ -11,12 +11,13 @@ section 5.3, step 6).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import orjson
 
 from . import events as ev
-from .errors import MemstoreError
+from .errors import MemstoreError, StoreIOError
 from .fsio import read_no_follow
 from .index import BatchRecord, derived_tables
 from .lifecycle import LogState
@@ -26,6 +27,8 @@ from .manifest import STATUS_ACTIVE, CapRewriteMarker, Manifest, clear_marker, l
 if TYPE_CHECKING:
     from .index import SavedState
     from .log import _Session
+
+logger = logging.getLogger("memstore")
 
 SCAN_BATCH_EVENTS = 20_000
 INDEX_DIR = "index"
@@ -113,10 +116,19 @@ def scan_turn_base(
                     return max(1, number)
         if log.length == 0:
             return stale.turn_count + 1
-    if on_disk is not None and on_disk.has("retained_turn_base"):
-        return on_disk.retained_turn_base
-    if saved is not None:
-        return saved.manifest.retained_turn_base
+    # Metadata is believed only where it is plausible: a base past the turns it counts is not,
+    # nor any base but 1 for a log memstore wrote (its cap rewrites tag the log's head, checked
+    # above). A tampered manifest cannot renumber the turns: the log decides.
+    first = log.first_record()
+    written_by_memstore = first is not None and first[2].seq is not None
+    for stale in (on_disk if on_disk is not None and on_disk.has("retained_turn_base") else None,
+                  saved.manifest if saved is not None else None):
+        if stale is None:
+            continue
+        base = stale.retained_turn_base
+        if base <= stale.turn_count + 1 and (base == 1 or not written_by_memstore):
+            return base
+        logger.warning("%s: ignoring an implausible retained_turn_base %d in the metadata", log.path, base)
     if stale_spans and spans_valid(stale_spans, log.length):
         return max(1, stale_spans[0][0])
     return 1
@@ -202,7 +214,12 @@ def _commit_scan(session: "_Session", rows: list, offset: int, reset: bool, reco
         manifest.updated_at = manifest.created_at
     manifest.persisted_file_len = offset
     session.log.tail = session.log.read_tail(offset)
-    session.index.commit(rows, state.dirty.values(), manifest, session.log.tail, reset=reset, records=records)
+    try:
+        session.index.commit(rows, state.dirty.values(), manifest, session.log.tail, reset=reset, records=records)
+    except StoreIOError as exc:
+        first = rows[0][1] if rows else offset
+        raise StoreIOError(exc.op, exc.path, f"{exc.detail} (while indexing bytes {first}-{offset} of "
+                                             f"{session.log.path})", exc.errno) from exc
     state.dirty.clear()
 
 

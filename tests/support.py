@@ -37,7 +37,7 @@ def write_session_files(root: Path, session_id: str = "s1", *, status: str = "co
 
 def read_index(session_dir: Path) -> dict:
     """The rows of a session's SQLite index, read through a separate read-only connection: the
-    manifest row's counters, every turn row, and every event row without its ``id`` (log order)."""
+    manifest row's counters, every turn row, and every event row (log order)."""
     db = session_dir / "index" / "session.db"
     assert db.exists(), f"index missing: {db}"
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -47,7 +47,7 @@ def read_index(session_dir: Path) -> dict:
         manifest = dict(zip(MANIFEST_COUNTERS, row))
         manifest["in_turn"] = bool(manifest["in_turn"])
         turns = conn.execute(f"SELECT {TURN_COLUMNS} FROM turns ORDER BY number").fetchall()
-        events = conn.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY id").fetchall()
+        events = conn.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY seq").fetchall()
     finally:
         conn.close()
     return {"manifest": manifest, "turns": turns, "events": events}

@@ -109,8 +109,10 @@ def test_refresh_report_and_what_it_copies(tmp_path):
     assert len(data["fts"]) == 2 + 2 * 2  # two prompts, two 51-line command outputs in two windows each
     assert {(f[3], f[4]) for f in data["file_changes"]} == {("src/f1.rs", "update"), ("src/f2.rs", "update")}
     assert refresh_catalog(tmp_path).unchanged == 1
-    memstore.rebuild(tmp_path, "a")  # a new generation: recopied
+    memstore.rebuild(tmp_path, "a", refresh=False)  # a new generation: recopied
     assert refresh_catalog(tmp_path).recopied == ["a"]
+    memstore.rebuild(tmp_path, "a")  # which a rebuild does itself
+    assert refresh_catalog(tmp_path).unchanged == 1
     assert content(tmp_path) == data
     shutil.rmtree(memstore.session_directory(tmp_path, "a"))
     assert refresh_catalog(tmp_path).removed == ["a"]

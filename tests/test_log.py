@@ -1025,7 +1025,7 @@ def test_index_missing_event_rows_is_rebuilt(tmp_path):
         sample_turn(log)
         two_event_turn(log)
     with db(tmp_path) as conn:
-        conn.execute("DELETE FROM events WHERE id = (SELECT max(id) FROM events)")
+        conn.execute("DELETE FROM events WHERE seq = 3")  # an interior row
     with memstore.open_session(tmp_path, "s") as log:
         assert log.event_count == 6
     assert db(tmp_path).execute("SELECT count(*) FROM events").fetchone()[0] == 6
@@ -1183,9 +1183,9 @@ def test_cap_rewrite_tags_the_first_retained_line_and_keeps_its_event_bytes(tmp_
         assert first.count(b"retained_turn_base") == 1
         assert json.loads(first)["retained_turn_base"] == log.turns()[0].number
         assert [e["type"] for e in log.iter_events()][:2] == ["turn.started", "turn.completed"]
-    before = db(tmp_path).execute("SELECT * FROM events ORDER BY id").fetchall()
+    before = db(tmp_path).execute("SELECT * FROM events ORDER BY seq").fetchall()
     memstore.rebuild(tmp_path, "s")
-    after = db(tmp_path).execute("SELECT * FROM events ORDER BY id").fetchall()
+    after = db(tmp_path).execute("SELECT * FROM events ORDER BY seq").fetchall()
     assert [row[1:] for row in after] == [row[1:] for row in before]
 
 

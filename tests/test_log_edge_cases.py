@@ -49,7 +49,7 @@ def index_rows(root, sid="s") -> dict:
             "turns": conn.execute("SELECT * FROM turns ORDER BY number").fetchall(),
             "events": conn.execute(
                 "SELECT seq, offset, length, turn, ts, type, item_type, item_id, name, status, exit_code "
-                "FROM events ORDER BY id"
+                "FROM events ORDER BY seq"
             ).fetchall(),
         }
     finally:
