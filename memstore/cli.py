@@ -112,10 +112,7 @@ def demo_command(root, sessions, seed, as_json):
     from .demo import write_demo_store
 
     with _progress_bar("writing the demo store", enabled=not as_json) as progress:
-        try:
-            report = write_demo_store(root, sessions, seed, progress=progress)
-        except errors.MemstoreError as exc:
-            raise _fail(exc) from exc
+        report = write_demo_store(root, sessions, seed, progress=progress)
     if as_json:
         _echo_json(report.to_dict())
         return
@@ -564,9 +561,7 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir):
         try:
             server.serve(root, host=host, port=port, refresh_interval=refresh_interval, progress=progress,
                          announce=announce, **kwargs)
-        except errors.MemstoreError as exc:
-            raise _fail(exc) from exc
-        except OSError as exc:  # the port is taken, say
+        except OSError as exc:  # the port is taken, say (library errors are the group's to print)
             raise _ExitWith(f"cannot serve on {host}:{port}: {exc.strerror or exc}", 2) from exc
 
 
@@ -589,10 +584,7 @@ def doctor_command(root, fix, as_json):
     from .explorer.doctor import check_store
 
     with _progress_bar("checking sessions", enabled=not as_json, minimum=200) as progress:
-        try:
-            report = check_store(root, fix=fix, progress=progress)
-        except errors.MemstoreError as exc:
-            raise _fail(exc) from exc
+        report = check_store(root, fix=fix, progress=progress)
     if as_json:
         _echo_json(report.to_dict())
     else:
