@@ -90,7 +90,6 @@ def test_home_lists_sessions_with_totals_chart_and_filters(ds, store):
     row = next(s for s in home["sessions"] if s["session_id"].startswith("codex-"))
     assert row["agent"] == "codex" and row["title"] == "Make clippy pass on tilecache." and row["turn_count"] == 1
     assert {a["agent"] for a in home["agents"]} == {"codex", "claude", "vtcode", "memstore"}
-    assert sum(d["turns"] for d in home["tokens_per_day"]) == home["totals"]["turns"] + 0 or True
     assert sum(d["input_tokens"] for d in home["tokens_per_day"]) == tokens
     active = fetch(ds, "/-/memstore.json?status=active").json()
     assert active["matching"] == home["totals"]["active"] > 0
