@@ -21,6 +21,7 @@ from .errors import (
     UnsafePathError,
 )
 from . import chunks as _chunks  # noqa: F401  (registers the search chunks with every session index)
+from .demo import DemoReport, write_demo_store
 from .events import SCHEMA_VERSION
 from .fsio import sanitize_session_id, session_dir_name, session_directory
 from .importers import ImportReport, import_logs
@@ -90,6 +91,15 @@ from .progress import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # The explorer's names load on first use: importing memstore stays light.
+    if name in ("check_store", "DoctorReport"):
+        from .explorer import doctor
+
+        return getattr(doctor, name)
+    raise AttributeError(f"module 'memstore' has no attribute {name!r}")
+
 __all__ = [
     # the event log
     "open_session", "SessionLog", "rebuild", "read_session", "SessionReader",
@@ -101,6 +111,8 @@ __all__ = [
     "ProgressLedger", "Milestone", "MilestoneStatus", "milestone_status_from_str", "load_progress",
     "save_progress", "progress_path", "GoalTracker", "GoalStatus", "GoalPhase", "GoalEvent",
     "GoalPauseReason", "GoalClassifierVerdict", "GoalOrchestration", "GoalHistoryEntry",
+    # the demonstration store, and checking a store (memstore.explorer holds the Datasette side)
+    "write_demo_store", "DemoReport", "check_store", "DoctorReport",
     # importing other agents' logs
     "import_logs", "ImportReport",
     # audit packs

@@ -93,33 +93,59 @@ def _fail(exc: Exception, code: int = 2) -> "_ExitWith":
 
 @cli.command("demo")
 @root_option
-@click.option("--session", "session_id", default="demo", show_default=True, help="Session id to write.")
-def demo_command(root, session_id):
-    """Write a small realistic agent session and show what memstore made of it."""
-    from .demo import write_demo_session
+@click.option("--sessions", type=click.IntRange(min=3, max=10_000), default=30, show_default=True,
+              help="About how many sessions to write.")
+@click.option("--seed", type=int, default=7, show_default=True, help="Seed of the generated sessions.")
+@json_option
+def demo_command(root, sessions, seed, as_json):
+    """Write a realistic demonstration store (about 30 agent sessions) to open in the explorer.
 
-    try:
-        log = write_demo_session(root, session_id)
-        with log:
-            turns = log.turns()
-            manifest = log.manifest
-            first = log.reconstruct_turn(1)
-    except errors.MemstoreError as exc:
-        raise _fail(exc) from exc
-    click.echo(f"wrote session {manifest.session_id!r} to {log.directory}")
-    click.echo(f"  {manifest.event_count} events, {manifest.turn_count} turns, status {manifest.status}")
-    click.echo(f"  events.jsonl: {log.events_path.stat().st_size} bytes; index: {log.index_path}")
-    click.echo("")
-    _print_turns(turns)
-    click.echo("")
-    click.echo(f"turn 1 reconstructed from the log ({len(first)} events):")
-    for event in first:
-        item = event.get("item") or {}
-        detail = item.get("command") or item.get("tool_name") or item.get("type") or event.get("message") or ""
-        click.echo(f"  {event['type']:<16} {detail}")
-    click.echo("")
-    query = "select name, exit_code, status from events where item_type = 'command_execution'"
-    click.echo(f'query the index with SQL: sqlite3 {log.index_path} "{query}"')
+    Multi-turn tasks with commands and their output, failing tests then fixes, file changes,
+    denied tool calls, a compaction, failed turns, goals with milestones, and sessions imported
+    from Codex and Claude Code logs. Seeded, and idempotent: running it again changes nothing.
+
+    \b
+    Examples:
+      memstore demo && memstore serve
+      memstore demo --root /tmp/demo --sessions 100 --seed 1
+    """
+    from .demo import write_demo_store
+
+    with _progress_bar("writing the demo store", enabled=not as_json) as progress:
+        report = write_demo_store(root, sessions, seed, progress=progress)
+    if as_json:
+        _echo_json(report.to_dict())
+        return
+    click.echo(f"demo store in {root}: {len(report.written) + len(report.imported)} sessions written "
+               f"({report.events} events), {len(report.skipped)} already there")
+    root_arg = "" if root == ".memstore" else f" --root {root}"
+    click.echo(f"next: memstore serve{root_arg}   (then open http://localhost:8001/-/memstore)")
+
+
+class _progress_bar:
+    """A click progress bar on stderr for ``progress(done, total)`` callbacks; shown only for
+    work of some length, and never in --json mode."""
+
+    def __init__(self, label: str, enabled: bool = True, minimum: int = 2):
+        self.label, self.enabled, self.minimum = label, enabled, minimum
+        self.bar = None
+        self.shown = 0
+
+    def __enter__(self):
+        return self.update
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled or total < self.minimum:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(done - self.shown)
+        self.shown = done
+
+    def __exit__(self, *exc_info):
+        if self.bar is not None:
+            self.bar.__exit__(*exc_info)
 
 
 def _print_turns(turns) -> None:
@@ -642,3 +668,83 @@ def facts_command(root, limit, session, as_json):
         return
     for row in rows:
         click.echo(f"{row['session_id']}: [{row['source'] or '?'}] {row['fact']}")
+
+
+# --- the explorer: serve, doctor ---
+
+
+@cli.command("serve")
+@root_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to bind (the default is reachable from this machine only).")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8001, show_default=True)
+@click.option("--refresh-interval", type=click.FloatRange(min=0), default=3.0, show_default=True,
+              help="Refresh the catalog at most this often (seconds) while pages are requested; 0: never.")
+@click.option("--metadata", type=click.Path(exists=True, dir_okay=False, path_type=str), default=None,
+              help="Datasette metadata file (default: the project's metadata.yml).")
+@click.option("--plugins-dir", type=click.Path(exists=True, file_okay=False, path_type=str), default=None,
+              help="Datasette plugins directory (default: the project's plugins/).")
+def serve_command(root, host, port, refresh_interval, metadata, plugins_dir):
+    """Explore the store in a browser: refresh its catalog and serve it with Datasette.
+
+    Opens http://localhost:8001/-/memstore: sessions, turns, events, search, charts and SQL
+    over catalog.db. New sessions appear without a restart (the catalog is refreshed in the
+    background while pages are requested). Read-only. Stop with Ctrl-C.
+
+    \b
+    Examples:
+      memstore demo && memstore serve
+      memstore serve --root ~/project/.vtcode --port 8002
+      MEMSTORE_ROOT=/srv/agents memstore serve --host 0.0.0.0
+    """
+    from .explorer import server
+
+    kwargs = {}
+    if metadata is not None:
+        kwargs["metadata"] = metadata
+    if plugins_dir is not None:
+        kwargs["plugins_dir"] = plugins_dir
+    with _progress_bar("refreshing the catalog", minimum=200) as progress:
+        def announce(url):
+            click.echo(f"memstore explorer on {url}  (store {root}; Ctrl-C to stop)", err=True)
+
+        try:
+            server.serve(root, host=host, port=port, refresh_interval=refresh_interval, progress=progress,
+                         announce=announce, **kwargs)
+        except OSError as exc:  # the port is taken, say (library errors are the group's to print)
+            raise _ExitWith(f"cannot serve on {host}:{port}: {exc.strerror or exc}", 2) from exc
+
+
+@cli.command("doctor")
+@root_option
+@click.option("--fix", is_flag=True, help="Repair what is wrong: permissions, rebuilt sessions, a refreshed catalog.")
+@json_option
+def doctor_command(root, fix, as_json):
+    """Check every session of the store and its catalog; --fix repairs what is wrong.
+
+    Per session: log and index agree, no torn tail, private permissions; and the catalog is
+    current. Exit 0 when all is well (or fixed), 1 when problems remain, 2 on errors.
+
+    \b
+    Examples:
+      memstore doctor
+      memstore doctor --fix --root ~/project/.vtcode
+      memstore doctor --json | jq '.problems'
+    """
+    from .explorer.doctor import check_store
+
+    with _progress_bar("checking sessions", enabled=not as_json, minimum=200) as progress:
+        report = check_store(root, fix=fix, progress=progress)
+    if as_json:
+        _echo_json(report.to_dict())
+    else:
+        for p in report.problems:
+            where = p.session or p.directory
+            state = "fixed" if p.fixed else ("run with --fix" if p.fixable and not fix else "not fixed")
+            click.echo(f"{where}: {p.check}: {p.detail} [{state}]")
+        if report.live:
+            click.echo(f"{len(report.live)} sessions are open in another process (their writers keep them current)")
+        verdict = "ok" if report.ok else f"{sum(not p.fixed for p in report.problems)} problems"
+        click.echo(f"{report.sessions} sessions checked: {verdict}")
+    if not report.ok:
+        sys.exit(1)

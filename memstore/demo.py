@@ -1,11 +1,48 @@
-"""A small, realistic demonstration session: what ``memstore demo`` writes and shows."""
+"""The demonstration store: what ``memstore demo`` writes for the explorer to show.
+
+:func:`write_demo_store` writes about thirty sessions that look like real coding-agent work,
+through the public API only (``open_session`` / ``append`` with the events' own times,
+``save_progress``, ``import_logs``): multi-turn tasks on four projects, shell commands with
+real-looking output and exit codes, failing tests and then their fixes, file changes with
+diffs, tool calls the user denied, a compaction, a failed and an aborted turn, token usage that
+grows with the context, goals with milestones, and one Codex and one Claude Code session
+imported from source files generated (in a temporary directory) from the formats' rules.
+
+Everything is seeded: the same ``seed`` and ``sessions`` give the same logs, byte for byte. It
+is idempotent: a session already written whole is left alone, a partial one (an interrupted
+run) is removed and written again.
+
+:func:`write_demo_session` still writes the classic three-turn session ``demo`` (one of the
+store's sessions), and :func:`demo_events` yields its events.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
-from typing import Iterator
+import random
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable, Iterator, Optional
 
+from .errors import MemstoreError, StoreIOError
+from .fsio import session_directory
 from .log import SessionLog, open_session
+from .manifest import load_manifest
+
+logger = logging.getLogger("memstore")
+
+DEFAULT_SESSIONS = 30
+DEFAULT_SEED = 7
+# Fixed, so the store is the same on every machine and its charts span the same days.
+BASE_TIME = datetime(2026, 11, 2, 8, 30, tzinfo=timezone.utc)
+DAYS = 21
+
+# --------------------------------------------------------------------------------------------
+# The classic session ("demo"): three turns, a failing test, a fix, a green run.
 
 _TEST_OUTPUT_FAIL = """running 12 tests
 test parser::tests::parses_empty ... ok
@@ -39,8 +76,9 @@ _DIFF = """--- a/src/store.rs
 """
 
 
-def _usage(inp: int, cached: int, out: int) -> dict:
-    return {"input_tokens": inp, "cached_input_tokens": cached, "cache_creation_tokens": 0, "output_tokens": out}
+def _usage(inp: int, cached: int, out: int, creation: int = 0) -> dict:
+    return {"input_tokens": inp, "cached_input_tokens": cached, "cache_creation_tokens": creation,
+            "output_tokens": out}
 
 
 def demo_events(thread_id: str = "demo-run") -> Iterator[dict]:
@@ -85,7 +123,7 @@ def demo_events(thread_id: str = "demo-run") -> Iterator[dict]:
 
 
 def write_demo_session(root: os.PathLike | str, session_id: str = "demo") -> SessionLog:
-    """Append the demo run to ``session_id`` under ``root`` and return the (open) log."""
+    """Append the classic three-turn run to ``session_id`` under ``root`` and return the (open) log."""
     log = open_session(root, session_id)
     try:
         for event in demo_events(session_id):
@@ -94,3 +132,500 @@ def write_demo_session(root: os.PathLike | str, session_id: str = "demo") -> Ses
         log.close()
         raise
     return log
+
+
+# --------------------------------------------------------------------------------------------
+# Projects and the work done on them
+
+
+@dataclass(frozen=True)
+class _Project:
+    name: str
+    cwd: str
+    branch: str
+    test: str
+    build: str
+    files: tuple[str, ...]
+    model: str
+
+
+_PROJECTS = (
+    _Project("tilecache", "/home/dev/src/tilecache", "main", "cargo test", "cargo build --release",
+             ("src/cache.rs", "src/eviction.rs", "src/lib.rs", "tests/eviction.rs", "Cargo.toml"), "gpt-5-codex"),
+    _Project("ledger-api", "/home/dev/src/ledger-api", "feat/refunds", "pytest -q", "python -m build",
+             ("ledger/api.py", "ledger/models.py", "ledger/refunds.py", "tests/test_refunds.py", "pyproject.toml"),
+             "claude-sonnet-4-5"),
+    _Project("dashboard-web", "/home/dev/src/dashboard-web", "main", "npm test -- --run", "npm run build",
+             ("src/components/UsageChart.tsx", "src/api/client.ts", "src/pages/Billing.tsx",
+              "src/components/UsageChart.test.tsx", "package.json"), "gpt-5"),
+    _Project("queue-svc", "/home/dev/src/queue-svc", "fix/retry-backoff", "go test ./...", "go build ./cmd/queue",
+             ("internal/queue/worker.go", "internal/queue/backoff.go", "internal/queue/worker_test.go",
+              "cmd/queue/main.go", "go.mod"), "claude-opus-4-1"),
+)
+
+# (task kind, prompt template); {file} is one of the project's source files.
+_TASKS = (
+    ("fix", "The test for {stem} started failing after yesterday's merge. Find out why and fix it."),
+    ("fix", "CI is red on {branch}: {test} fails. Please fix it without skipping tests."),
+    ("feature", "Add a retry limit to {stem}, configurable, default 5, with tests."),
+    ("feature", "Add pagination to the list endpoint in {file}; keep the old behaviour when no page is given."),
+    ("refactor", "Split {file} into smaller functions; no behaviour change, the tests must stay green."),
+    ("investigate", "Why does `{test}` take four minutes locally? Profile it and tell me what to change."),
+    ("docs", "Write the missing docstrings in {file} and update the README section about it."),
+    ("upgrade", "Upgrade the dependencies in {manifest} and fix whatever breaks."),
+)
+
+
+def _stem(path: str) -> str:
+    return path.rsplit("/", 1)[-1].split(".", 1)[0]
+
+
+def _test_output(project: _Project, ok: bool, rng: random.Random, failing: str) -> tuple[str, int]:
+    """Output and exit code of a test run, in the project's tool's own format."""
+    passed = rng.randint(18, 140)
+    if project.test.startswith("cargo"):
+        if ok:
+            return (f"   Compiling {project.name} v0.4.2 ({project.cwd})\n    Finished `test` profile [unoptimized + "
+                    f"debuginfo] target(s) in 6.{rng.randint(10, 99)}s\n     Running unittests src/lib.rs\n\n"
+                    f"running {passed} tests\n" + "".join(f"test {_stem(f)}::tests::case_{i} ... ok\n"
+                                                        for i, f in enumerate(project.files[:3]))
+                    + f"\ntest result: ok. {passed} passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; "
+                      f"finished in 0.{rng.randint(10, 99)}s\n", 0)
+        return (f"running {passed} tests\ntest {failing}::tests::evicts_least_recent ... FAILED\n\nfailures:\n\n"
+                f"---- {failing}::tests::evicts_least_recent stdout ----\nthread '{failing}::tests::evicts_least_recent' "
+                f"panicked at src/{failing}.rs:{rng.randint(40, 300)}:9:\nassertion `left == right` failed\n"
+                f"  left: Some(3)\n right: None\n\ntest result: FAILED. {passed - 1} passed; 1 failed; 0 ignored\n\n"
+                "error: test failed, to rerun pass `--lib`\n", 101)
+    if project.test.startswith("pytest"):
+        if ok:
+            return ("." * min(passed, 70) + f"  [100%]\n{passed} passed in {rng.randint(1, 9)}.{rng.randint(10, 99)}s\n", 0)
+        return ("." * 20 + "F" + "." * 9 + f"  [ 41%]\n=================================== FAILURES ===================================\n"
+                f"___________________________ test_{failing}_partial ___________________________\n\n"
+                f"    def test_{failing}_partial(client):\n        resp = client.post('/refunds', json={{'amount': 250}})\n"
+                f">       assert resp.status_code == 201\nE       assert 422 == 201\n\ntests/test_{failing}.py:"
+                f"{rng.randint(20, 90)}: AssertionError\n=========================== short test summary info "
+                f"============================\nFAILED tests/test_{failing}.py::test_{failing}_partial - assert 422 == 201\n"
+                f"1 failed, {passed - 1} passed in 3.{rng.randint(10, 99)}s\n", 1)
+    if project.test.startswith("npm"):
+        if ok:
+            return (f"\n RUN  v2.1.4 {project.cwd}\n\n ✓ src/components/UsageChart.test.tsx (6 tests) 41ms\n"
+                    f" ✓ src/api/client.test.ts (9 tests) 18ms\n\n Test Files  {passed // 10} passed\n"
+                    f"      Tests  {passed} passed ({passed})\n   Duration  1.{rng.randint(10, 99)}s\n", 0)
+        return (f"\n RUN  v2.1.4 {project.cwd}\n\n ❯ src/components/{failing}.test.tsx (6 tests | 1 failed) 52ms\n"
+                f"   × {failing} > renders an empty state when there is no usage\n"
+                "     → expected 'No data' to be 'No usage yet'\n\n Test Files  1 failed | 3 passed (4)\n"
+                f"      Tests  1 failed | {passed - 1} passed ({passed})\n", 1)
+    if ok:
+        return ("".join(f"ok  \tqueue-svc/{d}\t0.{rng.randint(100, 999)}s\n"
+                        for d in ("internal/queue", "internal/store", "cmd/queue")), 0)
+    return (f"--- FAIL: Test{failing.title()}Backoff (0.{rng.randint(10, 99)}s)\n    {failing}_test.go:{rng.randint(20, 99)}: "
+            "backoff after 3 retries = 800ms, want 400ms\nFAIL\nFAIL\tqueue-svc/internal/queue\t0.412s\n"
+            "ok  \tqueue-svc/internal/store\t0.233s\nFAIL\n", 1)
+
+
+def _diff(path: str, rng: random.Random) -> tuple[str, int, int]:
+    line = rng.randint(12, 240)
+    old = rng.choice(["    return cache.get(key)", "    if retries > 3:", "  const page = 1;", "    total = sum(items)"])
+    new = rng.choice(["    return cache.get(key).or_else(|| self.load(key))", "    if retries > self.max_retries:",
+                      "  const page = params.page ?? 1;", "    total = sum(i.amount for i in items if not i.refunded)"])
+    text = (f"--- a/{path}\n+++ b/{path}\n@@ -{line},6 +{line},7 @@\n     # context above the change\n"
+            f"-{old}\n+{new}\n+    # handles the case the failing test covers\n     # context below the change\n")
+    return text, 2, 1
+
+
+class _Writer:
+    """Builds one session's events with their times (the log keeps the source's time)."""
+
+    def __init__(self, session_id: str, start: datetime, rng: random.Random):
+        self.session_id = session_id
+        self.now = start
+        self.rng = rng
+        self.events: list[tuple[dict, str]] = []
+        self.items = 0
+
+    def tick(self, lo: float = 1.0, hi: float = 20.0) -> str:
+        self.now += timedelta(seconds=self.rng.uniform(lo, hi))
+        return self.now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{self.now.microsecond // 1000:03d}Z"
+
+    def add(self, event: dict, lo: float = 1.0, hi: float = 20.0) -> None:
+        self.events.append((event, self.tick(lo, hi)))
+
+    def item(self, kind: str, lo: float = 1.0, hi: float = 20.0, **fields) -> str:
+        self.items += 1
+        item_id = f"item_{self.items}"
+        self.add({"type": "item.completed", "item": {"id": item_id, "type": kind, **fields}}, lo, hi)
+        return item_id
+
+
+def _generated_session(index: int, rng: random.Random) -> tuple[str, list[tuple[dict, str]], Optional[dict], str]:
+    """One generated session: its id, its events with times, its progress ledger (or ``None``) and
+    its first day; which features it shows depends on ``index`` so that every one appears."""
+    project = _PROJECTS[index % len(_PROJECTS)]
+    kind, template = _TASKS[(index * 3 + rng.randint(0, 1)) % len(_TASKS)]
+    target = rng.choice(project.files[:4])
+    day = (index * DAYS) // 30
+    start = BASE_TIME + timedelta(days=day, hours=rng.randint(0, 9), minutes=rng.randint(0, 59))
+    session_id = f"vt-{start:%Y%m%d-%H%M}-{project.name}-{kind}"
+    prompt = template.format(stem=_stem(target), file=target, branch=project.branch, test=project.test,
+                             manifest=project.files[-1])
+    w = _Writer(session_id, start, rng)
+    w.add({"type": "thread.started", "thread_id": session_id,
+           "source": {"agent": "vtcode", "agent_version": "0.43.2", "cwd": project.cwd, "git_branch": project.branch}},
+          0, 0)
+    context = rng.randint(9_000, 16_000)  # the prompt grows with every turn: usage grows too
+    cached = 0
+    turns = rng.randint(3, 7) if index % 9 else 9
+    failing = _stem(target)
+    aborted_at = 2 if index % 7 == 3 else None
+    failed_at = turns if index % 10 == 5 else (2 if index % 10 == 8 else None)
+    compact_at = 4 if turns >= 6 and index % 3 == 0 else None
+    denied_at = 1 if index % 4 == 1 else None
+    for number in range(1, turns + 1):
+        w.add({"type": "turn.started"}, 20, 600)
+        if compact_at == number:
+            # The context grew too big: the agent compacts it as the turn starts (usage drops).
+            before = context
+            context = rng.randint(7_000, 9_000)
+            cached = 0
+            w.add({"type": "thread.compact_boundary", "thread_id": session_id, "trigger": "auto",
+                   "mode": "provider", "original_message_count": 40 + number * 6, "compacted_message_count": 6,
+                   "pre_tokens": before}, 2, 6)
+        if number == 1:
+            w.item("user_message", 0.5, 2, text=prompt)
+        else:
+            w.item("user_message", 0.5, 2, text=rng.choice([
+                "Go on.", "Looks right, continue with the tests.", "Also handle the empty case, please.",
+                "Run the whole suite before you stop.", "Keep the public API unchanged.",
+                f"Note that {project.name} must stay compatible with the previous release.",
+                "Can you explain why that fixes it?"]))
+        w.item("reasoning", 2, 12, stage="analysis", text=rng.choice([
+            f"Start from {target}: read it, then run `{project.test}` to see the failure for myself.",
+            f"The failure mentions {failing}; the recent change to {target} is the likely cause.",
+            "Check what the tests expect before changing the implementation.",
+            "Keep the change small and re-run the suite afterwards."]))
+        call = w.item("tool_invocation", 1, 4, tool_name="read_file", arguments={"path": target, "max_lines": 200},
+                      tool_call_id=f"call_{w.items}", status="completed", outcome="success")
+        w.item("tool_output", 0.2, 1, call_id=call, tool_call_id=f"call_{w.items - 1}",
+               output=f"// {target}\n" + "".join(f"{n:4d}  ...\n" for n in range(1, 9)), exit_code=0, status="completed")
+        if denied_at == number:
+            w.add({"type": "permission.requested", "tool_name": "run_pty_cmd"}, 1, 3)
+            w.add({"type": "permission.resolved", "tool_name": "run_pty_cmd", "decision": "deny",
+                   "wait_ms": rng.randint(2000, 9000)}, 2, 9)
+            w.item("tool_invocation", 0.1, 1, tool_name="run_pty_cmd",
+                   arguments={"command": "git push --force origin HEAD"}, tool_call_id=f"call_{w.items}",
+                   status="failed", outcome="permission_rejected")
+            w.item("agent_message", 2, 8, text="Understood, I won't push. The change stays local on "
+                                               f"{project.branch} for you to review.")
+        if aborted_at == number:
+            w.item("command_execution", 5, 40, command=project.build, aggregated_output="   Compiling ...\n",
+                   status="in_progress")
+            w.add({"type": "turn.aborted", "reason": "interrupted",
+                   "usage": _usage(context, cached, rng.randint(40, 200))}, 1, 5)
+            context += rng.randint(500, 1500)
+            continue
+        red = number == 1 or (number == 2 and rng.random() < 0.5)
+        output, code = _test_output(project, ok=not red, rng=rng, failing=failing)
+        w.item("command_execution", 5, 90, command=project.test, aggregated_output=output, exit_code=code,
+               status="completed" if code == 0 else "failed")
+        if red:
+            w.item("agent_message", 2, 15, text=f"`{project.test}` fails in {failing}: the test expects the new "
+                                                "behaviour but the implementation still takes the old path. "
+                                                f"I'll fix {target}.")
+            diff, additions, deletions = _diff(target, rng)
+            w.item("file_change", 10, 60, changes=[{"path": target, "kind": "update"}], status="completed",
+                   unified_diff=diff, additions=additions, deletions=deletions)
+            if rng.random() < 0.4:
+                new_test = project.files[3]
+                w.item("file_change", 5, 30, changes=[{"path": new_test, "kind": "update"}], status="completed",
+                       unified_diff=f"--- a/{new_test}\n+++ b/{new_test}\n@@ -1,3 +1,9 @@\n+// regression test\n"
+                                    "+fn covers_the_reported_case() {\n+    assert_eq!(run(3), Some(3));\n+}\n",
+                       additions=4, deletions=0)
+            output, code = _test_output(project, ok=True, rng=rng, failing=failing)
+            w.item("command_execution", 5, 90, command=project.test, aggregated_output=output, exit_code=code,
+                   status="completed")
+        elif rng.random() < 0.5:
+            w.item("command_execution", 1, 5, command="git status --short",
+                   aggregated_output=f" M {target}\n?? notes/{project.name}-todo.md\n", exit_code=0, status="completed")
+        if rng.random() < 0.3:
+            w.item("command_execution", 2, 10, command=f"rg -n 'TODO|FIXME' {target.rsplit('/', 1)[0]}",
+                   aggregated_output="", exit_code=1, status="failed")
+        w.item("agent_message", 3, 20, text=rng.choice([
+            f"Done: {target} now handles the case, and `{project.test}` passes.",
+            f"The suite is green. The root cause was in {target}; I added a regression test.",
+            "I made the change and verified it. Want me to open a pull request?",
+            f"Finished. Summary: one fix in {target}, tests pass, no API change."]))
+        usage_out = rng.randint(300, 2400)
+        usage = _usage(context, cached, usage_out, creation=rng.randint(0, 2000) if number == 1 else 0)
+        if failed_at == number:
+            w.add({"type": "turn.failed", "message": rng.choice([
+                "model provider error: 529 Overloaded (retried 3 times)",
+                "context window exceeded: 272,412 tokens requested, 272,000 allowed"]), "usage": usage,
+                "model": project.model}, 1, 4)
+        else:
+            w.add({"type": "turn.completed", "usage": usage, "model": project.model}, 1, 4)
+        cached = context  # the next request re-reads this prompt from the provider's cache
+        context += rng.randint(2_500, 9_000)
+    active = index % 11 == 10 or index == 0  # a few sessions are still going
+    if not active:
+        subtype = "error_during_execution" if failed_at == turns else "success"
+        totals = [0, 0, 0, 0]
+        for event, _ts in w.events:
+            if event["type"] in ("turn.completed", "turn.failed", "turn.aborted"):
+                for i, key in enumerate(("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")):
+                    totals[i] += event["usage"][key]
+        w.add({"type": "thread.completed", "thread_id": session_id, "session_id": session_id, "subtype": subtype,
+               "outcome_code": "completed" if subtype == "success" else "error",
+               "result": "Task finished." if subtype == "success" else "The last turn failed.",
+               "usage": _usage(totals[0], totals[1], totals[3], totals[2]),
+               "total_cost_usd": round(totals[0] * 1.25e-6 + totals[3] * 1e-5, 4), "num_turns": turns}, 1, 3)
+    ledger = None
+    if index % 5 == 2:
+        done = rng.randint(1, 3)
+        ledger = {"goal": prompt, "milestones": [
+            ("m1", f"Reproduce the problem with `{project.test}`", "done"),
+            ("m2", f"Fix {target}", "done" if done >= 2 else "in_progress"),
+            ("m3", "Add a regression test", "done" if done >= 3 else "pending"),
+            ("m4", "Update the changelog", "pending"),
+        ], "known_issues": [f"{project.build} warns about an unused import in {project.files[2]}"],
+            "updated_at": w.events[-1][1]}
+    return session_id, w.events, ledger, f"{start:%Y-%m-%d}"
+
+
+# --------------------------------------------------------------------------------------------
+# Imported sessions: small Codex and Claude Code source files, written from the formats' rules.
+
+_CODEX_ID = "019c7d10-5a1e-7c3b-9a5e-0000000d3e70"
+_CLAUDE_ID = "5b0e7a4c-2f1d-4c8e-9b7a-0000000d3e70"
+IMPORTED_SESSIONS = (f"codex-{_CODEX_ID}", f"claude-{_CLAUDE_ID}")
+
+
+def _codex_rollout(start: datetime) -> list[dict]:
+    def t(seconds: float) -> str:
+        at = start + timedelta(seconds=seconds)
+        return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+
+    def line(seconds, kind, payload):
+        return {"timestamp": t(seconds), "type": kind, "payload": payload}
+
+    def tokens(seconds, inp, cached, out):
+        usage = {"input_tokens": inp, "cached_input_tokens": cached, "output_tokens": out,
+                 "reasoning_output_tokens": out // 3, "total_tokens": inp + out}
+        return line(seconds, "event_msg", {"type": "token_count", "info": {
+            "total_token_usage": usage, "last_token_usage": usage, "model_context_window": 272000},
+            "rate_limits": {"primary": {"used_percent": 3.0, "window_minutes": 300, "resets_at": 1795000000}}})
+
+    cwd = "/home/dev/src/tilecache"
+    exec_args = json.dumps({"cmd": "cargo clippy --all-targets -- -D warnings", "workdir": cwd})
+    clippy = ("Chunk ID: 3f2a\nWall time: 14.2 seconds\nProcess exited with code 1\nOutput:\n"
+              "error: this `if` has identical blocks\n  --> src/eviction.rs:118:9\n"
+              "error: could not compile `tilecache` (lib) due to 1 previous error\n")
+    patch = ("*** Begin Patch\n*** Update File: src/eviction.rs\n@@\n-        if stale { self.drop(k) } else { self.drop(k) }\n"
+             "+        if stale { self.drop(k) }\n*** End Patch")
+    return [
+        line(0, "session_meta", {"id": _CODEX_ID, "timestamp": t(0), "cwd": cwd, "originator": "codex_cli_rs",
+                                 "cli_version": "0.104.0", "source": "cli", "model_provider": "openai",
+                                 "git": {"commit_hash": "9f1c2e7", "branch": "main"}}),
+        line(1, "turn_context", {"turn_id": "t1", "cwd": cwd, "approval_policy": "on-request",
+                                 "sandbox_policy": {"type": "workspace-write"}, "model": "gpt-5-codex", "summary": "auto"}),
+        line(1, "event_msg", {"type": "task_started", "turn_id": "t1", "model_context_window": 272000}),
+        line(1, "event_msg", {"type": "user_message", "message": "Make clippy pass on tilecache.",
+                              "images": [], "local_images": [], "text_elements": []}),
+        line(6, "response_item", {"type": "reasoning", "summary": [{"type": "summary_text",
+                                                                    "text": "Run clippy and read what it reports."}],
+                                  "encrypted_content": "gAAAA"}),
+        line(7, "response_item", {"type": "function_call", "name": "exec_command", "arguments": exec_args,
+                                  "call_id": "call_a1"}),
+        line(22, "response_item", {"type": "function_call_output", "call_id": "call_a1", "output": clippy}),
+        line(30, "response_item", {"type": "custom_tool_call", "name": "apply_patch", "input": patch,
+                                   "call_id": "call_a2", "status": "completed"}),
+        line(31, "response_item", {"type": "custom_tool_call_output", "call_id": "call_a2",
+                                   "output": "Success. Updated the following files:\nM src/eviction.rs\n"}),
+        line(33, "response_item", {"type": "function_call", "name": "exec_command", "arguments": exec_args,
+                                   "call_id": "call_a3"}),
+        line(47, "response_item", {"type": "function_call_output", "call_id": "call_a3",
+                                   "output": "Chunk ID: 3f2b\nWall time: 13.8 seconds\nProcess exited with code 0\n"
+                                             "Output:\n    Finished `dev` profile in 13.7s\n"}),
+        line(50, "response_item", {"type": "message", "role": "assistant", "phase": "final_answer",
+                                   "content": [{"type": "output_text",
+                                                "text": "Clippy passes now: the duplicated branch in src/eviction.rs is gone."}]}),
+        tokens(50, 48210, 31000, 1830),
+        line(50, "event_msg", {"type": "task_complete", "turn_id": "t1",
+                               "last_agent_message": "Clippy passes now."}),
+    ]
+
+
+def _claude_transcript(start: datetime) -> list[dict]:
+    def t(seconds: float) -> str:
+        at = start + timedelta(seconds=seconds)
+        return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+
+    base = {"isSidechain": False, "userType": "external", "cwd": "/home/dev/src/dashboard-web",
+            "sessionId": _CLAUDE_ID, "version": "2.0.28", "gitBranch": "main"}
+    usage = {"input_tokens": 12, "cache_creation_input_tokens": 2100, "cache_read_input_tokens": 18400,
+             "output_tokens": 240, "service_tier": "standard"}
+
+    def user(uuid, parent, seconds, content, **extra):
+        return {**base, "parentUuid": parent, "type": "user", "message": {"role": "user", "content": content},
+                "uuid": uuid, "timestamp": t(seconds), **extra}
+
+    def assistant(uuid, parent, seconds, msg_id, block, out=240):
+        return {**base, "parentUuid": parent, "type": "assistant", "requestId": f"req_{msg_id}",
+                "message": {"model": "claude-sonnet-4-5-20250929", "id": msg_id, "type": "message",
+                            "role": "assistant", "content": [block], "stop_reason": None, "stop_sequence": None,
+                            "usage": {**usage, "output_tokens": out}}, "uuid": uuid, "timestamp": t(seconds)}
+
+    return [
+        user("u1", None, 0, "The usage chart shows 'No data' for new accounts; it should say 'No usage yet'."),
+        assistant("a1", "u1", 4, "msg_1", {"type": "text", "text": "I'll look at the chart component first."}),
+        assistant("a2", "a1", 5, "msg_1", {"type": "tool_use", "id": "toolu_1", "name": "Grep",
+                                            "input": {"pattern": "No data", "path": "src"}}),
+        user("u2", "a2", 6, [{"type": "tool_result", "tool_use_id": "toolu_1",
+                              "content": "src/components/UsageChart.tsx:42:      return <Empty>No data</Empty>;"}]),
+        assistant("a3", "u2", 11, "msg_2", {"type": "tool_use", "id": "toolu_2", "name": "Edit", "input": {
+            "file_path": "/home/dev/src/dashboard-web/src/components/UsageChart.tsx",
+            "old_string": "<Empty>No data</Empty>", "new_string": "<Empty>No usage yet</Empty>"}}, out=310),
+        user("u3", "a3", 12, [{"type": "tool_result", "tool_use_id": "toolu_2",
+                               "content": "The file src/components/UsageChart.tsx has been updated."}]),
+        assistant("a4", "u3", 15, "msg_3", {"type": "tool_use", "id": "toolu_3", "name": "Bash",
+                                             "input": {"command": "npm test -- --run UsageChart"}}),
+        user("u4", "a4", 16, [{"type": "tool_result", "tool_use_id": "toolu_3", "is_error": True,
+                               "content": "The user doesn't want to proceed with this tool use. The tool use was "
+                                          "rejected (eg. if it was a file edit, the new_string was NOT written to "
+                                          "the file). STOP what you are doing and wait for the user to tell you how "
+                                          "to proceed."}]),
+        user("u5", "u4", 40, "Don't run the tests, I'll do it. Just update the snapshot too."),
+        assistant("a5", "u5", 46, "msg_4", {"type": "tool_use", "id": "toolu_4", "name": "Edit", "input": {
+            "file_path": "/home/dev/src/dashboard-web/src/components/__snapshots__/UsageChart.test.tsx.snap",
+            "old_string": "No data", "new_string": "No usage yet"}}),
+        user("u6", "a5", 47, [{"type": "tool_result", "tool_use_id": "toolu_4",
+                               "content": "The file src/components/__snapshots__/UsageChart.test.tsx.snap has been updated."}]),
+        assistant("a6", "u6", 50, "msg_5", {"type": "text",
+                                             "text": "Updated the empty-state text and its snapshot."}, out=120),
+    ]
+
+
+def _write_jsonl(path: Path, lines: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
+
+
+def _import_sources(root: Path) -> dict:
+    """Import the generated Codex and Claude sources (unless their sessions exist); returns the
+    import report as a dict (empty when nothing was imported)."""
+    from .importers import import_logs
+
+    if all(session_directory(root, sid).is_dir() for sid in IMPORTED_SESSIONS):
+        return {}
+    with tempfile.TemporaryDirectory(prefix="memstore-demo-sources-") as tmp:
+        base = Path(tmp)
+        start = BASE_TIME + timedelta(days=DAYS - 4, hours=3)
+        _write_jsonl(base / "codex" / "2026" / "11" / "19" /
+                     f"rollout-{start:%Y-%m-%dT%H-%M-%S}-{_CODEX_ID}.jsonl", _codex_rollout(start))
+        _write_jsonl(base / "claude" / "projects" / "-home-dev-src-dashboard-web" / f"{_CLAUDE_ID}.jsonl",
+                     _claude_transcript(start + timedelta(days=1, hours=2)))
+        # settle_seconds=0: the sources are complete, so the sessions end (thread.completed).
+        report = import_logs(root, [base / "codex", base / "claude"], settle_seconds=0)
+    for problem in report.problems:
+        logger.warning("demo import: %s:%s: %s", problem.path, problem.line, problem.reason)
+    return report.to_dict()
+
+
+# --------------------------------------------------------------------------------------------
+# The store
+
+
+@dataclass
+class DemoReport:
+    """What :func:`write_demo_store` did: sessions ``written`` and ``skipped`` (already whole),
+    the ``imported`` sessions, and the events written."""
+
+    root: str
+    written: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    imported: list[str] = field(default_factory=list)
+    events: int = 0
+
+    @property
+    def sessions(self) -> int:
+        return len(self.written) + len(self.skipped) + len(self.imported)
+
+    def to_dict(self) -> dict:
+        return {"root": self.root, "written": self.written, "skipped": self.skipped, "imported": self.imported,
+                "events": self.events, "sessions": self.sessions}
+
+
+def demo_plan(sessions: int = DEFAULT_SESSIONS, seed: int = DEFAULT_SEED) -> list[tuple[str, list[tuple[dict, Optional[str]]], Optional[dict]]]:
+    """The sessions the demo store holds besides the imported ones: ``(id, [(event, ts)], ledger)``.
+
+    The first is the classic ``demo`` session; the others are generated from ``seed``."""
+    plan: list = []
+    classic_start = BASE_TIME + timedelta(days=DAYS - 1, hours=6)
+    classic = []
+    for i, event in enumerate(demo_events("demo")):
+        at = classic_start + timedelta(seconds=i * 7)
+        classic.append((event, at.strftime("%Y-%m-%dT%H:%M:%S.000Z")))
+    plan.append(("demo", classic, None))
+    rng = random.Random(seed)
+    for index in range(max(0, sessions - 1 - len(IMPORTED_SESSIONS))):
+        session_id, events, ledger, _day = _generated_session(index, random.Random(rng.getrandbits(64)))
+        plan.append((session_id, events, ledger))
+    return plan
+
+
+def write_demo_store(root: os.PathLike | str, sessions: int = DEFAULT_SESSIONS, seed: int = DEFAULT_SEED, *,
+                     progress: Optional[Callable[[int, int], None]] = None) -> DemoReport:
+    """Write the demonstration store under ``root`` (about ``sessions`` sessions) and return what
+    was done. Idempotent; ``progress(done, total)`` is called after each session."""
+    from .progress import Milestone, ProgressLedger, milestone_status_from_str, save_progress
+
+    root = Path(root)
+    report = DemoReport(str(root))
+    plan = demo_plan(sessions, seed)
+    total = len(plan) + 1
+    for done, (session_id, events, ledger) in enumerate(plan, start=1):
+        directory = session_directory(root, session_id)
+        manifest = load_manifest(directory) if directory.is_dir() else None
+        if manifest is not None and manifest.event_count == len(events):
+            report.skipped.append(session_id)
+        else:
+            if directory.exists():
+                _remove_partial(root, directory)
+            # Bulk durability: one sync at close instead of one per turn (nothing here is live).
+            with open_session(root, session_id, max_events=0, durability="none") as log:
+                for event, ts in events:
+                    log.append(event, ts=ts)
+            report.written.append(session_id)
+            report.events += len(events)
+        if ledger is not None:
+            progress_ledger = ProgressLedger.new(session_id, ledger["goal"])
+            progress_ledger.set_milestones([Milestone(id=m, description=d, status=milestone_status_from_str(s))
+                                            for m, d, s in ledger["milestones"]])
+            for issue in ledger["known_issues"]:
+                progress_ledger.add_known_issue(issue)
+            progress_ledger.confidence = 0.85
+            progress_ledger.updated_at = ledger["updated_at"]
+            save_progress(root, session_id, progress_ledger)
+        if progress is not None:
+            progress(done, total)
+    imported = _import_sources(root)
+    for sid in IMPORTED_SESSIONS:
+        if session_directory(root, sid).is_dir():
+            (report.imported if imported else report.skipped).append(sid)
+    if imported:
+        report.events += imported.get("events_appended", 0)
+    if progress is not None:
+        progress(total, total)
+    return report
+
+
+def _remove_partial(root: Path, directory: Path) -> None:
+    """Remove a session an interrupted demo run left half written."""
+    from .lock import remove_session_directory
+
+    logger.info("demo: rewriting the partial session %s", directory)
+    try:
+        removed = remove_session_directory(root, directory)
+    except MemstoreError:
+        raise
+    if not removed:
+        raise StoreIOError("write demo", directory, "a partial demo session is open in another process")

@@ -1,49 +1,96 @@
-"""metadata.yml describes the per-session index, and its canned queries run in a real Datasette."""
+"""metadata.yml describes catalog.db: every table and column documented, facets on real columns,
+and its canned analytics queries run in a real Datasette over the demo store."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
+import pytest
 import yaml
-from datasette.app import Datasette
 
-from memstore.demo import write_demo_session
+from memstore.catalog import refresh_catalog
+from memstore.demo import write_demo_store
+from memstore.explorer import make_datasette
 
 METADATA = Path(__file__).resolve().parent.parent / "metadata.yml"
 
 
-def test_metadata_documents_every_index_column(tmp_path):
-    with write_demo_session(tmp_path) as log:
-        index_path = log.index_path
-    import sqlite3
-
-    conn = sqlite3.connect(index_path)
-    tables = yaml.safe_load(METADATA.read_text())["databases"]["session"]["tables"]
-    for table in ("manifest", "turns", "events"):
-        columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
-        documented = set(tables[table]["columns"])
-        assert set(columns) - {"id"} <= documented, (table, set(columns) - documented)
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("metadata")
+    write_demo_store(root)
+    refresh_catalog(root)
+    return root
 
 
-def test_canned_queries_run_in_datasette(tmp_path):
-    with write_demo_session(tmp_path) as log:
-        index_path = log.index_path
-    metadata = yaml.safe_load(METADATA.read_text())
+def catalog_meta():
+    return yaml.safe_load(METADATA.read_text())["databases"]["catalog"]
+
+
+def test_metadata_documents_every_catalog_column(store):
+    conn = sqlite3.connect(store / "catalog.db")
+    tables = catalog_meta()["tables"]
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                                        "AND name NOT LIKE 'chunks_fts%' AND name NOT LIKE '\\_%' ESCAPE '\\' "
+                                        "AND name NOT LIKE 'sqlite_%'")]
+    for name in names:
+        assert name in tables and tables[name].get("description"), name
+        if "columns" in tables[name]:
+            columns = {r[1] for r in conn.execute(f"PRAGMA table_info([{name}])")}
+            assert columns == set(tables[name]["columns"]), (name, columns ^ set(tables[name]["columns"]))
+        for facet in tables[name].get("facets", []):
+            assert facet in {r[1] for r in conn.execute(f"PRAGMA table_info([{name}])")}, (name, facet)
+    for name in ("sessions", "turns", "events", "file_changes", "chunks"):
+        assert "columns" in tables[name]
+
+
+def test_canned_queries_run_on_the_demo_store(store):
+    meta = catalog_meta()
+    queries = meta["queries"]
+    assert len(queries) >= 8
+    for name, query in queries.items():
+        assert query.get("title") and query.get("description"), name
+        assert not query.get("write"), name
+    ds = make_datasette(store)
 
     async def fetch():
-        ds = Datasette([str(index_path)], metadata=metadata)
-        results = {}
-        for name in metadata["databases"]["session"]["queries"]:
-            response = await ds.client.get(f"/session/{name}.json?_shape=array")
-            assert response.status_code == 200, (name, response.text)
-            results[name] = response.json()
-        return results
+        out = {}
+        for name in queries:
+            response = await ds.client.get(f"/catalog/{name}.json?_shape=array")
+            assert response.status_code == 200, (name, response.text[:300])
+            out[name] = response.json()
+            html = await ds.client.get(f"/catalog/{name}")
+            assert html.status_code == 200 and queries[name]["title"] in html.text
+        return out
 
     results = asyncio.run(fetch())
-    assert [r["number"] for r in results["failed_turns"]] == [1]
-    assert results["failed_turns"][0]["error"] == "cargo test failed: 1 test failed"
-    assert [(r["command"], r["exit_code"]) for r in results["failed_commands"]] == [("cargo test", 101)]
-    by_name = {r["name"]: r for r in results["tool_usage"]}
-    assert by_name["cargo test"]["uses"] == 2 and by_name["cargo test"]["failures"] == 1
-    assert [r["cache_hit_pct"] for r in results["token_usage"]] == [0.0, 73.2, 88.6]
+    conn = sqlite3.connect(store / "catalog.db")
+    tokens = conn.execute("SELECT sum(input_tokens), sum(output_tokens) FROM turns").fetchone()
+    assert sum(r["input_tokens"] for r in results["tokens_by_day"]) == tokens[0]
+    assert sum(r["output_tokens"] for r in results["tokens_by_day"]) == tokens[1]
+    by_session = results["tokens_by_session"]
+    assert len(by_session) == 30 and by_session[0]["total_tokens"] >= by_session[-1]["total_tokens"]
+    rates = {r["tool"]: r for r in results["tool_failure_rates"]}
+    assert rates["read_file"]["failures"] == 0 and rates["run_pty_cmd"]["failure_pct"] == 100.0
+    slow = [r["duration_ms"] for r in results["slowest_turns"]]
+    assert slow == sorted(slow, reverse=True) and slow[0] > 60_000
+    failing = {r["command"]: r for r in results["commands_failed_most"]}
+    assert failing["cargo test"]["failures"] >= 2
+    assert {"src/store.rs"} <= {r["path"] for r in results["files_changed_most"]}
+    ending = {r["session_id"]: r for r in results["sessions_ending_in_error"]}
+    assert ending and all(r["last_turn_status"] in ("failed", "aborted", "interrupted")
+                          or r["thread_outcome"] != "success" for r in ending.values())
+    assert any(r["thread_outcome"] == "error_during_execution" for r in ending.values())
+    assert all(0 <= (r["cache_hit_pct"] or 0) <= 100 for r in results["cache_hit_rate"])
+    assert sum(r["sessions"] for r in results["turns_per_session"]) == 30
+    denied = results["denied_tool_calls"]
+    assert {r["decision"] for r in denied} == {"deny", "declined"}
+
+
+def test_catalog_page_lists_the_canned_queries(store):
+    ds = make_datasette(store)
+    html = asyncio.run(ds.client.get("/catalog")).text
+    for query in catalog_meta()["queries"].values():
+        assert query["title"] in html

@@ -1,0 +1,107 @@
+"""``memstore serve``: the catalog of a store in Datasette 0.65, with the explorer plugin.
+
+:func:`make_datasette` builds the Datasette (``catalog.db`` opened as a mutable database, since
+it changes under it; ``metadata.yml``; ``--plugins-dir plugins/``); :func:`serve` refreshes the
+catalog, starts the background refresher and runs the server (uvicorn), bound to 127.0.0.1
+unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..catalog import catalog_path, refresh_catalog
+from ..errors import StoreIOError
+from .app import configure
+from .refresh import DEFAULT_INTERVAL, CatalogRefresher
+
+logger = logging.getLogger("memstore")
+
+_PROJECT = Path(__file__).resolve().parents[2]
+DEFAULT_METADATA = _PROJECT / "metadata.yml"
+DEFAULT_PLUGINS_DIR = _PROJECT / "plugins"
+PLUGIN_FILE = "memstore_explorer.py"
+
+
+def load_metadata(path: os.PathLike | str) -> dict:
+    """Parse a Datasette metadata file (YAML or JSON)."""
+    import yaml
+
+    text = Path(path).read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a metadata mapping")
+    return data
+
+
+def make_datasette(root: os.PathLike | str, *, metadata: Optional[os.PathLike | str] = DEFAULT_METADATA,
+                   plugins_dir: Optional[os.PathLike | str] = DEFAULT_PLUGINS_DIR,
+                   refresher: Optional[CatalogRefresher] = None, settings: Optional[dict] = None):
+    """A Datasette over ``<root>/catalog.db`` with the explorer (the catalog must exist: refresh
+    it first). ``metadata`` / ``plugins_dir`` ``None`` leave them out."""
+    from datasette.app import Datasette
+
+    path = catalog_path(root)
+    if not path.is_file():
+        raise StoreIOError("serve", path, "no catalog; refresh it first (memstore serve does)")
+    if plugins_dir is not None and not (Path(plugins_dir) / PLUGIN_FILE).is_file():
+        raise StoreIOError("serve", Path(plugins_dir) / PLUGIN_FILE, "the explorer plugin is not there (--plugins-dir)")
+    ds = Datasette(
+        [str(path)],  # files=, not immutables=: the catalog is refreshed while Datasette reads it
+        metadata=load_metadata(metadata) if metadata is not None else None,
+        plugins_dir=str(plugins_dir) if plugins_dir is not None else None,
+        settings=settings,
+    )
+    configure(ds, root, refresher=refresher)
+    return ds
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise ``OSError`` now if ``host:port`` cannot be bound (uvicorn would exit instead)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+
+
+def _run_server(app, host: str, port: int) -> None:
+    """Run the ASGI app until interrupted (the seam tests replace)."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="on")
+
+
+def serve(root: os.PathLike | str, *, host: str = "127.0.0.1", port: int = 8001,
+          metadata: Optional[os.PathLike | str] = DEFAULT_METADATA,
+          plugins_dir: Optional[os.PathLike | str] = DEFAULT_PLUGINS_DIR,
+          refresh_interval: float = DEFAULT_INTERVAL, progress: Optional[Callable[[int, int], None]] = None,
+          announce: Optional[Callable[[str], None]] = None) -> None:
+    """Refresh the catalog of ``root``, then serve it with the explorer until interrupted.
+
+    ``refresh_interval`` seconds: how often at most the catalog is refreshed while requests come
+    in (0 turns the background refresh off). ``announce(url)`` is called once the server is
+    about to listen."""
+    root = Path(root)
+    if not (root / "sessions").is_dir() and not catalog_path(root).is_file():
+        raise StoreIOError("serve", root, "no memstore store here (no sessions/); run `memstore demo` or pass --root")
+    check_port(host, port)
+    refresh_catalog(root, progress=progress)
+    refresher = CatalogRefresher(root, refresh_interval) if refresh_interval > 0 else None
+    ds = make_datasette(root, metadata=metadata, plugins_dir=plugins_dir, refresher=refresher)
+    if refresher is not None:
+        refresher.last_refresh = time.monotonic()  # just refreshed
+        refresher.start()
+    if announce is not None:
+        shown = "localhost" if host in ("127.0.0.1", "::1") else host
+        announce(f"http://{shown}:{port}/-/memstore")
+    try:
+        _run_server(ds.app(), host, port)
+    finally:
+        if refresher is not None:
+            refresher.stop()

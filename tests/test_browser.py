@@ -1,0 +1,146 @@
+"""A real browser on the explorer: Playwright drives Debian's Chromium against `memstore serve`
+(a real server process) over the demo store, checks what a person sees and follows the links,
+and saves screenshots (the path is printed; set MEMSTORE_SCREENSHOTS to choose it).
+
+Chromium is found at $MEMSTORE_CHROMIUM or /usr/bin/chromium (`apt-get install -y chromium`).
+Without Playwright or Chromium the test is skipped, except in CI (CI=true), where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from memstore.demo import write_demo_store
+
+CHROMIUM = os.environ.get("MEMSTORE_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _requirements():
+    missing = []
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("playwright (pip install -e '.[test]')")
+    if not os.access(CHROMIUM, os.X_OK):
+        missing.append(f"{CHROMIUM} (apt-get install -y chromium)")
+    if missing:
+        message = "browser test needs " + " and ".join(missing)
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    _requirements()
+    root = tmp_path_factory.mktemp("browser") / "store"
+    write_demo_store(root)
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.Popen([sys.executable, "-m", "memstore", "serve", "--root", str(root), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/-/memstore.json", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"memstore serve did not start: {proc.stdout.read().decode()[-2000:]}")
+                time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_person_browses_the_demo_store(server, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    shots = Path(os.environ.get("MEMSTORE_SCREENSHOTS") or tmp_path / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+    print(f"\nscreenshots: {shots}")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            requests = []
+            page.on("request", lambda r: requests.append(r.url))
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+
+            # Home: totals, the chart, the list of sessions.
+            page.goto(server + "/-/memstore")
+            assert page.title().startswith("Sessions")
+            assert page.locator("h1").inner_text() == "Sessions"
+            assert "30" in page.locator(".card").first.inner_text()
+            chart = page.locator("svg.ms-chart")
+            assert chart.count() == 1 and chart.locator("rect").count() > 20
+            rows = page.locator("table.sessions tbody tr")
+            assert rows.count() == 30
+            page.screenshot(path=str(shots / "home.png"), full_page=True)
+            page.select_option("select[name=agent]", "codex")
+            page.click("form.filters button[type=submit]")
+            assert page.locator("table.sessions tbody tr").count() == 1
+            page.goto(server + "/-/memstore")
+
+            # A session: follow its link from the list.
+            page.click("table.sessions a[href$='/sessions/demo']")
+            assert page.locator("h1").inner_text() == "Session demo"
+            assert page.locator("table.turns tbody tr").count() == 3
+            assert page.locator("svg.ms-chart").count() == 1
+            page.screenshot(path=str(shots / "session.png"), full_page=True)
+
+            # A turn: the failing test run, its output and exit code.
+            page.click("table.turns a >> text='1'")
+            assert page.locator("h1").inner_text() == "Turn 1"
+            command = page.locator("article.kind-command")
+            assert "$ cargo test" in command.inner_text() and "exit 101" in command.inner_text()
+            assert "append_roundtrip ... FAILED" in command.locator("pre").inner_text()
+            page.screenshot(path=str(shots / "turn.png"), full_page=True)
+
+            # The event page: the exact line.
+            page.click("article.kind-command a.seq")
+            assert page.locator("h1").inner_text().startswith("Event 6")
+            assert '"command":"cargo test"' in page.locator("#line").inner_text()
+
+            # Search from the nav bar, then follow a result to its turn.
+            page.fill("nav.ms-nav input[name=q]", "clippy")
+            page.press("nav.ms-nav input[name=q]", "Enter")
+            page.wait_for_selector(".search-result")
+            assert page.locator(".search-result mark").count() >= 1
+            page.screenshot(path=str(shots / "search.png"), full_page=True)
+            page.locator(".search-result a", has_text="turn").first.click()
+            assert page.locator("h1").inner_text().startswith("Turn")
+            assert "clippy" in page.locator("section.content").inner_text()
+
+            # Nothing was fetched from anywhere but the server, and no script failed.
+            assert all(url.startswith(server) for url in requests), [u for u in requests if not u.startswith(server)]
+            assert not errors
+        finally:
+            browser.close()
+    for name in ("home", "session", "turn", "search"):
+        assert (shots / f"{name}.png").stat().st_size > 10_000
