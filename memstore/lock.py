@@ -24,7 +24,7 @@ import stat
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from filelock import FileLock
 
@@ -165,14 +165,17 @@ def store_lock(root: os.PathLike | str, name: str, timeout: float = -1) -> FileL
     return FileLock(directory / f"{name}.lock", timeout=timeout, mode=0o600)
 
 
-def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike | str) -> bool:
+def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike | str,
+                             still_removable: Optional[Callable[[], bool]] = None) -> bool:
     """Remove a session directory that no process has open; return whether it was removed.
 
     Takes the session's liveness lock first, so a writer that opens the session at that moment
     either finds it live (``SessionBusyError``) or finds it gone and starts a new one; never
     writes into a directory being deleted. Under the lock the directory is renamed into
-    ``<root>/.trash/`` (atomic), then deleted. Refuses symlinks and anything that is not a
-    direct child of ``<root>/sessions``.
+    ``<root>/.trash/`` (atomic), then deleted. ``still_removable()``, when given, is asked
+    again under the lock (a caller's last look, with no writer able to change the session); if
+    it says no, nothing is removed. Refuses symlinks and anything that is not a direct child
+    of ``<root>/sessions``.
     """
     root = Path(root)
     session_dir = Path(session_dir)
@@ -193,7 +196,14 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
             return False
     except SessionGone:
         return False
-    trash = ensure_private_dir(root / TRASH_DIR)
+    try:
+        if still_removable is not None and not still_removable():
+            lock.release()
+            return False
+        trash = ensure_private_dir(root / TRASH_DIR)
+    except BaseException:
+        lock.release()
+        raise
     target = trash / f"{session_dir.name}-{uuid.uuid4().hex[:12]}"
     try:
         try:
@@ -207,9 +217,13 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
 
 
 def empty_trash(root: os.PathLike | str) -> None:
-    """Delete what a removal interrupted by a crash left in ``<root>/.trash/``."""
+    """Delete what a removal interrupted by a crash left in ``<root>/.trash/`` (only a real
+    directory: a ``.trash`` symlink would point the deletion outside the store)."""
     trash = Path(root) / TRASH_DIR
     try:
+        if not stat.S_ISDIR(os.lstat(trash).st_mode):
+            logger.warning("%s is a symlink or not a directory; not emptying it", trash)
+            return
         entries = list(os.scandir(trash))
     except FileNotFoundError:
         return

@@ -215,9 +215,11 @@ class _Session:
             size = len(line)
             buffer += line
             manifest.next_seq = seq + 1
-            manifest.updated_at = ts
             if seq == 1:
-                manifest.created_at = ts  # a session starts with its first record (an import's is in the past)
+                # A session starts with its first record (an import's is in the past).
+                manifest.created_at = manifest.updated_at = ts
+            elif ts > manifest.updated_at:
+                manifest.updated_at = ts  # only forward: an import may append older times
             boundary, turn = state.apply(kind, event, start, start + size, seq, ts)
             self.pending.append((seq, start, size, turn, ts) + _describe(event))
             if self.pending_lines is not None:
@@ -675,6 +677,15 @@ def rebuild(root: os.PathLike | str, session_id: Optional[str] = None, *, refres
     return manifest
 
 
+def _rebuild_derived_files(log: SessionLog) -> None:
+    """The views kept as files in ``derived/``: the memory view and a migrated trajectory."""
+    from .memory_view import refresh_memory_view
+    from .migration import write_trajectory_view
+
+    refresh_memory_view(log)
+    write_trajectory_view(log)
+
+
 def _refresh_catalog(root: os.PathLike | str) -> None:
     from .catalog import refresh_catalog  # the catalog reads sessions; it is not part of writing them
 
@@ -709,6 +720,7 @@ def _rebuild_session(root: os.PathLike | str, session_id: str) -> Manifest:
             # The index itself is rebuilt; only the search chunks lag, and readers derive
             # them in memory until a writer catches up.
             logger.warning("rebuild of %s: the search chunks could not be derived: %s", log.directory, exc)
+        _rebuild_derived_files(log)
         return log.manifest
     finally:
         log.close()

@@ -64,34 +64,38 @@ class Publisher:
         self.manifest_path = session.dir / MANIFEST_FILE
         self._cond = threading.Condition()
         self._pending: Optional[Batch] = None
+        # The pending batch failed: it waits for the next submit or drain to be tried again
+        # (so a full disk is not retried in a busy loop).
+        self._held = False
         self._busy = False
-        self._error: Optional[BaseException] = None
+        self._error: Optional[BaseException] = None  # the last failure, until a publish works
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
         self.published: Optional[bytes] = None  # the manifest last written
 
     def submit(self, batch: Batch) -> None:
-        """Hand a batch over (merged into any not yet committed); returns at once, unless the
-        publisher is far behind."""
+        """Hand a batch over (merged into any not yet committed, and trying a failed one
+        again); returns at once, unless the publisher is far behind."""
         with self._cond:
             if self._pending is None:
                 self._pending = batch
             else:
                 self._pending.merge(batch)
+            self._held = False
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="memstore-publisher", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
             while (self._pending is not None and len(self._pending.rows) >= MAX_PENDING_ROWS
-                   and self._error is None and self._thread.is_alive()):
+                   and not self._held and self._thread.is_alive()):
                 self._cond.wait()
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while (self._pending is None or self._error is not None) and not self._stopping:
+                while (self._pending is None or self._held) and not self._stopping:
                     self._cond.wait()
-                if self._pending is None or self._error is not None:
+                if self._pending is None or self._held:
                     return
                 batch, self._pending = self._pending, None
                 self._busy = True
@@ -104,7 +108,11 @@ class Publisher:
                     if self._pending is not None:
                         batch.merge(self._pending)
                     self._pending = batch
+                    self._held = True
                     self._error = exc
+            else:
+                with self._cond:
+                    self._error = None
             finally:
                 with self._cond:
                     self._busy = False
@@ -124,12 +132,11 @@ class Publisher:
             self.published = batch.manifest_json
 
     def drain(self) -> None:
-        """Wait until every submitted batch is committed and published; raise (once) the error
-        of a failed one, after trying it again."""
+        """Wait until every submitted batch is committed and published (trying a failed one
+        again first); raise the error if it fails again."""
         with self._cond:
-            if self._error is not None and self._pending is not None:
-                self._error = None  # try again now
-                self._cond.notify_all()
+            self._held = False
+            self._cond.notify_all()
             thread = self._thread
             if sys.is_finalizing() or thread is None or not thread.is_alive():
                 batch, self._pending = self._pending, None
@@ -138,14 +145,14 @@ class Publisher:
                     try:
                         self._publish(batch)
                     except BaseException:
-                        self._pending = batch
+                        self._pending, self._held = batch, True
                         raise
-            else:
-                while (self._pending is not None or self._busy) and self._error is None:
-                    self._cond.wait()
-            error, self._error = self._error, None
-        if error is not None:
-            raise error
+                self._error = None
+                return
+            while (self._pending is not None or self._busy) and not self._held:
+                self._cond.wait()
+            if self._held:
+                raise self._error
 
     def stop(self) -> None:
         """Drain, then end the thread."""

@@ -753,7 +753,8 @@ def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_lo
         return False
     size = _tree_bytes(seen.path)
     try:
-        removed = remove_session_directory(root, Path(seen.path))
+        # The stamp again under the session's lock, where no writer can change it any more.
+        removed = remove_session_directory(root, Path(seen.path), lambda: _stamp(seen.path) == seen.stamp)
     except StoreIOError as exc:
         logger.warning("retention could not remove %s: %s", seen.path, exc)
         report.skip(seen.name, f"could not be removed ({exc})")
