@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("memstore")
 
 CATALOG_FILE = "catalog.db"
+MEMORY_VIEW = "derived/memory.json"
 _ATTEMPTS = 3
 _TITLE_CHARS = 200
 
@@ -224,7 +225,7 @@ def _session_dirs(root: Path) -> dict[str, Path]:
 def _stamp(directory: Path) -> Optional[str]:
     """What changes when a session does: its log, its manifest and its index files."""
     parts = []
-    for name in (EVENTS_FILE, MANIFEST_FILE, f"index/{INDEX_FILE}", f"index/{INDEX_FILE}-wal"):
+    for name in (EVENTS_FILE, MANIFEST_FILE, f"index/{INDEX_FILE}", f"index/{INDEX_FILE}-wal", MEMORY_VIEW):
         try:
             st = os.stat(directory / name, follow_symlinks=False)
         except FileNotFoundError:
@@ -326,6 +327,7 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
                 [(session_id, *t.as_row(), _duration_ms(t.started_at, t.ended_at)) for t in turns])
             # Chunks and changed files: what the index derived, then what the reader derives.
             new_ids = _copy_derived(conn, reader, session_id, name, chunks_seq, attached)
+            new_ids += _copy_facts(conn, search, session_id, name, reader.dir)
             search.add(conn.execute("SELECT id, text, created_at FROM chunks WHERE id IN (SELECT value FROM json_each(?))",
                                     (_json_list(new_ids),)))
             new_chunks_seq = max(chunks_seq, new_events_seq)
@@ -379,6 +381,28 @@ def _copy_derived(conn: sqlite3.Connection, reader: SessionReader, session_id: s
         ids.append(cursor.fetchone()[0])
     conn.executemany("INSERT INTO file_changes (session_id, seq, turn, path, kind) VALUES (?, ?, ?, ?, ?)",
                      [(session_id, *row) for row in file_change_rows(records)])
+    return ids
+
+
+def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, name: str,
+                directory: Path) -> list[int]:
+    """Replace the session's memory facts (``derived/memory.json``) as search chunks
+    (``source = 'session'``, chunk id ``<session>:<index>``, as the reference names them)."""
+    from .memory_view import memory_facts_of
+
+    old = [row[0] for row in conn.execute("SELECT id FROM chunks WHERE session_id = ? AND source = 'session'",
+                                          (session_id,))]
+    if old:
+        search.remove(old)
+        conn.execute("DELETE FROM chunks WHERE session_id = ? AND source = 'session'", (session_id,))
+    ids = []
+    for fact in memory_facts_of(directory):
+        cursor = conn.execute(
+            "INSERT INTO chunks (chunk_id, session_id, source, kind, path, start_line, end_line, text) "
+            "VALUES (?, ?, 'session', ?, ?, 0, 0, ?) RETURNING id",
+            (f"{session_id}:{fact['index']}", session_id, fact.get("source") or "fact", f"sessions/{name}/{MEMORY_VIEW}",
+             fact["fact"]))
+        ids.append(cursor.fetchone()[0])
     return ids
 
 

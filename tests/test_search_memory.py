@@ -98,3 +98,30 @@ def test_the_search_command(tmp_path):
     assert result.exit_code == 0 and '"chunk_id": "s:2:0"' in result.output
     result = runner.invoke(cli, ["search", "widget", "--root", str(tmp_path / "nope")])
     assert result.exit_code == 2 and "no store at" in result.output
+
+
+def fact_session(root, sid, facts):
+    with memstore.open_session(root, sid) as log:
+        log.append({"type": "thread.started", "thread_id": sid})
+    memstore.write_session_memory_view(root, sid, {
+        "summary": f"session {sid}", "grounded_facts": [{"fact": f, "source": "user_assertion"} for f in facts],
+        "touched_files": []})
+
+
+def test_reference_query_tests_over_memory_facts(tmp_path):
+    """reference 4.2 query.rs: "blue" finds s1:0; multiple matches; min_score; an empty query;
+    descending scores; BM25 with deterministic ties ranks "rust cargo" s1:0 first."""
+    fact_session(tmp_path, "s1", ["rust cargo the widget is blue", "cargo build"])
+    fact_session(tmp_path, "s2", ["the sky is blue today", "python pip"])
+    facts = memstore.search_memory(tmp_path, "blue", source="session")
+    assert facts[0].chunk_id in ("s1:0", "s2:0") and {f.chunk_id for f in facts} == {"s1:0", "s2:0"}
+    assert all(f.source == "session" and f.path.endswith("memory.json") and f.seq is None for f in facts)
+    scores = [f.score for f in memstore.search_memory(tmp_path, "cargo blue", 10, source="session")]
+    assert scores == sorted(scores, reverse=True)
+    top = memstore.search_memory(tmp_path, "rust cargo", source="session", recency=False)
+    assert top[0].chunk_id == "s1:0" and top[0].score > top[1].score
+    assert memstore.search_memory(tmp_path, "", source="session") == []
+    assert memstore.search_memory(tmp_path, "blue", source="session", min_score=1e9) == []
+    # A new view replaces the old facts in the search.
+    fact_session(tmp_path, "s2", ["nothing colourful"])
+    assert {f.chunk_id for f in memstore.search_memory(tmp_path, "blue", source="session")} == {"s1:0"}
