@@ -45,7 +45,7 @@ MAX_SEQ = 2**53 - 1
 # Timestamps
 
 
-_ts_cache: tuple = (None, "")
+_ts_cache: tuple = (None, "", None, "")
 
 
 def utc_now() -> str:
@@ -54,13 +54,18 @@ def utc_now() -> str:
     One format everywhere, so timestamps also sort correctly as strings.
     """
     global _ts_cache
-    now = time.time()
-    second = int(now)
-    cached_second, prefix = _ts_cache  # one tuple, so threads never pair a second with another's text
-    if cached_second != second:
+    ms = int(time.time() * 1000)
+    # One tuple, so threads never pair a time with another's text. An append takes a few
+    # microseconds: most of them fall in the millisecond of the one before.
+    cached_ms, text, cached_second, prefix = _ts_cache
+    if ms == cached_ms:
+        return text
+    second = ms // 1000
+    if second != cached_second:
         prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        _ts_cache = (second, prefix)
-    return f"{prefix}.{int((now - second) * 1000):03d}Z"
+    text = f"{prefix}.{ms % 1000:03d}Z"
+    _ts_cache = (ms, text, second, prefix)
+    return text
 
 
 def format_ts(dt: datetime) -> str:

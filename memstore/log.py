@@ -239,9 +239,11 @@ class _Session:
                         self.write_out(sync=True)
                         self.publish()
                 elif self.unpublished >= BULK_INDEX_BYTES:
-                    # Bulk mode indexes in larger batches and leaves the manifest to flush/close.
+                    # Bulk mode indexes in larger batches, in this thread (a CPU-bound writer
+                    # gains nothing from handing them over), and leaves the manifest to
+                    # flush/close.
                     self.write_out(sync=False)
-                    self.publish(manifest=False)
+                    self.publish(manifest=False, inline=True)
                 if max_events > 0 and manifest.event_count > max_events:
                     enforce_cap(self, max_events, on_evict)
             except MemstoreError as exc:
@@ -261,18 +263,22 @@ class _Session:
             self.failed = exc
             raise
 
-    def publish(self, *, manifest: bool = True) -> None:
+    def publish(self, *, manifest: bool = True, inline: bool = False) -> None:
         """Hand the rows describing everything written to the publisher, which commits them
-        to the index and then (with ``manifest``) publishes the manifest, off this thread. If
-        the index transaction fails, nothing is forgotten: it is tried again with the next."""
+        to the index and then (with ``manifest``) publishes the manifest, off this thread
+        (in this one with ``inline``). If the index transaction fails, nothing is forgotten:
+        it is tried again with the next."""
         if self.log.buffer:
             raise AssertionError("publish() before write_out()")
         state = self.state
         m = state.manifest
         m.persisted_file_len = self.log.length
-        self.publisher.submit(Batch(
-            self.pending, self.pending_lines, {t.number: t.as_row() for t in state.dirty.values()},
-            manifest_row(m), self.log.tail, m.to_json() if manifest else None))
+        batch = Batch(self.pending, self.pending_lines, {t.number: t.as_row() for t in state.dirty.values()},
+                      manifest_row(m), self.log.tail, m.to_json() if manifest else None)
+        if inline:
+            self.publisher.publish_here(batch)
+        else:
+            self.publisher.submit(batch)
         state.dirty.clear()
         self.pending = []
         if self.pending_lines is not None:

@@ -90,6 +90,22 @@ class Publisher:
                    and not self._held and self._thread.is_alive()):
                 self._cond.wait()
 
+    def publish_here(self, batch: Batch) -> None:
+        """Publish ``batch`` in the calling thread, after whatever is pending (a failure is
+        kept and reported as by :meth:`submit`)."""
+        with self._cond:
+            idle = self._pending is None and not self._busy and not self._held
+        if not idle:
+            self.submit(batch)
+            return
+        try:
+            self._publish(batch)
+        except BaseException as exc:
+            logger.warning("updating the views of %s failed (the log is intact; retried at the next flush): %s",
+                           self.session.dir, exc)
+            with self._cond:
+                self._pending, self._held, self._error = batch, True, exc
+
     def _run(self) -> None:
         while True:
             with self._cond:
