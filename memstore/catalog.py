@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from .chunks import file_change_rows, record_chunks
+from . import events as ev
+from .chunks import event_chunks
 from .search import SearchIndex
 from .errors import MemstoreError, StoreIOError
 from .fsio import sessions_root
@@ -118,8 +119,7 @@ def _create_tables(db: "sqlite_utils.Database") -> None:
     # Where each session stands: what the catalog copied, and the file stamps that say whether
     # anything changed since.
     db["catalog_state"].create(
-        {"directory": str, "session_id": str, "generation": int, "events_seq": int, "chunks_seq": int,
-         "last_turn": int, "stamp": str},
+        {"directory": str, "session_id": str, "generation": int, "seq": int, "last_turn": int, "stamp": str},
         pk="directory",
     )
 
@@ -163,7 +163,7 @@ def _create_views(db: "sqlite_utils.Database") -> None:
     """)
 
 
-CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables", _create_tables), ("views", _create_views)))
+CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_2", _create_tables), ("views", _create_views)))
 
 
 def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
@@ -179,7 +179,18 @@ def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=10000")
-        if CATALOG_MIGRATIONS.pending(conn):
+        pending = CATALOG_MIGRATIONS.pending(conn)
+        if pending and pending[0] == CATALOG_MIGRATIONS.steps[0][0] and _has_tables(conn):
+            # A catalog of a layout this memstore does not know: it is a view, start it again.
+            conn.close()
+            logger.warning("catalog %s has an older layout: recreating it", path)
+            for suffix in ("", "-wal", "-shm"):
+                try:
+                    os.unlink(f"{path}{suffix}")
+                except FileNotFoundError:
+                    pass
+            return open_catalog(root)
+        if pending:
             CATALOG_MIGRATIONS.apply(conn)
         SearchIndex(conn).ensure_schema()
     except (sqlite3.Error, OSError) as exc:
@@ -193,6 +204,10 @@ def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
 
 # --------------------------------------------------------------------------------------------
 # Refresh
+
+
+def _has_tables(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] > 0
 
 
 def refresh_catalog(root: os.PathLike | str, *, progress=None) -> RefreshReport:
@@ -242,7 +257,7 @@ def _stamp(directory: Path) -> Optional[str]:
 def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: RefreshReport, progress) -> None:
     directories = _session_dirs(root)
     state = {row[0]: row for row in conn.execute(
-        "SELECT directory, session_id, generation, events_seq, chunks_seq, last_turn, stamp FROM catalog_state")}
+        "SELECT directory, session_id, generation, seq, last_turn, stamp FROM catalog_state")}
     for name in sorted(set(state) - set(directories)):
         with _transaction(conn):
             _forget(conn, search, state[name][1])
@@ -257,7 +272,7 @@ def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: 
         previous = state.get(name)
         if stamp is None:
             continue  # no log (yet): not a session
-        if previous is not None and previous[6] == stamp:
+        if previous is not None and previous[5] == stamp:
             report.unchanged += 1
             continue
         try:
@@ -290,8 +305,7 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
     full = (previous is None or previous[1] != session_id or previous[2] != manifest.generation
             or previous[3] > max(reader.indexed_seq, reader.tail_rows[-1][0] if reader.tail_rows else 0))
     events_seq = 0 if full else previous[3]
-    chunks_seq = 0 if full else previous[4]
-    last_turn = 0 if full else previous[5]
+    last_turn = 0 if full else previous[4]
     uri = _attach(conn, reader.index_path) if reader.index is not None else None
     attached = uri is not None
     attached_stamp = file_stamp(reader.index_path) if attached else None
@@ -305,19 +319,12 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
                 _forget(conn, search, previous[1])
             if full:
                 _forget(conn, search, session_id)  # a directory renamed to another id's, say
-            # Events: from the index up to what the reader saw of it, then the reader's tail.
-            if attached and reader.indexed_seq > events_seq:
-                conn.execute(
-                    "INSERT INTO events (session_id, seq, turn, ts, type, item_type, item_id, name, status, exit_code, "
-                    "offset, length) SELECT ?, seq, turn, ts, type, item_type, item_id, name, status, exit_code, "
-                    "offset, length FROM src.events WHERE seq > ? AND seq <= ?",
-                    (session_id, events_seq, reader.indexed_seq))
-            tail = [(session_id, r[0], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[1], r[2])
-                    for r in reader.tail_rows if r[0] > events_seq]
-            conn.executemany(
-                "INSERT INTO events (session_id, seq, turn, ts, type, item_type, item_id, name, status, exit_code, "
-                "offset, length) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", tail)
-            new_events_seq = max([events_seq, reader.indexed_seq] + [r[1] for r in tail])
+            # Events, chunks and changed files: copied from the index as far as it derived them,
+            # the rest derived here from the records (the reader parses what the index lacks).
+            new_ids, new_events_seq = _copy_records(conn, reader, session_id, name, events_seq, attached)
+            new_ids += _copy_facts(conn, search, session_id, name, reader.dir)
+            search.add(conn.execute("SELECT id, text, created_at FROM chunks WHERE id IN (SELECT value FROM json_each(?))",
+                                    (_json_list(new_ids),)))
             # Turns: from the first that may have changed (the last one copied could have been open).
             turns = reader.turns(since=last_turn)
             conn.execute("DELETE FROM turns WHERE session_id = ? AND number >= ?", (session_id, last_turn))
@@ -326,16 +333,11 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
                 f"VALUES (?, {', '.join('?' * len(TURN_COLUMNS))}, ?)",
                 [(session_id, *t.as_row(), _duration_ms(t.started_at, t.ended_at)) for t in turns])
             # Chunks and changed files: what the index derived, then what the reader derives.
-            new_ids = _copy_derived(conn, reader, session_id, name, chunks_seq, attached)
-            new_ids += _copy_facts(conn, search, session_id, name, reader.dir)
-            search.add(conn.execute("SELECT id, text, created_at FROM chunks WHERE id IN (SELECT value FROM json_each(?))",
-                                    (_json_list(new_ids),)))
-            new_chunks_seq = max(chunks_seq, new_events_seq)
             _upsert_session(conn, session_id, name, manifest, reader)
             conn.execute(
-                "INSERT OR REPLACE INTO catalog_state (directory, session_id, generation, events_seq, chunks_seq, "
-                "last_turn, stamp) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (name, session_id, manifest.generation, new_events_seq, new_chunks_seq,
+                "INSERT OR REPLACE INTO catalog_state (directory, session_id, generation, seq, last_turn, stamp) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (name, session_id, manifest.generation, new_events_seq,
                  max([last_turn] + [t.number for t in turns]), stamp))
             if attached and "immutable=1" in uri and file_stamp(reader.index_path) != attached_stamp:
                 raise _Rewritten()  # a writer touched the index under an immutable read
@@ -352,8 +354,18 @@ class _Rewritten(Exception):
     """The session's index changed generation between the reader's snapshot and the copy."""
 
 
-def _copy_derived(conn: sqlite3.Connection, reader: SessionReader, session_id: str, name: str, after: int,
-                  attached: bool) -> list[int]:
+_EVENT_INSERT = ("INSERT INTO events (session_id, seq, turn, ts, type, item_type, item_id, name, status, exit_code, "
+                 "offset, length) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_CHUNK_INSERT = ("INSERT INTO chunks (chunk_id, session_id, seq, turn, part, source, kind, path, start_line, end_line, "
+                 "created_at, text) VALUES (?, ?, ?, ?, ?, 'event', ?, ?, ?, ?, ?, ?) RETURNING id")
+
+
+def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: str, name: str, after: int,
+                  attached: bool) -> tuple[list[int], int]:
+    """Copy the session's records past seq ``after``: their events rows, chunks and changed
+    files. From the attached index as far as its deriver went (and the reader's snapshot of
+    it), then made here from the records themselves. Returns the new chunk ids and the last
+    seq copied."""
     path = f"sessions/{name}/{EVENTS_FILE}"
     ids: list[int] = []
     copied = after
@@ -361,27 +373,38 @@ def _copy_derived(conn: sqlite3.Connection, reader: SessionReader, session_id: s
         derived = conn.execute("SELECT coalesce((SELECT seq FROM src.derived_state WHERE id = 1), 0)").fetchone()[0]
         copied = max(after, min(derived, reader.indexed_seq))
         if copied > after:
+            bounds = (session_id, after, copied)
+            conn.execute(
+                "INSERT INTO events (session_id, seq, turn, ts, type, item_type, item_id, name, status, exit_code, "
+                "offset, length) SELECT ?, e.seq, e.turn, e.ts, e.type, d.item_type, d.item_id, d.name, d.status, "
+                "d.exit_code, e.offset, e.length FROM src.events e LEFT JOIN src.event_details d ON d.seq = e.seq "
+                "WHERE e.seq > ? AND e.seq <= ?", bounds)
             cursor = conn.execute(
                 "INSERT INTO chunks (chunk_id, session_id, seq, turn, part, source, kind, path, start_line, end_line, "
-                "created_at, text) SELECT ? || ':' || seq || ':' || part, ?, seq, turn, part, 'event', kind, ?, "
-                "start_line, end_line, ts, text FROM src.chunks WHERE seq > ? AND seq <= ? ORDER BY seq, part "
-                "RETURNING id",
-                (session_id, session_id, path, after, copied))
+                "created_at, text) SELECT ?1 || ':' || seq || ':' || part, ?1, seq, turn, part, 'event', kind, ?4, "
+                "start_line, end_line, ts, text FROM src.chunks WHERE seq > ?2 AND seq <= ?3 ORDER BY seq, part "
+                "RETURNING id", (*bounds, path))
             ids.extend(row[0] for row in cursor)
             conn.execute(
                 "INSERT INTO file_changes (session_id, seq, turn, path, kind) SELECT ?, seq, turn, path, kind "
-                "FROM src.file_changes WHERE seq > ? AND seq <= ?", (session_id, after, copied))
-    records = [r for r in reader.underived_records() if r.seq > copied]
-    for chunk in record_chunks(records):
-        cursor = conn.execute(
-            "INSERT INTO chunks (chunk_id, session_id, seq, turn, part, source, kind, path, start_line, end_line, "
-            "created_at, text) VALUES (?, ?, ?, ?, ?, 'event', ?, ?, ?, ?, ?, ?) RETURNING id",
-            (f"{session_id}:{chunk.seq}:{chunk.part}", session_id, chunk.seq, chunk.turn, chunk.part, chunk.kind,
-             path, chunk.start_line, chunk.end_line, chunk.ts, chunk.text))
-        ids.append(cursor.fetchone()[0])
-    conn.executemany("INSERT INTO file_changes (session_id, seq, turn, path, kind) VALUES (?, ?, ?, ?, ?)",
-                     [(session_id, *row) for row in file_change_rows(records)])
-    return ids
+                "FROM src.file_changes WHERE seq > ? AND seq <= ?", bounds)
+    last = copied
+    for record in reader.underived_records():
+        if record.seq <= copied:
+            continue
+        event = record.event
+        conn.execute(_EVENT_INSERT, (session_id, record.seq, record.turn, record.ts, *ev.describe(event),
+                                     record.offset, record.length))
+        for chunk in event_chunks(record.seq, record.turn, record.ts, event):
+            cursor = conn.execute(_CHUNK_INSERT, (
+                f"{session_id}:{chunk.seq}:{chunk.part}", session_id, chunk.seq, chunk.turn, chunk.part, chunk.kind,
+                path, chunk.start_line, chunk.end_line, chunk.ts, chunk.text))
+            ids.append(cursor.fetchone()[0])
+        for file_path, kind in ev.changed_files(event):
+            conn.execute("INSERT INTO file_changes (session_id, seq, turn, path, kind) VALUES (?, ?, ?, ?, ?)",
+                         (session_id, record.seq, record.turn, file_path, kind))
+        last = record.seq
+    return ids, max(last, copied)
 
 
 def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, name: str,

@@ -217,7 +217,7 @@ def check_event(event: Any) -> str:
         problem = lifecycle_problem(event)
         if problem is not None:
             raise InvalidEvent(f"malformed event: {problem}")
-    return kind
+    return kind if type(kind) is str else str.__str__(kind)  # a str enum indexes as its text
 
 
 def non_finite_field(value: Any, path: str = "") -> Optional[str]:

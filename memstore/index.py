@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequen
 
 import orjson
 
+from . import events as ev
 from .errors import StoreIOError, UnsafePathError
 from .fsio import write_all
 from .manifest import Manifest
@@ -108,12 +109,11 @@ def _log_tables(db: "sqlite_utils.Database") -> None:
         not_null={"status", "start_offset", "end_offset", "event_count"},
     )
     # seq is the rowid: unique, and rows are stored in log order (offsets grow with seqs), so a
-    # lookup by seq needs no second index and an append is an append to the b-tree.
+    # lookup by seq needs no second index and an append is an append to the b-tree. What the
+    # event says (its item, tool, status) is in event_details, derived off the agent's path:
+    # binding those five columns cost more than the rest of the row.
     db["events"].create(
-        {
-            "seq": int, "offset": int, "length": int, "turn": int, "ts": str, "type": str,
-            "item_type": str, "item_id": str, "name": str, "status": str, "exit_code": int,
-        },
+        {"seq": int, "offset": int, "length": int, "turn": int, "ts": str, "type": str},
         pk="seq",
         not_null={"offset", "length", "type"},
     )
@@ -121,7 +121,7 @@ def _log_tables(db: "sqlite_utils.Database") -> None:
     db["derived_state"].create({"id": int, "seq": int}, pk="id", not_null={"seq"})
 
 
-LOG_MIGRATIONS = MigrationSet("memstore.index", (("log_tables_2", _log_tables),))
+LOG_MIGRATIONS = MigrationSet("memstore.index", (("log_tables_3", _log_tables),))
 
 
 @dataclass(slots=True)
@@ -159,7 +159,8 @@ class Turn:
 
 
 TURN_COLUMNS = tuple(f.name for f in fields(Turn))
-EVENT_COLUMNS = ("seq", "offset", "length", "turn", "ts", "type", "item_type", "item_id", "name", "status", "exit_code")
+EVENT_COLUMNS = ("seq", "offset", "length", "turn", "ts", "type")
+DETAIL_COLUMNS = ("seq", "item_type", "item_id", "name", "status", "exit_code")
 _TURN_SELECT = f"SELECT {', '.join(TURN_COLUMNS)} FROM turns"
 _TURN_UPSERT = (
     f"INSERT OR REPLACE INTO turns ({', '.join(TURN_COLUMNS)}) VALUES ({', '.join('?' * len(TURN_COLUMNS))})"
@@ -242,6 +243,31 @@ class DerivedTable:
 _derived: list[DerivedTable] = []
 
 
+def _create_event_details(db: "sqlite_utils.Database") -> None:
+    db["event_details"].create(
+        {"seq": int, "item_type": str, "item_id": str, "name": str, "status": str, "exit_code": int}, pk="seq")
+
+
+def details_rows(records: Iterable[BatchRecord]) -> Iterator[tuple]:
+    """``event_details`` rows: each record's seq and what it says (see ``events.describe``)."""
+    for record in records:
+        yield (record.seq, *ev.describe(record.event)[1:])
+
+
+_DETAILS_INSERT = f"INSERT INTO event_details VALUES ({', '.join('?' * len(DETAIL_COLUMNS))})"
+
+EVENT_DETAILS = DerivedTable(
+    "event_details",
+    MigrationSet("memstore.event_details", (("event_details", _create_event_details),)),
+    lambda conn, records: conn.executemany(_DETAILS_INSERT, details_rows(records)),
+    lambda conn, first_kept_seq: conn.execute(
+        "DELETE FROM event_details" + ("" if first_kept_seq is None else " WHERE seq < ?"),
+        () if first_kept_seq is None else (first_kept_seq,)),
+    lambda conn: conn.execute("DELETE FROM event_details"),
+    lazy=True,
+)
+
+
 def register_derived_table(table: DerivedTable) -> None:
     """Keep ``table`` up to date in every session index opened from now on. An index that does
     not have it yet is rebuilt from the log on its next open, so no row is ever missing."""
@@ -253,6 +279,9 @@ def register_derived_table(table: DerivedTable) -> None:
 def unregister_derived_table(name: str) -> None:
     """Stop maintaining the derived table ``name`` (its rows stay in existing indexes)."""
     _derived[:] = [t for t in _derived if t.name != name]
+
+
+register_derived_table(EVENT_DETAILS)
 
 
 def derived_tables(*, lazy: Optional[bool] = None) -> tuple[DerivedTable, ...]:

@@ -58,7 +58,6 @@ DURABILITY_POLICIES = ("turn", "event", "none")
 _check_event = ev.check_event
 _utc_now = ev.utc_now
 _encode_record = ev.encode_record
-_describe = ev.describe
 # SQLite connections a forked child inherited: closing them (even by garbage collection) could
 # checkpoint the parent's database under it, so they are kept referenced and unused.
 _inherited_connections: list = []
@@ -221,7 +220,7 @@ class _Session:
             elif ts > manifest.updated_at:
                 manifest.updated_at = ts  # only forward: an import may append older times
             boundary, turn = state.apply(kind, event, start, start + size, seq, ts)
-            self.pending.append((seq, start, size, turn, ts) + _describe(event))
+            self.pending.append((seq, start, size, turn, ts, kind))
             if self.pending_lines is not None:
                 self.pending_lines.append(line)
             self.unpublished += size
@@ -688,7 +687,7 @@ def _rebuild_derived_files(log: SessionLog) -> None:
     from .memory_view import refresh_memory_view
     from .migration import write_trajectory_view
 
-    refresh_memory_view(log)
+    refresh_memory_view(log, only_if_any=True)
     write_trajectory_view(log)
 
 

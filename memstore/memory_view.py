@@ -485,11 +485,15 @@ def write_session_memory_view(root: os.PathLike | str, session_id: str, envelope
         return refresh_memory_view(log, envelope=envelope)
 
 
-def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None) -> Path:
-    """Regenerate ``derived/memory.json`` of the open session ``log`` (``rebuild`` calls this);
-    with ``envelope``, append it as a ``memory.envelope`` event first. A ``memory.json`` that
-    memstore did not produce is adopted into the log before it is replaced. Returns the path."""
+def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None, only_if_any: bool = False) -> Optional[Path]:
+    """Regenerate ``derived/memory.json`` of the open session ``log``; with ``envelope``, append
+    it as a ``memory.envelope`` event first. A ``memory.json`` that memstore did not produce is
+    adopted into the log before it is replaced. Returns the path. With ``only_if_any``
+    (``rebuild``), a session that never had a memory view (no file, no envelope in its log)
+    gets none: a rebuild brings views back, it does not invent them."""
     path = log.directory / DERIVED_DIR / MEMORY_FILE
+    if only_if_any and envelope is None and not path.exists() and not _has_envelope(log):
+        return None
     if envelope is not None:  # refused (InvalidEvent) before anything is appended
         ev.encode_record(1, ev.utc_now(), {"type": ENVELOPE_EVENT, "envelope": envelope})
     builder = _ViewBuilder()
@@ -517,6 +521,15 @@ def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None) -> 
     atomic_write(path, render_memory_view(builder.view(log.session_id)))
     _facts_cache.invalidate(path)
     return path
+
+
+def _has_envelope(log: SessionLog) -> bool:
+    marker = f'"type":"{ENVELOPE_EVENT}"'.encode()
+    try:
+        with open(log.events_path, "rb") as fh:
+            return any(marker in line for line in fh)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("read", log.events_path, exc) from exc
 
 
 def not_after_now(ts: Optional[str]) -> str:

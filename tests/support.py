@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 
 MANIFEST_COUNTERS = ("turn_count", "event_count", "in_turn", "retained_turn_base", "next_seq", "persisted_file_len", "status")
-EVENT_COLUMNS = "seq, offset, length, turn, ts, type, item_type, item_id, name, status, exit_code"
+EVENT_COLUMNS = "seq, offset, length, turn, ts, type"
 TURN_COLUMNS = (
     "number, status, start_offset, end_offset, event_count, first_seq, last_seq, started_at, ended_at, "
     "input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, error"
@@ -51,3 +51,24 @@ def read_index(session_dir: Path) -> dict:
     finally:
         conn.close()
     return {"manifest": manifest, "turns": turns, "events": events}
+
+
+def wait_until_derived(session_dir: Path, seq: int, timeout: float = 10.0) -> None:
+    """Wait until the session's deriver (which runs when the agent is idle: tests make that
+    instant by setting ``memstore.deriver.IDLE_SECONDS``) has derived every record up to ``seq``."""
+    import time
+
+    db = session_dir / "index" / "session.db"
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT seq FROM derived_state WHERE id = 1").fetchone()
+        except sqlite3.OperationalError:
+            row = None
+        finally:
+            conn.close()
+        if row is not None and row[0] >= seq:
+            return
+        assert time.monotonic() < deadline, f"the deriver did not reach seq {seq} in {session_dir}"
+        time.sleep(0.01)

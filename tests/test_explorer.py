@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import sqlite3
 from pathlib import Path
 
@@ -192,7 +191,7 @@ def test_turn_pages_show_the_demo_scenarios(ds, store):
     sid, number = first("SELECT session_id, turn FROM events WHERE type = 'thread.compact_boundary'")
     html = fetch(ds, f"/-/memstore/sessions/{quote_id(sid)}/turns/{number}").text
     assert "Context compacted" in html and "tokens before" in html
-    sid, number = first(f"SELECT session_id, number FROM turns WHERE status = 'aborted' LIMIT 1")
+    sid, number = first("SELECT session_id, number FROM turns WHERE status = 'aborted' LIMIT 1")
     assert "Turn aborted" in fetch(ds, f"/-/memstore/sessions/{quote_id(sid)}/turns/{number}").text
     sid, number = first("SELECT session_id, turn FROM events WHERE type = 'permission.resolved' AND status = 'deny'")
     html = fetch(ds, f"/-/memstore/sessions/{quote_id(sid)}/turns/{number}").text

@@ -93,11 +93,11 @@ def test_full_disk_fails_with_the_path_and_loses_nothing_acknowledged(small_disk
         assert memstore.rebuild(small_disk, "s", refresh=False).event_count == len(data.splitlines())
     except memstore.StoreIOError as exc:
         assert "No space left" in str(exc) and str(small_disk) in str(exc)
-        # The views are regenerable: dropping them frees the room, and the log decides.
-        import shutil
-        shutil.rmtree(small_disk / "sessions" / "s" / "index")
-        shutil.rmtree(small_disk / "sessions" / "s" / "derived")
     assert (small_disk / "sessions" / "s" / "events.jsonl").read_bytes() == data
+    # The views are regenerable: dropping them frees the room they took, and the log decides.
+    import shutil
+    shutil.rmtree(small_disk / "sessions" / "s" / "index")
+    shutil.rmtree(small_disk / "sessions" / "s" / "derived")
     with memstore.open_session(small_disk, "s", max_events=0) as log:
         assert log.event_count == len(data.splitlines())
 

@@ -286,7 +286,9 @@ def test_vtcode_lines_without_seq_or_ts_are_accepted(tmp_path):
         assert seq == 6  # VT Code lines carry no seq: they get 1-5 from their position
         records = list(log.iter_records())
         assert [r.seq for r in records] == [1, 2, 3, 4, 5, 6]  # every record has a seq
-    row = db(tmp_path).execute("SELECT name, status, turn FROM events WHERE type = 'item.completed'").fetchone()
+    memstore.rebuild(tmp_path, "s", refresh=False)  # derives event_details (else done when the agent rests)
+    row = db(tmp_path).execute("SELECT name, status, turn FROM events JOIN event_details USING (seq) "
+                               "WHERE type = 'item.completed'").fetchone()
     assert row == ("read_file", "completed", 1)
 
 
@@ -404,8 +406,10 @@ def test_turns_record_status_usage_and_interruptions(tmp_path):
     assert turns[0].error == "tests failed" and turns[0].input_tokens == 5
     assert turns[2].input_tokens == 1200 and turns[2].output_tokens == 150
     assert turns[0].first_seq == 1 and turns[0].last_seq == 3
+    memstore.rebuild(tmp_path, "s", refresh=False)  # derives event_details (else done when the agent rests)
     row = db(tmp_path).execute(
-        "SELECT name, exit_code, status, item_type FROM events WHERE type = 'item.completed'").fetchone()
+        "SELECT name, exit_code, status, item_type FROM events JOIN event_details USING (seq) "
+        "WHERE type = 'item.completed'").fetchone()
     assert row == ("cargo test", 101, "failed", "command_execution")
 
 

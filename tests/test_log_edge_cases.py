@@ -22,8 +22,10 @@ import pytest
 
 import memstore
 import memstore.fsio
+import memstore.deriver
 import memstore.log
 import memstore.manifest
+import support
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {"input_tokens": 1200, "output_tokens": 150}}
@@ -49,7 +51,7 @@ def index_rows(root, sid="s") -> dict:
             "turns": conn.execute("SELECT * FROM turns ORDER BY number").fetchall(),
             "events": conn.execute(
                 "SELECT seq, offset, length, turn, ts, type, item_type, item_id, name, status, exit_code "
-                "FROM events ORDER BY seq"
+                "FROM events LEFT JOIN event_details USING (seq) ORDER BY seq"
             ).fetchall(),
         }
     finally:
@@ -327,7 +329,7 @@ class ItemType(str, enum.Enum):
     COMMAND = "command_execution"
 
 
-def test_index_rows_of_dict_subclasses_and_str_enums_equal_a_rebuild(tmp_path):
+def test_index_rows_of_dict_subclasses_and_str_enums_equal_a_rebuild(tmp_path, monkeypatch):
     """``events.describe`` uses exact type checks (``type(item) is dict``, ``type(x) is str``).
     On append it describes the caller's objects; on a rebuild it describes the decoded JSON.
     ``check_event`` accepts dict subclasses and orjson serializes them and str enums as plain
@@ -339,6 +341,7 @@ def test_index_rows_of_dict_subclasses_and_str_enums_equal_a_rebuild(tmp_path):
     Fix: use ``isinstance`` checks and store plain ``str(...)``/``int(...)`` values (or describe
     the event as it will decode).
     """
+    monkeypatch.setattr(memstore.deriver, "IDLE_SECONDS", 0.01)
     with memstore.open_session(tmp_path, "s") as log:
         log.append(TURN_STARTED)
         log.append({"type": "item.completed", "item": OrderedDict(
@@ -346,7 +349,9 @@ def test_index_rows_of_dict_subclasses_and_str_enums_equal_a_rebuild(tmp_path):
         log.append({"type": "item.completed", "item": {
             "id": "c2", "type": ItemType.COMMAND, "command": "cargo build", "exit_code": 0, "status": "completed"}})
         log.append(TURN_COMPLETED)
+        support.wait_until_derived(session_dir(tmp_path), 4)
     incremental = index_rows(tmp_path)
+    assert incremental["events"][1][6:] == ("command_execution", "c1", "cargo test", "failed", 101)
     memstore.rebuild(tmp_path, "s")
     rebuilt = index_rows(tmp_path)
     assert incremental["events"] == rebuilt["events"]
