@@ -112,13 +112,15 @@ class Deriver:
         return bool(derived_tables(lazy=True))
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="memstore-deriver", daemon=True)
-        self._thread.start()
-        self._wake.set()  # an index may lag from an earlier run
+        """Start the thread (if it is not running) and let it look for work."""
+        if self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(target=self._run, name="memstore-deriver", daemon=True)
+            self._thread.start()
+        self._wake.set()
 
     def wake(self) -> None:
-        """New records were indexed."""
-        self._wake.set()
+        """New records were indexed (the thread starts with the first)."""
+        self.start()
 
     def stop(self) -> None:
         """Stop after the current batch (which is either committed or not started)."""

@@ -37,7 +37,7 @@ from .cap import (
 from .deriver import Deriver, derive_all
 from .errors import LogFailedError, MemstoreError, SessionBusyError, SessionClosedError, StoreIOError, TurnNotFound
 from .events import Record
-from .fsio import ensure_private_dir, fsync_dir, session_directory, sessions_root, temp_file_pid
+from .fsio import ensure_private_dir, fsync_dir, open_read_no_follow, session_directory, sessions_root, temp_file_pid
 from .index import INDEX_FILE, IndexCorrupt, SavedState, SessionIndex, Turn, derived_tables, manifest_row
 from .lifecycle import LogState
 from .lock import LivenessLock, SessionGone
@@ -125,8 +125,8 @@ class _Session:
             if not self.log.open() and new_subdirs:
                 fsync_dir(self.dir)  # creating events.jsonl would have synced it
             recover(self, force_rescan)
-            if self.deriver is not None:
-                self.deriver.start()
+            if self.deriver is not None and self._derived_lags():
+                self.deriver.start()  # an index left behind by an earlier run
         except BaseException:
             try:
                 self.publisher.stop()
@@ -135,6 +135,10 @@ class _Session:
             self._close_files()
             self.liveness.release()
             raise
+
+    def _derived_lags(self) -> bool:
+        with self.index_lock:
+            return self.index.derived_watermark() < self.index.max_seq()
 
     def _remove_dead_temp_files(self) -> None:
         """Remove temp files that writers killed mid-write left behind (a cap rewrite's copy of the
@@ -288,10 +292,14 @@ class _Session:
 
     def publish_manifest(self, *, wait: bool = False) -> None:
         """Publish the manifest (the index already holds its row): from the publisher's thread,
-        and waiting for it with ``wait``."""
-        self.publisher.submit(Batch(manifest_json=self.state.manifest.to_json()))
+        or, with ``wait``, from this one once the publisher is idle."""
+        batch = Batch(manifest_json=self.state.manifest.to_json())
         if wait:
             self.publisher.drain()
+            self.publisher.publish_here(batch)
+            self.publisher.drain()  # raises if publishing failed
+        else:
+            self.publisher.submit(batch)
 
     def flush(self, *, sync: bool = True) -> None:
         """Write, sync (unless ``sync`` is false) and index everything, publish the manifest,
@@ -683,12 +691,34 @@ def rebuild(root: os.PathLike | str, session_id: Optional[str] = None, *, refres
 
 
 def _rebuild_derived_files(log: SessionLog) -> None:
-    """The views kept as files in ``derived/``: the memory view and a migrated trajectory."""
-    from .memory_view import refresh_memory_view
-    from .migration import write_trajectory_view
+    """The views kept as files in ``derived/``: the memory view and a migrated trajectory
+    (each only where the session has one: the log is searched for their events first)."""
+    from .memory_view import ENVELOPE_EVENT, MEMORY_FILE, refresh_memory_view
+    from .migration import TRAJECTORY_EVENT, write_trajectory_view
 
-    refresh_memory_view(log, only_if_any=True)
-    write_trajectory_view(log)
+    envelope, trajectory = _log_mentions(log.events_path, (f'"{ENVELOPE_EVENT}"', f'"{TRAJECTORY_EVENT}"'))
+    if envelope or (log.directory / DERIVED_DIR / MEMORY_FILE).exists():
+        refresh_memory_view(log)
+    if trajectory:
+        write_trajectory_view(log)
+
+
+def _log_mentions(path: Path, needles: tuple[str, ...]) -> list[bool]:
+    """Whether each string occurs in the file (a byte search, no JSON decoding)."""
+    import mmap
+
+    fd = open_read_no_follow(path)
+    if fd is None:
+        return [False] * len(needles)
+    try:
+        if os.fstat(fd).st_size == 0:
+            return [False] * len(needles)
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
+            return [data.find(n.encode()) >= 0 for n in needles]
+    except OSError as exc:
+        raise StoreIOError.from_os_error("read", path, exc) from exc
+    finally:
+        os.close(fd)
 
 
 def _refresh_catalog(root: os.PathLike | str) -> None:
