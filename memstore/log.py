@@ -125,7 +125,8 @@ class _Session:
             if not self.log.open() and new_subdirs:
                 fsync_dir(self.dir)  # creating events.jsonl would have synced it
             recover(self, force_rescan)
-            if self.deriver is not None and self._derived_lags():
+            # (A rebuild derives everything itself, in its own thread.)
+            if self.deriver is not None and not force_rescan and self._derived_lags():
                 self.deriver.start()  # an index left behind by an earlier run
         except BaseException:
             try:
@@ -309,9 +310,9 @@ class _Session:
             self.write_out(sync=sync)
             if self.pending or self.state.dirty or self.unpublished:
                 self.publish()
+                self.publisher.drain()
             else:
-                self.publish_manifest()
-            self.publisher.drain()
+                self.publish_manifest(wait=True)
 
     # -- reading ---------------------------------------------------------------------------
 
