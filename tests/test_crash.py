@@ -81,13 +81,16 @@ def read_index(root: Path) -> dict:
 
 
 def rebuild_elsewhere(root: Path, scratch: Path, with_manifest: bool) -> dict:
-    """Copy ``events.jsonl`` (with ``with_manifest`` also ``manifest.json`` and ``derived/``, which
-    carry the turn ordinals past a cap rewrite) into a new store, run ``memstore.rebuild`` there,
-    and return its index rows. The original session is left untouched."""
+    """Copy ``events.jsonl`` and the torn tails kept beside it (the seqs they hold were handed out
+    and are never given again) into a new store (with ``with_manifest`` also ``manifest.json`` and
+    ``derived/``, which carry the turn ordinals past a cap rewrite), run ``memstore.rebuild``
+    there, and return its index rows. The original session is left untouched."""
     source = session_dir(root)
     target = session_dir(scratch)
     target.mkdir(parents=True)
     shutil.copyfile(source / "events.jsonl", target / "events.jsonl")
+    for torn in source.glob("events.jsonl.torn-*"):
+        shutil.copyfile(torn, target / torn.name)
     if with_manifest:
         shutil.copyfile(source / "manifest.json", target / "manifest.json")
         shutil.copytree(source / "derived", target / "derived")
