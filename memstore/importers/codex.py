@@ -496,7 +496,9 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             text = _str(p.get("message")) or ""
             images = sum(len(p[k]) for k in ("images", "local_images") if isinstance(p.get(k), list))
             if s["tasks"]:
-                opened = s["turn"] is None
+                # A prompt joins the running task (queued input), unless that task was aborted:
+                # then no task is running, and the prompt opens the next one.
+                opened = s["turn"] is None or s["turn"]["abort"] is not None
                 if opened:
                     self.begin_turn(ts, explicit=False)
                 self.prompt(text, images, lineno, ts)

@@ -1,0 +1,87 @@
+"""Adversarial review of the importers: each test is a bug found by attacking a promise of
+docs/import.md (turn boundaries, paired tool calls, settled sources, regeneration), kept as a
+regression test. Sources are written line by line here, from the format rules."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import orjson
+
+from test_import import OLD, events, items, records, turns_of
+
+import memstore
+
+CODEX_ID = "0199aaaa-0000-7000-8000-0000000000a1"
+CODEX_SID = f"codex-{CODEX_ID}"
+CLAUDE_ID = "5f0c4a1e-7777-4b1e-8d2a-0000000000b2"
+CLAUDE_SID = f"claude-{CLAUDE_ID}"
+
+
+def at(second: int) -> str:
+    return f"2026-02-01T10:{second // 60:02d}:{second % 60:02d}.000Z"
+
+
+def env(second: int, kind: str, payload: dict) -> dict:
+    return {"timestamp": at(second), "type": kind, "payload": payload}
+
+
+def meta() -> dict:
+    return env(0, "session_meta", {"id": CODEX_ID, "timestamp": at(0), "cwd": "/w", "originator": "codex_cli_rs",
+                                   "cli_version": "0.104.0"})
+
+
+def jsonl(lines: list) -> bytes:
+    return b"".join(orjson.dumps(line) + b"\n" for line in lines)
+
+
+def write(path: Path, data: bytes, mtime: float | None = OLD) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+def rollout(tmp_path: Path, lines: list, mtime: float | None = OLD) -> Path:
+    return write(tmp_path / "src" / f"rollout-2026-02-01T10-00-00-{CODEX_ID}.jsonl", jsonl(lines), mtime)
+
+
+def ends(evs):
+    return [t[-1]["type"] for t in turns_of(evs)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Codex turn boundaries
+
+
+def test_codex_a_prompt_after_an_aborted_task_opens_the_next_turn_not_the_aborted_one(tmp_path):
+    # The importer accepts a prompt written before its task_started (the turn it opens is
+    # adopted by the task). After turn_aborted no task is running any more: the next prompt
+    # belongs to the next task, not to the aborted turn, whose late calls are still its own.
+    source = rollout(tmp_path, [
+        meta(),
+        env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
+        env(1, "event_msg", {"type": "user_message", "message": "first"}),
+        env(2, "response_item", {"type": "function_call", "name": "shell", "call_id": "c1",
+                                 "arguments": json.dumps({"command": ["ls"]})}),
+        env(3, "event_msg", {"type": "turn_aborted", "reason": "interrupted"}),
+        env(3, "response_item", {"type": "function_call_output", "call_id": "c1", "output": "aborted by user"}),
+        env(5, "event_msg", {"type": "user_message", "message": "second prompt"}),
+        env(5, "event_msg", {"type": "task_started", "turn_id": "t2"}),
+        env(6, "response_item", {"type": "message", "role": "assistant",
+                                 "content": [{"type": "output_text", "text": "ok"}]}),
+        env(7, "event_msg", {"type": "task_complete", "turn_id": "t2"}),
+    ])
+    report = memstore.import_logs(tmp_path / "store", source)
+    assert report.problems == []
+    rs = records(tmp_path / "store", CODEX_SID)
+    turns = turns_of([e for e, _ in rs])
+    assert ends([e for e, _ in rs]) == ["turn.aborted", "turn.completed"]
+    assert [i["type"] for i in items(turns[0])] == ["user_message", "command_execution"]
+    assert [i.get("text") for i in items(turns[1])] == ["second prompt", "ok"]
+    # The aborted turn ends at its own last line, not at the next prompt's time.
+    ts_of = {id(e): ts for e, ts in rs}
+    assert ts_of[id(turns[0][-1])] == at(3)
