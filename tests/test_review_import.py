@@ -85,3 +85,43 @@ def test_codex_a_prompt_after_an_aborted_task_opens_the_next_turn_not_the_aborte
     # The aborted turn ends at its own last line, not at the next prompt's time.
     ts_of = {id(e): ts for e, ts in rs}
     assert ts_of[id(turns[0][-1])] == at(3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Settled sources
+
+
+def test_the_last_line_of_a_settled_source_is_imported_even_without_its_newline(tmp_path):
+    # A partial last line waits while the agent may still be writing it; once the source has
+    # settled nobody is writing it any more: a complete line (only its newline missing) is the
+    # source's last line, not one to wait for (a turn left open would be cut short).
+    lines = [
+        meta(),
+        env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
+        env(1, "event_msg", {"type": "user_message", "message": "first"}),
+        env(6, "response_item", {"type": "message", "role": "assistant",
+                                 "content": [{"type": "output_text", "text": "ok"}]}),
+        env(7, "event_msg", {"type": "task_complete", "turn_id": "t1"}),
+    ]
+    data = jsonl(lines)[:-1]  # no newline after task_complete
+    source = write(tmp_path / "src" / f"rollout-{CODEX_ID}.jsonl", data, mtime=None)
+    memstore.import_logs(tmp_path / "store", source)
+    assert ends(events(tmp_path / "store", CODEX_SID)) == ["item.completed"]  # still being written: it waits
+    os.utime(source, (OLD, OLD))
+    memstore.import_logs(tmp_path / "store", source)
+    evs = events(tmp_path / "store", CODEX_SID)
+    assert ends(evs) == ["turn.completed"]
+    assert evs[-1]["type"] == "thread.completed" and evs[-1]["subtype"] == "success"
+    # Importing it again (settled, unchanged) adds nothing; in one go it is the same.
+    again = memstore.import_logs(tmp_path / "store", source)
+    assert (again.events_appended, again.sessions_unchanged) == (0, 1)
+    memstore.import_logs(tmp_path / "fresh", source)
+    assert records(tmp_path / "store", CODEX_SID) == records(tmp_path / "fresh", CODEX_SID)
+
+    # Resumed later (the newline, then more lines): a new generation, the same as one import.
+    write(source, data + b"\n" + jsonl([env(20, "event_msg", {"type": "task_started", "turn_id": "t2"}),
+                                        env(21, "event_msg", {"type": "task_complete", "turn_id": "t2"})]))
+    assert memstore.import_logs(tmp_path / "store", source).sessions_regenerated == 1
+    memstore.import_logs(tmp_path / "fresh2", source)
+    assert records(tmp_path / "store", CODEX_SID) == records(tmp_path / "fresh2", CODEX_SID)
+    assert ends(events(tmp_path / "store", CODEX_SID)) == ["turn.completed", "turn.completed"]

@@ -415,11 +415,28 @@ def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limi
         progress(pos - len(tail) - offset)
         offset = pos - len(tail)
     if settled:
+        last = b"".join(pieces)
+        if last.strip() and _complete(last):
+            # A complete last line without its newline: nobody is writing a settled source any
+            # more, so it is the source's last line (a torn one still waits, as it did).
+            lineno += 1
+            feed(last, lineno)
+            progress(pos - offset)
+            offset = pos
         parser.finalize()
         if out:
             writer.deliver(out)
             out.clear()
     return offset, lineno
+
+
+def _complete(line: bytes) -> bool:
+    """Whether ``line`` is a whole JSON value (a torn line never is: a line is an object)."""
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _save_state(directory: Path, kind: str, session_id: str, source: SourceFile, st: os.stat_result, offset: int,
