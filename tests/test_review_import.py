@@ -125,3 +125,57 @@ def test_the_last_line_of_a_settled_source_is_imported_even_without_its_newline(
     memstore.import_logs(tmp_path / "fresh2", source)
     assert records(tmp_path / "store", CODEX_SID) == records(tmp_path / "fresh2", CODEX_SID)
     assert ends(events(tmp_path / "store", CODEX_SID)) == ["turn.completed", "turn.completed"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tool calls paired with their results
+
+
+def test_codex_an_output_written_before_its_call_is_paired_with_it(tmp_path):
+    source = rollout(tmp_path, [
+        meta(),
+        env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
+        env(1, "event_msg", {"type": "user_message", "message": "say hello"}),
+        env(3, "response_item", {"type": "function_call_output", "call_id": "c1",
+                                 "output": "Exit code: 0\nWall time: 0.1 seconds\nOutput:\nhello\n"}),
+        env(3, "response_item", {"type": "function_call", "name": "exec_command", "call_id": "c1",
+                                 "arguments": json.dumps({"cmd": "echo hello"})}),
+        env(4, "response_item", {"type": "function_call_output", "call_id": "nobody", "output": "stray"}),
+        env(7, "event_msg", {"type": "task_complete", "turn_id": "t1"}),
+    ])
+    report = memstore.import_logs(tmp_path / "store", source)
+    command = [i for i in items(events(tmp_path / "store", CODEX_SID)) if i["type"] == "command_execution"]
+    assert command == [{"id": "5", "type": "command_execution", "command": "echo hello", "aggregated_output": "hello\n",
+                        "status": "completed", "exit_code": 0, "tool_name": "exec_command"}]
+    # An output whose call never comes is still reported, once, where it is.
+    assert [(p.line, p.reason) for p in report.problems] == [
+        (6, "function_call_output without a pending call (its call was not imported or already closed)")]
+    assert report.lines_skipped == 1
+
+
+def claude_line(kind: str, second: int, uuid: str, message: dict, **extra) -> dict:
+    return {"type": kind, "sessionId": CLAUDE_ID, "uuid": uuid, "parentUuid": None, "isSidechain": False,
+            "userType": "external", "cwd": "/w", "version": "2.1.3", "gitBranch": "main", "timestamp": at(second),
+            "message": message, **extra}
+
+
+def test_claude_a_result_written_before_its_call_is_paired_with_it(tmp_path):
+    lines = [
+        claude_line("user", 1, "u1", {"role": "user", "content": "list the files"}),
+        claude_line("user", 2, "u2", {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.py\nb.py"}]},
+            toolUseResult={"stdout": "a.py\nb.py", "stderr": "", "interrupted": False, "isImage": False}),
+        claude_line("assistant", 2, "a1", {"id": "msg_1", "role": "assistant", "model": "claude-x", "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}],
+            "usage": {"input_tokens": 5, "output_tokens": 7}}, requestId="req_1"),
+        {"type": "system", "subtype": "turn_duration", "durationMs": 2000, "sessionId": CLAUDE_ID, "uuid": "s1",
+         "timestamp": at(3)},
+    ]
+    source = write(tmp_path / "src" / "-w" / f"{CLAUDE_ID}.jsonl", jsonl(lines))
+    report = memstore.import_logs(tmp_path / "store", source)
+    assert report.problems == []
+    evs = events(tmp_path / "store", CLAUDE_SID)
+    assert [i for i in items(evs) if i["type"] == "command_execution"] == [
+        {"id": "3:0", "type": "command_execution", "command": "ls", "aggregated_output": "a.py\nb.py",
+         "status": "completed"}]
+    assert ends(evs) == ["turn.completed"]

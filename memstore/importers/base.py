@@ -80,6 +80,7 @@ class Parser:
             "ts": None,           # last good timestamp (memstore form)
             "turn": None,         # the open turn (see new_turn)
             "calls": {},          # unpaired tool calls, by call id, in arrival order
+            "results": {},        # results written before their call, by call id (held for it)
             "turns": 0,           # turns closed
             "usage": [0, 0, 0, 0],  # the four usage counters summed over closed turns
             "last_end": None,     # type of the last turn end emitted
@@ -170,6 +171,7 @@ class Parser:
         turn = self.s["turn"]
         for call_id in list(self.s["calls"]):
             self.flush_call(self.s["calls"].pop(call_id), ts)
+        self.drop_results()
         usage = self.turn_usage(turn)
         abort = turn["abort"]
         if abort is None and turn["explicit"] and self.s["turn_cut"]:
@@ -219,6 +221,31 @@ class Parser:
     def flush_call(self, call: dict, ts: str) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def hold_result(self, call_id: Any, result: dict) -> bool:
+        """Hold a result that came before its call (paired when the call comes, in its turn);
+        return whether it was held. A second result for one id is not held."""
+        results = self.s.setdefault("results", {})
+        if not isinstance(call_id, str) or call_id in results:
+            return False
+        results[call_id] = result
+        return True
+
+    def take_result(self, call_id: Any) -> Optional[dict]:
+        """The held result of the call ``call_id``, if one came before it."""
+        results = self.s.get("results")
+        return results.pop(call_id, None) if results and isinstance(call_id, str) else None
+
+    def drop_results(self) -> None:
+        """The turn is over: results still waiting for their call never get it (reported)."""
+        results = self.s.get("results")
+        if results:
+            for result in results.values():
+                self.orphan_result(result)
+            results.clear()
+
+    def orphan_result(self, result: dict) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
     def extra_usage(self) -> Optional[dict]:
         """Usage the source recorded outside every turn (added to ``thread.completed``)."""
         return None
@@ -244,6 +271,7 @@ class Parser:
         elif self.s["calls"]:
             for call_id in list(self.s["calls"]):
                 self.flush_call(self.s["calls"].pop(call_id), ts)
+        self.drop_results()
         keys = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
         totals = list(self.s["usage"])
         extra = self.extra_usage()
