@@ -179,3 +179,47 @@ def test_claude_a_result_written_before_its_call_is_paired_with_it(tmp_path):
         {"id": "3:0", "type": "command_execution", "command": "ls", "aggregated_output": "a.py\nb.py",
          "status": "completed"}]
     assert ends(evs) == ["turn.completed"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Regeneration removes a whole session
+
+
+def _two_tasks(upto: int) -> list:
+    lines = [meta()]
+    for k in range(upto):
+        lines += [env(10 * k + 1, "event_msg", {"type": "task_started", "turn_id": f"t{k}"}),
+                  env(10 * k + 1, "event_msg", {"type": "user_message", "message": f"prompt {k}"}),
+                  env(10 * k + 2, "event_msg", {"type": "task_complete", "turn_id": f"t{k}"})]
+    return lines
+
+
+def test_a_pinned_session_is_never_discarded_to_import_a_new_generation(tmp_path):
+    source = rollout(tmp_path, _two_tasks(1))
+    memstore.import_logs(tmp_path / "store", source)
+    directory = memstore.session_directory(tmp_path / "store", CODEX_SID)
+    memstore.pin_session_retention(directory, "evidence")
+    before = records(tmp_path / "store", CODEX_SID)
+    rollout(tmp_path, _two_tasks(2))  # the settled session was resumed: it needs a new generation
+    report = memstore.import_logs(tmp_path / "store", source)
+    assert report.sessions_regenerated == 0 and report.events_appended == 0
+    assert [p.reason for p in report.problems] == [
+        f"session {CODEX_SID!r} is pinned (retention-pin.json): it is not replaced by a new generation; "
+        "unpin it to re-import its source"]
+    assert memstore.session_retention_pinned(directory)
+    assert records(tmp_path / "store", CODEX_SID) == before
+    assert not (tmp_path / "store" / "gc-log.jsonl").exists()
+    memstore.unpin_session_retention(directory)
+    assert memstore.import_logs(tmp_path / "store", source).sessions_regenerated == 1
+
+
+def test_discarding_a_generation_is_recorded_in_the_gc_log(tmp_path):
+    source = rollout(tmp_path, _two_tasks(1))
+    memstore.import_logs(tmp_path / "store", source)
+    updated_at = memstore.list_sessions(tmp_path / "store")[0].updated_at
+    rollout(tmp_path, _two_tasks(2))
+    assert memstore.import_logs(tmp_path / "store", source).sessions_regenerated == 1
+    lines = [orjson.loads(line) for line in (tmp_path / "store" / "gc-log.jsonl").read_bytes().splitlines()]
+    assert [(r["session_id"], r["directory"], r["reason"], r["updated_at"]) for r in lines] == [
+        (CODEX_SID, f"sessions/{CODEX_SID}", "import_regenerated", updated_at)]
+    assert lines[0]["bytes"] > 0

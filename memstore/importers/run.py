@@ -16,7 +16,8 @@ beyond those the session already holds, and the per-session cache
   are checked against the log and skipped (the same result, by the prefix property);
 - a source that was rewritten or truncated (fingerprint mismatch, smaller than the offset), or
   whose events no longer match the log, is imported afresh into a new generation of its session:
-  the old session directory is discarded first.
+  the old session directory is discarded first (recorded in ``gc-log.jsonl``, reason
+  ``import_regenerated``), unless it is pinned: a pinned session is never discarded (reported).
 
 A settled source (unmodified for ``settle_seconds``) is finalized: its open turn is closed and
 ``thread.completed`` appended. If it grows again later (a resumed Codex session), the finalizing
@@ -44,6 +45,8 @@ from ..fsio import atomic_write, fsync_dir, read_no_follow, session_directory
 from ..lock import LivenessLock
 from ..log import SessionLog, open_session
 from ..manifest import load_manifest
+from ..retention import PIN_FILE, GcLog, session_retention_pinned
+from ..retention import _tree_bytes  # noqa: PLC2701 - the same byte count retention records
 from .base import Parser
 from .claude import ClaudeParser
 from .codex import CodexExecParser, CodexRolloutParser
@@ -75,6 +78,17 @@ class Outcome:
 
 class _Diverged(Exception):
     """The session's events are not a prefix of what the source produces."""
+
+
+class SessionPinned(Exception):
+    """The session to replace by a new generation is pinned: it is never discarded."""
+
+    def __init__(self, session_id: str):
+        super().__init__(f"session {session_id!r} is pinned ({PIN_FILE}): it is not replaced by a new generation; "
+                         "unpin it to re-import its source")
+
+
+REASON_REGENERATED = "import_regenerated"
 
 
 class _Writer:
@@ -179,10 +193,30 @@ def discard_session(root: Path, session_id: str) -> None:
     so no listing shows it), and delete it.
     """
     directory = session_directory(root, session_id)
+    # A pinned session is never removed (retention's rule holds for every removal): raises
+    # SessionPinned. Every removal is recorded in gc-log.jsonl, opened first so that a store
+    # where it cannot be recorded removes nothing.
+    if session_retention_pinned(directory):
+        raise SessionPinned(session_id)
     core_remove = getattr(lock_module, "remove_session_directory", None)
     if core_remove is not None:
-        if not core_remove(root, directory) and os.path.lexists(directory):
-            raise SessionBusyError(f"session {session_id!r} is open in another process; it cannot be replaced now")
+        if not os.path.lexists(directory):
+            return
+        with GcLog(root) as gc_log:
+            size = _tree_bytes(directory)
+            try:
+                manifest = load_manifest(directory)
+            except StoreIOError:
+                manifest = None
+            # Asked again under the session's lock, where no one can pin it unseen any more.
+            if not core_remove(root, directory, lambda: not session_retention_pinned(directory)):
+                if not os.path.lexists(directory):
+                    return
+                if session_retention_pinned(directory):
+                    raise SessionPinned(session_id)
+                raise SessionBusyError(f"session {session_id!r} is open in another process; it cannot be replaced now")
+            gc_log.record(session_id=session_id, directory=f"sessions/{directory.name}", reason=REASON_REGENERATED,
+                          size=size, updated_at=manifest.updated_at if manifest is not None else None)
         return
     if directory.is_symlink():
         raise UnsafePathError("discard", directory, "is a symlink; refusing to follow it")
@@ -334,7 +368,11 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
             if log is not None:
                 log.close()
                 log = None
-            discard_session(root, session_id)
+            try:
+                discard_session(root, session_id)
+            except SessionPinned as exc:
+                out.problems.append((None, str(exc)))
+                return
             out.regenerated = True
             plan = "fresh"
         if plan == "resume":
