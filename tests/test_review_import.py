@@ -223,3 +223,31 @@ def test_discarding_a_generation_is_recorded_in_the_gc_log(tmp_path):
     assert [(r["session_id"], r["directory"], r["reason"], r["updated_at"]) for r in lines] == [
         (CODEX_SID, f"sessions/{CODEX_SID}", "import_regenerated", updated_at)]
     assert lines[0]["bytes"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input is never fatal
+
+
+def test_a_file_name_that_is_not_utf8_is_imported_and_reported_printably(tmp_path):
+    # Linux file names are bytes: an undecodable one reaches Python with surrogates, which JSON
+    # cannot hold. It crashed the whole import (InvalidEvent writing thread.started).
+    thread = "0199ffff-0000-7000-8000-0000000000f1"
+    directory = tmp_path / "src"
+    directory.mkdir()
+    name = os.fsencode(directory) + b"/run-\xff.jsonl"
+    with open(name, "wb") as fh:
+        fh.write(jsonl([{"type": "thread.started", "thread_id": thread}, {"type": "turn.started"},
+                        {"type": "turn.completed", "usage": {"input_tokens": 3, "output_tokens": 1}}]))
+    os.symlink(directory / "nowhere", os.fsencode(directory) + b"/link-\xfe.jsonl")
+    report = memstore.import_logs(tmp_path / "store", directory)
+    assert report.sessions_created == 1
+    shown = f"{directory}/run-\\xff.jsonl"
+    evs = events(tmp_path / "store", f"codex-{thread}")
+    assert evs[0]["source"]["path"] == shown
+    assert [e["type"] for e in evs] == ["thread.started", "turn.started", "turn.completed"]
+    assert [(p.path, p.reason) for p in report.problems] == [
+        (f"{directory}/link-\\xfe.jsonl", "symlink not followed (only what was named is read)")]
+    orjson.dumps(report.to_dict())  # what `memstore import --json` prints
+    again = memstore.import_logs(tmp_path / "store", directory)
+    assert (again.sessions_unchanged, again.events_appended) == (1, 0)

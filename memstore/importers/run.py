@@ -50,7 +50,7 @@ from ..retention import _tree_bytes  # noqa: PLC2701 - the same byte count reten
 from .base import Parser
 from .claude import ClaudeParser
 from .codex import CodexExecParser, CodexRolloutParser
-from .sources import CHUNK, SourceFile, fingerprint, has_line_after, open_source, sniff
+from .sources import CHUNK, SourceFile, fingerprint, has_line_after, open_source, path_of_display, sniff
 
 logger = logging.getLogger("memstore")
 
@@ -285,7 +285,7 @@ def _import(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, 
     directory = session_directory(root, session_id)
     state = load_state(directory)
     if state is not None and state["importer"] == found.kind and (state["finalized"] or not settled) \
-            and _same_source(state, source.path, st) and _prefix_intact(fd, state) \
+            and _same_source(state, source.name, st) and _prefix_intact(fd, state) \
             and _manifest_events(directory) == state["events"]:
         out.unchanged = True
         progress(st.st_size)
@@ -342,7 +342,7 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
             out.problems.append((None, (f"session {session_id!r} exists and was not imported from an agent log; "
                                         "left alone")))
             return
-        if other != source.path and os.path.exists(other):
+        if other != source.name and (os.path.exists(other) or os.path.exists(path_of_display(other))):
             out.problems.append((None, (f"session {session_id!r} is already imported from {other}; this source "
                                         "names the same session and was not merged into it")))
             return
@@ -376,10 +376,10 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
             out.regenerated = True
             plan = "fresh"
         if plan == "resume":
-            parser = cls(session_id, source.path, state=state["carry"])
+            parser = cls(session_id, source.name, state=state["carry"])
             start, lineno, skip = state["offset"], state["lines"], 0
         else:
-            parser = cls(session_id, source.path, context=context)
+            parser = cls(session_id, source.name, context=context)
             start, lineno, skip = 0, 0, (count if plan == "verify" else 0)
         writer = _Writer(root, session_id, log, skip, handles)
         try:
@@ -483,7 +483,7 @@ def _save_state(directory: Path, kind: str, session_id: str, source: SourceFile,
     head_len, head, tail = fingerprint(fd, offset)
     state = {
         "version": STATE_VERSION, "mapping": MAPPING_VERSION, "importer": kind, "session_id": session_id,
-        "source": {"path": source.path, "size": st.st_size, "mtime_ns": st.st_mtime_ns},
+        "source": {"path": source.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns},
         "offset": offset, "lines": lines, "head_len": head_len, "head_sha256": head, "tail_sha256": tail,
         "events": events, "finalized": bool(carry.get("finalized")), "carry": carry,
     }
