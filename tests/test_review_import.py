@@ -251,3 +251,27 @@ def test_a_file_name_that_is_not_utf8_is_imported_and_reported_printably(tmp_pat
     orjson.dumps(report.to_dict())  # what `memstore import --json` prints
     again = memstore.import_logs(tmp_path / "store", directory)
     assert (again.sessions_unchanged, again.events_appended) == (1, 0)
+
+
+def test_session_metadata_too_deep_for_json_is_left_out_not_fatal(tmp_path):
+    # session_meta.source is copied into thread.started; JSON nested deeper than the log can
+    # write made that lifecycle event unstorable, and the import raised InvalidEvent.
+    deep: dict = {}
+    cursor = deep
+    for _ in range(300):
+        cursor["x"] = {}
+        cursor = cursor["x"]
+    header = meta()
+    header["payload"]["source"] = {"subagent": deep}
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in [
+        header,
+        env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
+        env(2, "event_msg", {"type": "task_complete", "turn_id": "t1"}),
+    ])
+    source = write(tmp_path / "src" / f"rollout-{CODEX_ID}.jsonl", data)
+    report = memstore.import_logs(tmp_path / "store", source)
+    assert report.sessions_created == 1
+    evs = events(tmp_path / "store", CODEX_SID)
+    assert "session_source" not in evs[0]["source"] and evs[0]["source"]["cwd"] == "/w"
+    assert ends(evs) == ["turn.completed"]
+    assert [p.reason for p in report.problems] == ["thread metadata that cannot be stored as JSON left out (session_source)"]

@@ -24,7 +24,7 @@ import re
 from typing import Any, Optional
 
 from ..errors import InvalidEvent
-from ..events import normalize_ts
+from ..events import encode_record, normalize_ts
 
 # A timestamp already in memstore's form (what both agents write) needs no datetime round trip.
 _CANONICAL_TS = re.compile(r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z")
@@ -142,7 +142,22 @@ class Parser:
         """Emit ``thread.started`` with the source metadata (keys with no value left out)."""
         self.s["started"] = True
         source = {k: v for k, v in source.items() if v not in (None, "", {}, [])}
-        self.emit({"type": "thread.started", "thread_id": self.session_id, "source": source}, ts)
+        event = {"type": "thread.started", "thread_id": self.session_id, "source": source}
+        try:
+            encode_record(1, ts, event)
+        except InvalidEvent:
+            # Metadata the log cannot hold (JSON nested too deep) must not make the session
+            # unstorable: what cannot be written is left out, and reported.
+            dropped = []
+            for key, value in list(source.items()):
+                try:
+                    encode_record(1, ts, {"type": "thread.started", "thread_id": self.session_id, "source": {key: value}})
+                except InvalidEvent:
+                    dropped.append(key)
+                    del source[key]
+            self.note(None, f"thread metadata that cannot be stored as JSON left out ({', '.join(dropped)})",
+                      skipped=False)
+        self.emit(event, ts)
 
     def begin_turn(self, ts: str, *, explicit: bool, extra: Optional[dict] = None) -> None:
         """Open a turn, first closing the one still open (a new turn proves it over)."""
