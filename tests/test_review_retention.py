@@ -1,0 +1,75 @@
+"""Adversarial review of the modules that remove whole sessions or fill them from legacy stores
+(retention, legacy migration, memory views): each test is a bug found by attacking one of their
+promises, kept as a regression test."""
+
+from __future__ import annotations
+
+import pytest
+from test_migration import ROUTE, WIDGET, events_of, jsonl, legacy_store
+
+import memstore
+import memstore.migration as migration
+
+
+def _interrupt_at_thread_completed(monkeypatch):
+    """Make the first migration stop (disk full) when it completes a session it created."""
+    append = migration.SessionLog.append
+
+    def failing(self, event, ts=None):
+        if event.get("type") == "thread.completed":
+            raise memstore.StoreIOError("write", self.events_path, "No space left on device")
+        return append(self, event, ts=ts)
+
+    monkeypatch.setattr(migration.SessionLog, "append", failing)
+    return lambda: monkeypatch.setattr(migration.SessionLog, "append", append)
+
+
+def test_migrating_again_after_an_interrupted_migration_finishes_its_sessions(tmp_path, monkeypatch):
+    # The import got every record into the log, then failed before the session's end and its
+    # view. Migration is idempotent: running it again must give what one uninterrupted run
+    # gives; it found the records imported and did nothing, leaving the session active and
+    # its facts out of query_facts for good.
+    records = [{**ROUTE, "turn": n, "ts": 1767225600 + n} for n in range(1, 4)]
+    legacy_store(tmp_path / "once", envelopes={"s.memory.json": WIDGET},
+                 trajectories={"trajectory-a.jsonl": jsonl(*records)})
+    memstore.migrate_legacy(tmp_path / "once")
+    legacy_store(tmp_path / "vt", envelopes={"s.memory.json": WIDGET}, trajectories={"trajectory-a.jsonl": jsonl(*records)})
+    restore = _interrupt_at_thread_completed(monkeypatch)
+    with pytest.raises(memstore.StoreIOError):
+        memstore.migrate_legacy(tmp_path / "vt")
+    restore()
+    report = memstore.migrate_legacy(tmp_path / "vt")
+    assert report.skipped == []
+    for root in (tmp_path / "once", tmp_path / "vt"):
+        assert {(s.session_id, s.status) for s in memstore.list_sessions(root)} == {("s", "completed"),
+                                                                                   ("traj-a", "completed")}
+        assert [e["type"] for e in events_of(root, "s")] == ["thread.started", "memory.envelope", "thread.completed"]
+        assert memstore.session_memory_facts(root, "s") == WIDGET["grounded_facts"]
+        assert (root / "sessions" / "traj-a" / "derived" / "trajectory.jsonl").exists()
+    # And then it is done: a third run changes nothing.
+    before = (tmp_path / "vt" / "sessions" / "s" / "events.jsonl").read_bytes()
+    third = memstore.migrate_legacy(tmp_path / "vt")
+    assert (third.sessions_created, third.sessions_updated, third.records_imported) == (0, 0, 0)
+    assert (tmp_path / "vt" / "sessions" / "s" / "events.jsonl").read_bytes() == before
+
+
+def test_a_trajectory_migration_interrupted_midway_ends_completed_on_the_next_run(tmp_path, monkeypatch):
+    records = [{**ROUTE, "turn": n, "ts": 1767225600 + n} for n in range(1, 6)]
+    legacy_store(tmp_path, trajectories={"trajectory-a.jsonl": jsonl(*records)})
+    append = migration.SessionLog.append
+    seen = []
+
+    def failing(self, event, ts=None):
+        seen.append(event)
+        if len(seen) == 4:  # thread.started and two records are in; the third fails
+            raise memstore.StoreIOError("write", self.events_path, "No space left on device")
+        return append(self, event, ts=ts)
+
+    monkeypatch.setattr(migration.SessionLog, "append", failing)
+    with pytest.raises(memstore.StoreIOError):
+        memstore.migrate_legacy(tmp_path)
+    monkeypatch.setattr(migration.SessionLog, "append", append)
+    assert memstore.migrate_legacy(tmp_path).records_imported == 3
+    assert [e["type"] for e in events_of(tmp_path, "traj-a")] == (
+        ["thread.started"] + ["trajectory.record"] * 5 + ["thread.completed"])
+    assert memstore.list_sessions(tmp_path)[0].status == "completed"
