@@ -172,7 +172,7 @@ class _Trajectory:
 
 def _listing(root: Path, name: str, skipped: list[SkippedSource]) -> list[os.DirEntry]:
     """The entries of ``<root>/<name>`` sorted by name; ``[]`` when it is missing, and reported
-    when it is a symlink or not a directory."""
+    when it is a symlink, not a directory, or cannot be listed."""
     base = root / name
     try:
         st = os.lstat(base)
@@ -189,7 +189,9 @@ def _listing(root: Path, name: str, skipped: list[SkippedSource]) -> list[os.Dir
     try:
         return sorted(os.scandir(base), key=lambda e: e.name)
     except OSError as exc:
-        raise StoreIOError.from_os_error("list", base, exc) from exc
+        # A legacy directory is a source: one that cannot be listed is reported, not fatal.
+        skipped.append(SkippedSource(name, f"cannot be listed: {exc.strerror or exc}"))
+        return []
 
 
 def _read_source(path: Path, limit: int) -> tuple[bytes, os.stat_result]:

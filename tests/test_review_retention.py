@@ -73,3 +73,23 @@ def test_a_trajectory_migration_interrupted_midway_ends_completed_on_the_next_ru
     assert [e["type"] for e in events_of(tmp_path, "traj-a")] == (
         ["thread.started"] + ["trajectory.record"] * 5 + ["thread.completed"])
     assert memstore.list_sessions(tmp_path)[0].status == "completed"
+
+
+def test_an_unlistable_legacy_directory_is_reported_and_the_rest_is_migrated(tmp_path, monkeypatch):
+    # history/ that cannot be listed (another user's, mode 0700) is a source that cannot be read:
+    # reported in `skipped`, like an unreadable file. It aborted the whole migration instead
+    # (StoreIOError, the store's own failure), logs/ included.
+    legacy_store(tmp_path, envelopes={"s.memory.json": WIDGET}, trajectories={"trajectory-a.jsonl": jsonl(ROUTE)})
+    scandir = migration.os.scandir
+
+    def refusing(path):
+        if str(path) == str(tmp_path / "history"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(migration.os, "scandir", refusing)
+    report = memstore.migrate_legacy(tmp_path, remove_legacy=True)
+    assert [(s.path, s.reason) for s in report.skipped] == [("history", "cannot be listed: Permission denied")]
+    assert report.trajectory_imported == 1 and report.memory_imported == 0
+    assert ("history", "cannot be listed: Permission denied") in [(k.path, k.reason) for k in report.legacy.kept]
+    assert (tmp_path / "history" / "s.memory.json").exists()
