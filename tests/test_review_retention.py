@@ -93,3 +93,22 @@ def test_an_unlistable_legacy_directory_is_reported_and_the_rest_is_migrated(tmp
     assert report.trajectory_imported == 1 and report.memory_imported == 0
     assert ("history", "cannot be listed: Permission denied") in [(k.path, k.reason) for k in report.legacy.kept]
     assert (tmp_path / "history" / "s.memory.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory views
+
+
+def test_query_facts_does_not_read_through_a_symlinked_derived_directory(tmp_path):
+    # memory_facts_of and session_memory_facts refuse a derived/ that is a symlink (it points
+    # out of the store); query_facts read the file it points to.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "memory.json").write_bytes(b'{"grounded_facts": [{"fact": "not this session\'s", "source": "x"}]}')
+    with memstore.open_session(tmp_path / "store", "s") as log:
+        log.append({"type": "thread.started", "thread_id": "s"})
+    directory = memstore.session_directory(tmp_path / "store", "s")
+    (directory / "derived").rmdir()
+    (directory / "derived").symlink_to(outside)
+    assert memstore.session_memory_facts(tmp_path / "store", "s") == []
+    assert memstore.query_facts(tmp_path / "store") == []
