@@ -275,3 +275,29 @@ def test_session_metadata_too_deep_for_json_is_left_out_not_fatal(tmp_path):
     assert "session_source" not in evs[0]["source"] and evs[0]["source"]["cwd"] == "/w"
     assert ends(evs) == ["turn.completed"]
     assert [p.reason for p in report.problems] == ["thread metadata that cannot be stored as JSON left out (session_source)"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Incremental imports without the cache
+
+
+def test_an_exec_stream_that_grew_without_its_import_cache_is_extended_not_regenerated(tmp_path):
+    # A stream has no times: its events carry the file's mtime at the first import. Without the
+    # cache, the events parsed again were dated by the current mtime, never matched the log,
+    # and the session was reported as no longer matching its source and regenerated.
+    thread = "0199eeee-1111-7000-8000-0000000000e1"
+    lines = [{"type": "thread.started", "thread_id": thread}, {"type": "turn.started"},
+             {"type": "turn.completed", "usage": {"input_tokens": 3, "output_tokens": 1}}]
+    source = write(tmp_path / "src" / "run.jsonl", jsonl(lines), mtime=None)
+    memstore.import_logs(tmp_path / "store", source)
+    sid = f"codex-{thread}"
+    before = records(tmp_path / "store", sid)
+    (memstore.session_directory(tmp_path / "store", sid) / "derived" / "import-state.json").unlink()
+    os.utime(source, (OLD, OLD))  # the first import's mtime is not the file's any more
+    write(source, jsonl(lines + [{"type": "turn.started"},
+                                 {"type": "turn.completed", "usage": {"input_tokens": 8, "output_tokens": 2}}]), mtime=None)
+    report = memstore.import_logs(tmp_path / "store", source)
+    assert (report.sessions_updated, report.sessions_regenerated, report.events_appended) == (1, 0, 2)
+    assert report.problems == []
+    after = records(tmp_path / "store", sid)
+    assert after[:len(before)] == before and {ts for _, ts in after} == {before[0][1]}

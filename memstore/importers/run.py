@@ -351,6 +351,11 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
             state = None
         if state is None or state["events"] != count:
             plan = "verify" if state is None or _prefix_intact(fd, state) and state["offset"] <= st.st_size else "regenerate"
+            if plan == "verify" and first.ts is not None:
+                # The time a line without one takes (an exec stream's, say: the file's mtime at
+                # the first import) is the one that import gave: its thread.started's time (the
+                # default is only ever used up to the first event).
+                context["default_ts"] = first.ts
         elif state["offset"] > st.st_size or not _prefix_intact(fd, state):
             plan = "regenerate"  # rewritten or truncated
         elif state["finalized"]:
