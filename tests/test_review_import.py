@@ -301,3 +301,27 @@ def test_an_exec_stream_that_grew_without_its_import_cache_is_extended_not_regen
     assert report.problems == []
     after = records(tmp_path / "store", sid)
     assert after[:len(before)] == before and {ts for _, ts in after} == {before[0][1]}
+
+
+def test_an_exec_turn_that_completed_after_an_error_notice_is_completed(tmp_path):
+    # `codex exec --json` writes `error` events for notices it recovers from (stream retries)
+    # and ends the turn with its own verdict: turn.completed, or turn.failed. The importer
+    # turned every turn with an error notice into turn.failed, against the stream.
+    thread = "0199eeee-1111-7000-8000-0000000000e2"
+    source = write(tmp_path / "src" / "run.jsonl", jsonl([
+        {"type": "thread.started", "thread_id": thread},
+        {"type": "turn.started"},
+        {"type": "error", "message": "Reconnecting... 1/5"},
+        {"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": "done"}},
+        {"type": "turn.completed", "usage": {"input_tokens": 30, "cached_input_tokens": 0, "output_tokens": 4}},
+        {"type": "turn.started"},
+        {"type": "error", "message": "stream error: retrying"},
+        {"type": "turn.failed", "error": {"message": "model overloaded"}},
+    ]))
+    memstore.import_logs(tmp_path / "store", source)
+    evs = events(tmp_path / "store", f"codex-{thread}")
+    turns = turns_of(evs)
+    assert ends(evs) == ["turn.completed", "turn.failed"]
+    assert [i["type"] for i in items(turns[0])] == ["error", "agent_message"]  # the notice is kept
+    assert turns[1][-1]["message"] == "model overloaded"
+    assert evs[-1]["subtype"] == "error_during_execution"

@@ -714,6 +714,8 @@ class CodexExecParser(_TotalsMixin, Parser):
             if s["turn"] is None:
                 self.note(lineno, "turn.completed without an open turn", skipped=False)
                 return
+            # The stream's own verdict: an `error` before it was a notice the turn recovered from.
+            s["turn"]["error"] = None
             self.close_turn(ts)
         elif kind == "turn.failed":
             error = obj.get("error")
