@@ -58,7 +58,7 @@ STATE_FILE = "import-state.json"
 STATE_VERSION = 1
 # Bump when the same lines would produce different events: sessions imported by an older
 # mapping are then re-imported into a new generation rather than extended inconsistently.
-MAPPING_VERSION = 1
+MAPPING_VERSION = 2  # 2: prompts after an aborted task, results before calls, exec turn verdicts
 PARSERS: dict[str, type[Parser]] = {"codex": CodexRolloutParser, "codex-exec": CodexExecParser, "claude": ClaudeParser}
 
 
