@@ -112,3 +112,28 @@ def test_query_facts_does_not_read_through_a_symlinked_derived_directory(tmp_pat
     (directory / "derived").symlink_to(outside)
     assert memstore.session_memory_facts(tmp_path / "store", "s") == []
     assert memstore.query_facts(tmp_path / "store") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Retention: empty shells
+
+
+def test_a_session_holding_a_progress_ledger_is_not_an_empty_shell(tmp_path):
+    # derived/progress.json is the session's progress ledger (goal, milestones, handoff from
+    # the previous session): state no log holds, like migrated data. A session that saved one
+    # but closed no turn (a handoff not yet worked on) lost it as an "empty shell".
+    def shell(sid):
+        with memstore.open_session(tmp_path, sid) as log:
+            log.append({"type": "thread.started", "thread_id": sid})
+            log.append({"type": "thread.completed", "thread_id": sid, "session_id": sid, "subtype": "success",
+                        "outcome_code": "exit", "usage": {}, "num_turns": 0})
+
+    shell("handoff")
+    ledger = memstore.ProgressLedger.new("handoff", "ship the importer")
+    ledger.previous_session_id, ledger.handoff_summary = "earlier", "tests pass; docs left"
+    memstore.save_progress(tmp_path, "handoff", ledger)
+    shell("empty")
+    assert memstore.evict_zero_turn_completed_store(tmp_path, "handoff") is False
+    report = memstore.apply_retention(tmp_path)
+    assert [(r.session_id, r.reason) for r in report.removed] == [("empty", "empty_shell")]
+    assert memstore.load_progress(tmp_path, "handoff").handoff_summary == "tests pass; docs left"
