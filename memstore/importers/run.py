@@ -458,8 +458,10 @@ def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limi
         progress(pos - len(tail) - offset)
         offset = pos - len(tail)
     if settled:
-        last = b"".join(pieces)
-        if last.strip() and _complete(last):
+        # (Only a line that can be an object is joined: a torn or binary tail may be huge.)
+        last = b"".join(pieces) if pieces and pieces[0].lstrip()[:1] == b"{" and pieces[-1].rstrip()[-1:] == b"}" \
+            else b""
+        if last and _complete(last):
             # A complete last line without its newline: nobody is writing a settled source any
             # more, so it is the source's last line (a torn one still waits, as it did).
             lineno += 1
