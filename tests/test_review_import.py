@@ -325,3 +325,21 @@ def test_an_exec_turn_that_completed_after_an_error_notice_is_completed(tmp_path
     assert [i["type"] for i in items(turns[0])] == ["error", "agent_message"]  # the notice is kept
     assert turns[1][-1]["message"] == "model overloaded"
     assert evs[-1]["subtype"] == "error_during_execution"
+
+
+def test_a_line_dated_in_the_future_does_not_date_the_session_past_the_present(tmp_path):
+    # A session's age is its last event time: one source line with a wrong clock (year 2999)
+    # made an imported session newer than everything, for ever (retention never ages it out).
+    # Migration and memory views refuse such times; the importer used them.
+    source = rollout(tmp_path, [
+        meta(),
+        env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
+        {**env(1, "event_msg", {"type": "user_message", "message": "hi"}), "timestamp": "2999-01-01T00:00:00.000Z"},
+        env(2, "event_msg", {"type": "task_complete", "turn_id": "t1"}),
+    ])
+    report = memstore.import_logs(tmp_path / "store", source)
+    assert [(p.line, p.reason) for p in report.problems] == [
+        (3, "timestamp '2999-01-01T00:00:00.000Z' is in the future; the previous one is used")]
+    assert {ts for _, ts in records(tmp_path / "store", CODEX_SID)} == {at(0), at(1), at(2)}
+    assert memstore.list_sessions(tmp_path / "store")[0].updated_at == at(2)
+    assert memstore.apply_retention(tmp_path / "store", memstore.RetentionPolicy(50, 30)).count == 1

@@ -70,6 +70,9 @@ class Parser:
             state["context"] = dict(context or {})
         self.s = state
         self._raw_ts: Optional[str] = None
+        # The latest time a line may carry (memstore form; set by the driver from its clock): a
+        # later one is a wrong clock, and would date the session past the present for ever.
+        self.ts_limit: Optional[str] = None
         self.after_load()
 
     # -- state ---------------------------------------------------------------------------
@@ -111,24 +114,31 @@ class Parser:
 
     def line_ts(self, value: Any, lineno: int) -> str:
         """The event time of a line: its timestamp in memstore's form, else the last good one
-        (a line without a usable time still keeps the source's order)."""
+        (a line without a usable time still keeps the source's order). A time past
+        ``ts_limit`` is not usable: a wrong clock must not date the session past the present."""
         if value == self._raw_ts and value is not None:
             # Several lines often share one write time: validate each distinct string once.
             self.s["ts"] = value
             return value
+        limit = self.ts_limit
         if type(value) is str and _CANONICAL_TS.fullmatch(value):
-            self._raw_ts = value
-            self.s["ts"] = value
-            return value
-        if value is not None:
+            if limit is None or value <= limit:  # the canonical form orders as text
+                self._raw_ts = value
+                self.s["ts"] = value
+                return value
+            self.note(lineno, f"timestamp {value!r} is in the future; the previous one is used", skipped=False)
+        elif value is not None:
             try:
                 ts = normalize_ts(value)
             except InvalidEvent:
                 self.note(lineno, f"timestamp {str(value)[:40]!r} is not RFC 3339; the previous one is used",
                           skipped=False)
             else:
-                self.s["ts"] = ts
-                return ts
+                if limit is None or ts <= limit:
+                    self.s["ts"] = ts
+                    return ts
+                self.note(lineno, f"timestamp {str(value)[:40]!r} is in the future; the previous one is used",
+                          skipped=False)
         if self.s["ts"] is None:
             self.s["ts"] = self.s["context"].get("default_ts") or "1970-01-01T00:00:00.000Z"
         return self.s["ts"]

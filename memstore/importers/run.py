@@ -59,6 +59,9 @@ STATE_VERSION = 1
 # Bump when the same lines would produce different events: sessions imported by an older
 # mapping are then re-imported into a new generation rather than extended inconsistently.
 MAPPING_VERSION = 2  # 2: prompts after an aborted task, results before calls, exec turn verdicts
+# A line may be dated up to this far past the import's clock (another machine's clock, a time
+# zone bug); a later time is taken as wrong (see Parser.ts_limit).
+FUTURE_SLACK_SECONDS = 86_400
 PARSERS: dict[str, type[Parser]] = {"codex": CodexRolloutParser, "codex-exec": CodexExecParser, "claude": ClaudeParser}
 
 
@@ -273,14 +276,14 @@ def import_source(root: Path, source: SourceFile, wanted: str, settle_seconds: f
                 out.problems.append((None, f"is a {found.kind} log, not {wanted}"))
                 return out
             return None
-        _import(root, source, fd, st, found, settled, out, progress)
+        _import(root, source, fd, st, found, settled, out, progress, _mtime_ts_of(now + FUTURE_SLACK_SECONDS))
         return out
     finally:
         os.close(fd)
 
 
 def _import(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, settled: bool, out: Outcome,
-            progress: Callable[[int], None]) -> None:
+            progress: Callable[[int], None], ts_limit: str) -> None:
     session_id = found.session_id
     directory = session_directory(root, session_id)
     state = load_state(directory)
@@ -299,7 +302,7 @@ def _import(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, 
             return
     handles: list[SessionLog] = [log] if log is not None else []
     try:
-        _import_locked(root, source, fd, st, found, settled, out, progress, log, handles)
+        _import_locked(root, source, fd, st, found, settled, out, progress, log, handles, ts_limit)
     except SessionBusyError as exc:
         out.problems.append((None, f"{exc}; skipped, import again later"))
     finally:
@@ -322,7 +325,7 @@ def _prefix_intact(fd: int, state: dict) -> bool:
 
 
 def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, settled: bool, out: Outcome,
-                   progress: Callable[[int], None], log: Optional[SessionLog], handles: list) -> None:
+                   progress: Callable[[int], None], log: Optional[SessionLog], handles: list, ts_limit: str) -> None:
     """Import with the session open (or absent); every handle opened is added to ``handles``
     for the caller to close."""
     session_id = found.session_id
@@ -386,6 +389,7 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
         else:
             parser = cls(session_id, source.name, context=context)
             start, lineno, skip = 0, 0, (count if plan == "verify" else 0)
+        parser.ts_limit = ts_limit
         writer = _Writer(root, session_id, log, skip, handles)
         try:
             offset, lineno = _run(parser, writer, fd, start, lineno, st.st_size, settled, progress)
@@ -498,6 +502,10 @@ def _save_state(directory: Path, kind: str, session_id: str, source: SourceFile,
 
 
 def _mtime_ts(st: os.stat_result) -> str:
-    seconds = int(st.st_mtime)
-    millis = int((st.st_mtime - seconds) * 1000)
+    return _mtime_ts_of(st.st_mtime)
+
+
+def _mtime_ts_of(when: float) -> str:
+    seconds = int(when)
+    millis = int((when - seconds) * 1000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
