@@ -343,3 +343,16 @@ def test_a_line_dated_in_the_future_does_not_date_the_session_past_the_present(t
     assert {ts for _, ts in records(tmp_path / "store", CODEX_SID)} == {at(0), at(1), at(2)}
     assert memstore.list_sessions(tmp_path / "store")[0].updated_at == at(2)
     assert memstore.apply_retention(tmp_path / "store", memstore.RetentionPolicy(50, 30)).count == 1
+
+
+def test_an_exec_stream_with_a_future_mtime_is_not_dated_in_the_future(tmp_path):
+    # A stream's events take the file's mtime: a file touched into the future dated them there.
+    import time
+
+    thread = "0199eeee-1111-7000-8000-0000000000e3"
+    future = 32503680000  # 3000-01-01
+    source = write(tmp_path / "src" / "run.jsonl", jsonl([{"type": "thread.started", "thread_id": thread},
+                                                          {"type": "turn.started"}]), mtime=future)
+    memstore.import_logs(tmp_path / "store", source)
+    stamps = {ts for _, ts in records(tmp_path / "store", f"codex-{thread}")}
+    assert len(stamps) == 1 and stamps.pop() <= time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 2 * 86400))

@@ -332,7 +332,7 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
     cls = PARSERS[found.kind]
     directory = session_directory(root, session_id)
     count = log.event_count if log is not None else 0
-    context = dict(found.context, default_ts=_mtime_ts(st))
+    context = dict(found.context, default_ts=min(_mtime_ts(st), ts_limit))  # a file touched into the future
     plan = "fresh"
     state = None
     if count:
