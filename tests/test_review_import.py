@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import orjson
-
 from test_import import OLD, events, items, records, turns_of
 
 import memstore

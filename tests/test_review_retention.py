@@ -8,7 +8,7 @@ import pytest
 from test_migration import ROUTE, WIDGET, events_of, jsonl, legacy_store
 
 import memstore
-import memstore.migration as migration
+from memstore import migration
 
 
 def _interrupt_at_thread_completed(monkeypatch):

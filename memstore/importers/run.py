@@ -45,12 +45,19 @@ from ..fsio import atomic_write, fsync_dir, read_no_follow, session_directory
 from ..lock import LivenessLock
 from ..log import SessionLog, open_session
 from ..manifest import load_manifest
-from ..retention import PIN_FILE, GcLog, session_retention_pinned
-from ..retention import _tree_bytes  # noqa: PLC2701 - the same byte count retention records
+from ..retention import PIN_FILE, GcLog, _tree_bytes, session_retention_pinned
 from .base import Parser
 from .claude import ClaudeParser
 from .codex import CodexExecParser, CodexRolloutParser
-from .sources import CHUNK, SourceFile, fingerprint, has_line_after, open_source, path_of_display, sniff
+from .sources import (
+    CHUNK,
+    SourceFile,
+    fingerprint,
+    has_line_after,
+    open_source,
+    path_of_display,
+    sniff,
+)
 
 logger = logging.getLogger("memstore")
 
