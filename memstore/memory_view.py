@@ -739,7 +739,10 @@ def query_facts(root: os.PathLike | str, limit: Optional[int] = 100) -> list[Fac
         return records
     pairs = [(entry, _summary(entry)) for entry in _session_dirs(root)]
     for entry, summary in _newest_first(pairs):
-        file_id, facts = _facts_cache.get(Path(entry.path) / DERIVED_DIR / MEMORY_FILE)
+        derived = os.path.join(entry.path, DERIVED_DIR)
+        if os.path.islink(derived):
+            continue  # as memory_facts_of: a symlinked derived/ points out of the session
+        file_id, facts = _facts_cache.get(Path(derived) / MEMORY_FILE)
         if not facts:
             continue
         session_id = _id_for(entry.name, file_id, summary.session_id if summary else None)

@@ -83,6 +83,7 @@ LIVE_TRAJECTORY = "trajectory.jsonl"
 LIVE_TRAJECTORY_SESSION = "traj-live"
 TRAJECTORY_EVENT = "trajectory.record"
 TRAJECTORY_VIEW = "trajectory.jsonl"
+MEMORY_VIEW = "memory.json"
 IMPORTER = "memstore.migrate"
 MAX_ENVELOPE_BYTES = 16 << 20
 MAX_TRAJECTORY_BYTES = 512 << 20
@@ -171,7 +172,7 @@ class _Trajectory:
 
 def _listing(root: Path, name: str, skipped: list[SkippedSource]) -> list[os.DirEntry]:
     """The entries of ``<root>/<name>`` sorted by name; ``[]`` when it is missing, and reported
-    when it is a symlink or not a directory."""
+    when it is a symlink, not a directory, or cannot be listed."""
     base = root / name
     try:
         st = os.lstat(base)
@@ -188,7 +189,9 @@ def _listing(root: Path, name: str, skipped: list[SkippedSource]) -> list[os.Dir
     try:
         return sorted(os.scandir(base), key=lambda e: e.name)
     except OSError as exc:
-        raise StoreIOError.from_os_error("list", base, exc) from exc
+        # A legacy directory is a source: one that cannot be listed is reported, not fatal.
+        skipped.append(SkippedSource(name, f"cannot be listed: {exc.strerror or exc}"))
+        return []
 
 
 def _read_source(path: Path, limit: int) -> tuple[bytes, os.stat_result]:
@@ -355,6 +358,8 @@ class _Imported:
     records: int = 0
     memory: bool = False
     trajectory: bool = False
+    migrated: bool = False  # migration started the session (its thread.started says so)
+    completed: bool = False  # the log holds a thread.completed
 
     def add(self, record: Record) -> None:
         self.records += 1
@@ -363,7 +368,12 @@ class _Imported:
         event = record.event
         kind = event.get("type")
         source = event.get("source")
-        if kind == ENVELOPE_EVENT:
+        if kind == ev.THREAD_STARTED:
+            if self.records == 1 and isinstance(source, dict) and source.get("importer") == IMPORTER:
+                self.migrated = True
+        elif kind == ev.THREAD_COMPLETED:
+            self.completed = True
+        elif kind == ENVELOPE_EVENT:
             self.memory = True
             if isinstance(source, dict) and isinstance(source.get("sha256"), str):
                 self.envelope_shas.add(source["sha256"])
@@ -373,6 +383,17 @@ class _Imported:
                 generation, line = source.get("generation"), source.get("line")
                 if isinstance(generation, str) and type(line) is int:
                     self.lines[generation] = max(self.lines.get(generation, 0), line)
+
+
+def _unfinished(root: Path, session_id: str, held: _Imported) -> bool:
+    """Whether a migration into this session was interrupted before it finished: a session
+    migration started is not completed yet, or a view of what it imported is missing (the
+    next run finishes it, as one uninterrupted run would have)."""
+    if held.migrated and not held.completed:
+        return True
+    derived = session_directory(root, session_id) / "derived"
+    return (held.memory and not os.path.lexists(derived / MEMORY_VIEW)) or \
+        (held.trajectory and not os.path.lexists(derived / TRAJECTORY_VIEW))
 
 
 def _imported(records: Iterable[Record]) -> _Imported:
@@ -433,6 +454,8 @@ class _Writer:
         self.first_file = first_file
         self.started = False
         self.appended = False
+        # A session an interrupted migration left unfinished is finished now (see _unfinished).
+        self.unfinished = not self.created and _unfinished(root, session_id, self.found)
 
     def append(self, event: dict, ts: Optional[str]) -> None:
         """Append ``event`` dated ``ts`` (never in the future, never before the log's last
@@ -454,8 +477,8 @@ class _Writer:
         views from it (the log is synced before any view describes it), and close. A session
         directory this import made but appended nothing to is removed again."""
         try:
-            if self.appended:
-                if self.created:
+            if self.appended or self.unfinished:
+                if (self.created and self.appended) or (self.found.migrated and not self.found.completed):
                     # Dated when the import finished: the session's last event is its import, so
                     # retention counts a migrated session's age from the migration.
                     self.log.append({"type": ev.THREAD_COMPLETED, "thread_id": self.session_id,
@@ -512,9 +535,9 @@ def _import_envelopes(root: Path, session_id: str, envelopes: list[_Envelope], r
         return
     pending = [e for e in envelopes if e.sha256 not in held.envelope_shas]
     report.already_imported += len(envelopes) - len(pending)
-    if not pending:
+    if not pending and not _unfinished(root, session_id, held):
         return  # nothing new: the session is not even opened for writing
-    writer = _open_writer(root, session_id, pending[0].rel, report, [e.rel for e in pending])
+    writer = _open_writer(root, session_id, (pending or envelopes)[0].rel, report, [e.rel for e in pending or envelopes])
     if writer is None:
         return
     try:
@@ -552,7 +575,8 @@ def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, rep
         done = max(done, live.lines.get(trajectory.generation, 0))
     if not any(number > done for number, _line in trajectory.lines):
         report.already_imported += 1
-        return
+        if not _unfinished(root, trajectory.session_id, held):
+            return
     writer = _open_writer(root, trajectory.session_id, trajectory.rel, report, [trajectory.rel])
     if writer is None:
         return

@@ -9,8 +9,8 @@
    run). ``max_age_days == 0`` disables the sweep.
 2. **Empty shells** are removed: no closed turn, not active, and nothing in the log but
    ``thread.started`` / ``thread.completed`` (any other event, such as an imported
-   ``memory.envelope`` or ``trajectory.record``, is content), and no imported data in
-   ``derived/`` that no log produced.
+   ``memory.envelope`` or ``trajectory.record``, is content), and no data in ``derived/`` that
+   no log produced (imported legacy data, or a progress ledger).
 3. **The count cap**: if more than ``max_sessions`` removable sessions remain, the oldest go.
 4. **The age cap**: the remaining sessions whose last event is older than ``max_age_days`` go.
 
@@ -85,6 +85,7 @@ from .manifest import (
     summary_cache,
 )
 from .memory_view import VIEW_MARKER
+from .progress import PROGRESS_FILE
 from .reader import read_session_dir
 
 logger = logging.getLogger("memstore")
@@ -599,17 +600,21 @@ def _pin_state(path: str) -> Optional[str]:
 def _is_empty_shell(path: str) -> bool:
     """Whether a zero-turn, non-active session holds nothing worth keeping: its log holds only
     ``thread.started``/``thread.completed``, and ``derived/`` has no data that no log produced
-    (VT Code's migration wrote ``memory.json`` or ``trajectory.jsonl`` without any log). When in
-    doubt (a file that cannot be read), it is not a shell."""
+    (VT Code's migration wrote ``memory.json`` or ``trajectory.jsonl`` without any log; a
+    progress ledger, ``progress.json``, is only ever there). When in doubt (a file that cannot
+    be read), it is not a shell."""
     derived = os.path.join(path, DERIVED_DIR)
-    try:
-        trajectory = os.lstat(os.path.join(derived, "trajectory.jsonl"))
-        if not stat.S_ISREG(trajectory.st_mode) or trajectory.st_size > 0:
+    # A trajectory VT Code's migration wrote, or the session's progress ledger (goal,
+    # milestones, handoff): data that no log holds.
+    for name in ("trajectory.jsonl", PROGRESS_FILE):
+        try:
+            data = os.lstat(os.path.join(derived, name))
+            if not stat.S_ISREG(data.st_mode) or data.st_size > 0:
+                return False
+        except FileNotFoundError:
+            pass
+        except OSError:
             return False
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return False
     try:
         raw = read_no_follow(os.path.join(derived, "memory.json"))
     except StoreIOError:

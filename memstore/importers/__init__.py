@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Union
 
 from .run import import_source
-from .sources import SourceFile, discover
+from .sources import SourceFile, discover, display_path
 
 logger = logging.getLogger("memstore")
 
@@ -92,6 +92,7 @@ def import_logs(
     unknown_fields: dict[str, list] = {}
 
     def problem(where: str, line: Optional[int], reason: str) -> None:
+        where = display_path(where)  # a file name that is not UTF-8 is reported printably
         report.problems.append(Problem(where, line, reason))
         logger.info("import: %s%s: %s", where, f":{line}" if line else "", reason)
 

@@ -24,7 +24,7 @@ import re
 from typing import Any, Optional
 
 from ..errors import InvalidEvent
-from ..events import normalize_ts
+from ..events import encode_record, normalize_ts
 
 # A timestamp already in memstore's form (what both agents write) needs no datetime round trip.
 _CANONICAL_TS = re.compile(r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z")
@@ -70,6 +70,9 @@ class Parser:
             state["context"] = dict(context or {})
         self.s = state
         self._raw_ts: Optional[str] = None
+        # The latest time a line may carry (memstore form; set by the driver from its clock): a
+        # later one is a wrong clock, and would date the session past the present for ever.
+        self.ts_limit: Optional[str] = None
         self.after_load()
 
     # -- state ---------------------------------------------------------------------------
@@ -80,6 +83,7 @@ class Parser:
             "ts": None,           # last good timestamp (memstore form)
             "turn": None,         # the open turn (see new_turn)
             "calls": {},          # unpaired tool calls, by call id, in arrival order
+            "results": {},        # results written before their call, by call id (held for it)
             "turns": 0,           # turns closed
             "usage": [0, 0, 0, 0],  # the four usage counters summed over closed turns
             "last_end": None,     # type of the last turn end emitted
@@ -110,24 +114,31 @@ class Parser:
 
     def line_ts(self, value: Any, lineno: int) -> str:
         """The event time of a line: its timestamp in memstore's form, else the last good one
-        (a line without a usable time still keeps the source's order)."""
+        (a line without a usable time still keeps the source's order). A time past
+        ``ts_limit`` is not usable: a wrong clock must not date the session past the present."""
         if value == self._raw_ts and value is not None:
             # Several lines often share one write time: validate each distinct string once.
             self.s["ts"] = value
             return value
+        limit = self.ts_limit
         if type(value) is str and _CANONICAL_TS.fullmatch(value):
-            self._raw_ts = value
-            self.s["ts"] = value
-            return value
-        if value is not None:
+            if limit is None or value <= limit:  # the canonical form orders as text
+                self._raw_ts = value
+                self.s["ts"] = value
+                return value
+            self.note(lineno, f"timestamp {value!r} is in the future; the previous one is used", skipped=False)
+        elif value is not None:
             try:
                 ts = normalize_ts(value)
             except InvalidEvent:
                 self.note(lineno, f"timestamp {str(value)[:40]!r} is not RFC 3339; the previous one is used",
                           skipped=False)
             else:
-                self.s["ts"] = ts
-                return ts
+                if limit is None or ts <= limit:
+                    self.s["ts"] = ts
+                    return ts
+                self.note(lineno, f"timestamp {str(value)[:40]!r} is in the future; the previous one is used",
+                          skipped=False)
         if self.s["ts"] is None:
             self.s["ts"] = self.s["context"].get("default_ts") or "1970-01-01T00:00:00.000Z"
         return self.s["ts"]
@@ -141,7 +152,22 @@ class Parser:
         """Emit ``thread.started`` with the source metadata (keys with no value left out)."""
         self.s["started"] = True
         source = {k: v for k, v in source.items() if v not in (None, "", {}, [])}
-        self.emit({"type": "thread.started", "thread_id": self.session_id, "source": source}, ts)
+        event = {"type": "thread.started", "thread_id": self.session_id, "source": source}
+        try:
+            encode_record(1, ts, event)
+        except InvalidEvent:
+            # Metadata the log cannot hold (JSON nested too deep) must not make the session
+            # unstorable: what cannot be written is left out, and reported.
+            dropped = []
+            for key, value in list(source.items()):
+                try:
+                    encode_record(1, ts, {"type": "thread.started", "thread_id": self.session_id, "source": {key: value}})
+                except InvalidEvent:
+                    dropped.append(key)
+                    del source[key]
+            self.note(None, f"thread metadata that cannot be stored as JSON left out ({', '.join(dropped)})",
+                      skipped=False)
+        self.emit(event, ts)
 
     def begin_turn(self, ts: str, *, explicit: bool, extra: Optional[dict] = None) -> None:
         """Open a turn, first closing the one still open (a new turn proves it over)."""
@@ -170,6 +196,7 @@ class Parser:
         turn = self.s["turn"]
         for call_id in list(self.s["calls"]):
             self.flush_call(self.s["calls"].pop(call_id), ts)
+        self.drop_results()
         usage = self.turn_usage(turn)
         abort = turn["abort"]
         if abort is None and turn["explicit"] and self.s["turn_cut"]:
@@ -219,6 +246,31 @@ class Parser:
     def flush_call(self, call: dict, ts: str) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def hold_result(self, call_id: Any, result: dict) -> bool:
+        """Hold a result that came before its call (paired when the call comes, in its turn);
+        return whether it was held. A second result for one id is not held."""
+        results = self.s.setdefault("results", {})
+        if not isinstance(call_id, str) or call_id in results:
+            return False
+        results[call_id] = result
+        return True
+
+    def take_result(self, call_id: Any) -> Optional[dict]:
+        """The held result of the call ``call_id``, if one came before it."""
+        results = self.s.get("results")
+        return results.pop(call_id, None) if results and isinstance(call_id, str) else None
+
+    def drop_results(self) -> None:
+        """The turn is over: results still waiting for their call never get it (reported)."""
+        results = self.s.get("results")
+        if results:
+            for result in results.values():
+                self.orphan_result(result)
+            results.clear()
+
+    def orphan_result(self, result: dict) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
     def extra_usage(self) -> Optional[dict]:
         """Usage the source recorded outside every turn (added to ``thread.completed``)."""
         return None
@@ -244,6 +296,7 @@ class Parser:
         elif self.s["calls"]:
             for call_id in list(self.s["calls"]):
                 self.flush_call(self.s["calls"].pop(call_id), ts)
+        self.drop_results()
         keys = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
         totals = list(self.s["usage"])
         extra = self.extra_usage()

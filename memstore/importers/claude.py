@@ -264,7 +264,8 @@ class ClaudeParser(Parser):
         call_id = block.get("tool_use_id")
         call = self.s["calls"].pop(call_id, None) if isinstance(call_id, str) else None
         if call is None:
-            self.note(lineno, "tool_result without a pending tool_use (its call was not imported)", skipped=False)
+            if not self.hold_result(call_id, {"block": block, "details": tool_use_result, "line": lineno}):
+                self.orphan_result({"line": lineno})
             return
         self.item(tool_item(call, block, tool_use_result, self.child_of(call_id, tool_use_result)), ts)
 
@@ -331,6 +332,11 @@ class ClaudeParser(Parser):
                     continue
                 if call_id in s["calls"]:
                     self.flush_call(s["calls"].pop(call_id), ts)
+                result = self.take_result(call_id)
+                if result is not None:  # its result came first
+                    details = result["details"]
+                    self.item(tool_item(call, result["block"], details, self.child_of(call_id, details)), ts)
+                    continue
                 s["calls"][call_id] = call
             elif kind == "redacted_thinking":
                 continue
@@ -355,3 +361,6 @@ class ClaudeParser(Parser):
     def flush_call(self, call: dict, ts: str) -> None:
         child = self.child_of(call["id"], None) if isinstance(call.get("id"), str) else None
         self.emit({"type": "item.completed", "item": tool_item(call, None, None, child)}, ts)
+
+    def orphan_result(self, result: dict) -> None:
+        self.note(result["line"], "tool_result without a pending tool_use (its call was not imported)", skipped=False)

@@ -496,7 +496,9 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             text = _str(p.get("message")) or ""
             images = sum(len(p[k]) for k in ("images", "local_images") if isinstance(p.get(k), list))
             if s["tasks"]:
-                opened = s["turn"] is None
+                # A prompt joins the running task (queued input), unless that task was aborted:
+                # then no task is running, and the prompt opens the next one.
+                opened = s["turn"] is None or s["turn"]["abort"] is not None
                 if opened:
                     self.begin_turn(ts, explicit=False)
                 self.prompt(text, images, lineno, ts)
@@ -564,9 +566,11 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         kind = p.get("type")
         s = self.s
         if kind in ("function_call_output", "custom_tool_call_output"):
-            call = s["calls"].pop(p.get("call_id"), None) if isinstance(p.get("call_id"), str) else None
+            call_id = p.get("call_id")
+            call = s["calls"].pop(call_id, None) if isinstance(call_id, str) else None
             if call is None:
-                self.note(lineno, f"{kind} without a pending call (its call was not imported or already closed)")
+                if not self.hold_result(call_id, {"kind": kind, "output": p.get("output", ""), "line": lineno}):
+                    self.orphan_result({"kind": kind, "line": lineno})
                 return False
             self.item(call_item(call, p.get("output", ""), str(call["line"])), ts)
         elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
@@ -588,6 +592,10 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 return True
             if call_id in s["calls"]:
                 self.flush_call(s["calls"].pop(call_id), ts)
+            result = self.take_result(call_id)
+            if result is not None:  # its output came first
+                self.item(call_item(call, result["output"], str(lineno)), ts)
+                return True
             s["calls"][call_id] = call
         elif kind == "message":
             role = p.get("role")
@@ -637,6 +645,9 @@ class CodexRolloutParser(_TotalsMixin, Parser):
 
     def flush_call(self, call: dict, ts: str) -> None:
         self.emit({"type": "item.completed", "item": call_item(call, None, str(call["line"]))}, ts)
+
+    def orphan_result(self, result: dict) -> None:
+        self.note(result["line"], f"{result['kind']} without a pending call (its call was not imported or already closed)")
 
 
 class CodexExecParser(_TotalsMixin, Parser):
@@ -703,6 +714,8 @@ class CodexExecParser(_TotalsMixin, Parser):
             if s["turn"] is None:
                 self.note(lineno, "turn.completed without an open turn", skipped=False)
                 return
+            # The stream's own verdict: an `error` before it was a notice the turn recovered from.
+            s["turn"]["error"] = None
             self.close_turn(ts)
         elif kind == "turn.failed":
             error = obj.get("error")
@@ -722,4 +735,7 @@ class CodexExecParser(_TotalsMixin, Parser):
             return
 
     def flush_call(self, call: dict, ts: str) -> None:  # exec streams carry no separate calls
+        return
+
+    def orphan_result(self, result: dict) -> None:  # nor separate results
         return

@@ -16,7 +16,8 @@ beyond those the session already holds, and the per-session cache
   are checked against the log and skipped (the same result, by the prefix property);
 - a source that was rewritten or truncated (fingerprint mismatch, smaller than the offset), or
   whose events no longer match the log, is imported afresh into a new generation of its session:
-  the old session directory is discarded first.
+  the old session directory is discarded first (recorded in ``gc-log.jsonl``, reason
+  ``import_regenerated``), unless it is pinned: a pinned session is never discarded (reported).
 
 A settled source (unmodified for ``settle_seconds``) is finalized: its open turn is closed and
 ``thread.completed`` appended. If it grows again later (a resumed Codex session), the finalizing
@@ -44,10 +45,19 @@ from ..fsio import atomic_write, fsync_dir, read_no_follow, session_directory
 from ..lock import LivenessLock
 from ..log import SessionLog, open_session
 from ..manifest import load_manifest
+from ..retention import PIN_FILE, GcLog, _tree_bytes, session_retention_pinned
 from .base import Parser
 from .claude import ClaudeParser
 from .codex import CodexExecParser, CodexRolloutParser
-from .sources import CHUNK, SourceFile, fingerprint, has_line_after, open_source, sniff
+from .sources import (
+    CHUNK,
+    SourceFile,
+    fingerprint,
+    has_line_after,
+    open_source,
+    path_of_display,
+    sniff,
+)
 
 logger = logging.getLogger("memstore")
 
@@ -55,7 +65,10 @@ STATE_FILE = "import-state.json"
 STATE_VERSION = 1
 # Bump when the same lines would produce different events: sessions imported by an older
 # mapping are then re-imported into a new generation rather than extended inconsistently.
-MAPPING_VERSION = 1
+MAPPING_VERSION = 2  # 2: prompts after an aborted task, results before calls, exec turn verdicts
+# A line may be dated up to this far past the import's clock (another machine's clock, a time
+# zone bug); a later time is taken as wrong (see Parser.ts_limit).
+FUTURE_SLACK_SECONDS = 86_400
 PARSERS: dict[str, type[Parser]] = {"codex": CodexRolloutParser, "codex-exec": CodexExecParser, "claude": ClaudeParser}
 
 
@@ -75,6 +88,17 @@ class Outcome:
 
 class _Diverged(Exception):
     """The session's events are not a prefix of what the source produces."""
+
+
+class SessionPinned(Exception):
+    """The session to replace by a new generation is pinned: it is never discarded."""
+
+    def __init__(self, session_id: str):
+        super().__init__(f"session {session_id!r} is pinned ({PIN_FILE}): it is not replaced by a new generation; "
+                         "unpin it to re-import its source")
+
+
+REASON_REGENERATED = "import_regenerated"
 
 
 class _Writer:
@@ -179,10 +203,30 @@ def discard_session(root: Path, session_id: str) -> None:
     so no listing shows it), and delete it.
     """
     directory = session_directory(root, session_id)
+    # A pinned session is never removed (retention's rule holds for every removal): raises
+    # SessionPinned. Every removal is recorded in gc-log.jsonl, opened first so that a store
+    # where it cannot be recorded removes nothing.
+    if session_retention_pinned(directory):
+        raise SessionPinned(session_id)
     core_remove = getattr(lock_module, "remove_session_directory", None)
     if core_remove is not None:
-        if not core_remove(root, directory) and os.path.lexists(directory):
-            raise SessionBusyError(f"session {session_id!r} is open in another process; it cannot be replaced now")
+        if not os.path.lexists(directory):
+            return
+        with GcLog(root) as gc_log:
+            size = _tree_bytes(directory)
+            try:
+                manifest = load_manifest(directory)
+            except StoreIOError:
+                manifest = None
+            # Asked again under the session's lock, where no one can pin it unseen any more.
+            if not core_remove(root, directory, lambda: not session_retention_pinned(directory)):
+                if not os.path.lexists(directory):
+                    return
+                if session_retention_pinned(directory):
+                    raise SessionPinned(session_id)
+                raise SessionBusyError(f"session {session_id!r} is open in another process; it cannot be replaced now")
+            gc_log.record(session_id=session_id, directory=f"sessions/{directory.name}", reason=REASON_REGENERATED,
+                          size=size, updated_at=manifest.updated_at if manifest is not None else None)
         return
     if directory.is_symlink():
         raise UnsafePathError("discard", directory, "is a symlink; refusing to follow it")
@@ -239,19 +283,19 @@ def import_source(root: Path, source: SourceFile, wanted: str, settle_seconds: f
                 out.problems.append((None, f"is a {found.kind} log, not {wanted}"))
                 return out
             return None
-        _import(root, source, fd, st, found, settled, out, progress)
+        _import(root, source, fd, st, found, settled, out, progress, _mtime_ts_of(now + FUTURE_SLACK_SECONDS))
         return out
     finally:
         os.close(fd)
 
 
 def _import(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, settled: bool, out: Outcome,
-            progress: Callable[[int], None]) -> None:
+            progress: Callable[[int], None], ts_limit: str) -> None:
     session_id = found.session_id
     directory = session_directory(root, session_id)
     state = load_state(directory)
     if state is not None and state["importer"] == found.kind and (state["finalized"] or not settled) \
-            and _same_source(state, source.path, st) and _prefix_intact(fd, state) \
+            and _same_source(state, source.name, st) and _prefix_intact(fd, state) \
             and _manifest_events(directory) == state["events"]:
         out.unchanged = True
         progress(st.st_size)
@@ -265,7 +309,7 @@ def _import(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, 
             return
     handles: list[SessionLog] = [log] if log is not None else []
     try:
-        _import_locked(root, source, fd, st, found, settled, out, progress, log, handles)
+        _import_locked(root, source, fd, st, found, settled, out, progress, log, handles, ts_limit)
     except SessionBusyError as exc:
         out.problems.append((None, f"{exc}; skipped, import again later"))
     finally:
@@ -288,14 +332,14 @@ def _prefix_intact(fd: int, state: dict) -> bool:
 
 
 def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, settled: bool, out: Outcome,
-                   progress: Callable[[int], None], log: Optional[SessionLog], handles: list) -> None:
+                   progress: Callable[[int], None], log: Optional[SessionLog], handles: list, ts_limit: str) -> None:
     """Import with the session open (or absent); every handle opened is added to ``handles``
     for the caller to close."""
     session_id = found.session_id
     cls = PARSERS[found.kind]
     directory = session_directory(root, session_id)
     count = log.event_count if log is not None else 0
-    context = dict(found.context, default_ts=_mtime_ts(st))
+    context = dict(found.context, default_ts=min(_mtime_ts(st), ts_limit))  # a file touched into the future
     plan = "fresh"
     state = None
     if count:
@@ -308,7 +352,7 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
             out.problems.append((None, (f"session {session_id!r} exists and was not imported from an agent log; "
                                         "left alone")))
             return
-        if other != source.path and os.path.exists(other):
+        if other != source.name and (os.path.exists(other) or os.path.exists(path_of_display(other))):
             out.problems.append((None, (f"session {session_id!r} is already imported from {other}; this source "
                                         "names the same session and was not merged into it")))
             return
@@ -317,6 +361,11 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
             state = None
         if state is None or state["events"] != count:
             plan = "verify" if state is None or _prefix_intact(fd, state) and state["offset"] <= st.st_size else "regenerate"
+            if plan == "verify" and first.ts is not None:
+                # The time a line without one takes (an exec stream's, say: the file's mtime at
+                # the first import) is the one that import gave: its thread.started's time (the
+                # default is only ever used up to the first event).
+                context["default_ts"] = first.ts
         elif state["offset"] > st.st_size or not _prefix_intact(fd, state):
             plan = "regenerate"  # rewritten or truncated
         elif state["finalized"]:
@@ -334,15 +383,20 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
             if log is not None:
                 log.close()
                 log = None
-            discard_session(root, session_id)
+            try:
+                discard_session(root, session_id)
+            except SessionPinned as exc:
+                out.problems.append((None, str(exc)))
+                return
             out.regenerated = True
             plan = "fresh"
         if plan == "resume":
-            parser = cls(session_id, source.path, state=state["carry"])
+            parser = cls(session_id, source.name, state=state["carry"])
             start, lineno, skip = state["offset"], state["lines"], 0
         else:
-            parser = cls(session_id, source.path, context=context)
+            parser = cls(session_id, source.name, context=context)
             start, lineno, skip = 0, 0, (count if plan == "verify" else 0)
+        parser.ts_limit = ts_limit
         writer = _Writer(root, session_id, log, skip, handles)
         try:
             offset, lineno = _run(parser, writer, fd, start, lineno, st.st_size, settled, progress)
@@ -415,11 +469,30 @@ def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limi
         progress(pos - len(tail) - offset)
         offset = pos - len(tail)
     if settled:
+        # (Only a line that can be an object is joined: a torn or binary tail may be huge.)
+        last = b"".join(pieces) if pieces and pieces[0].lstrip()[:1] == b"{" and pieces[-1].rstrip()[-1:] == b"}" \
+            else b""
+        if last and _complete(last):
+            # A complete last line without its newline: nobody is writing a settled source any
+            # more, so it is the source's last line (a torn one still waits, as it did).
+            lineno += 1
+            feed(last, lineno)
+            progress(pos - offset)
+            offset = pos
         parser.finalize()
         if out:
             writer.deliver(out)
             out.clear()
     return offset, lineno
+
+
+def _complete(line: bytes) -> bool:
+    """Whether ``line`` is a whole JSON value (a torn line never is: a line is an object)."""
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _save_state(directory: Path, kind: str, session_id: str, source: SourceFile, st: os.stat_result, offset: int,
@@ -428,7 +501,7 @@ def _save_state(directory: Path, kind: str, session_id: str, source: SourceFile,
     head_len, head, tail = fingerprint(fd, offset)
     state = {
         "version": STATE_VERSION, "mapping": MAPPING_VERSION, "importer": kind, "session_id": session_id,
-        "source": {"path": source.path, "size": st.st_size, "mtime_ns": st.st_mtime_ns},
+        "source": {"path": source.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns},
         "offset": offset, "lines": lines, "head_len": head_len, "head_sha256": head, "tail_sha256": tail,
         "events": events, "finalized": bool(carry.get("finalized")), "carry": carry,
     }
@@ -436,6 +509,10 @@ def _save_state(directory: Path, kind: str, session_id: str, source: SourceFile,
 
 
 def _mtime_ts(st: os.stat_result) -> str:
-    seconds = int(st.st_mtime)
-    millis = int((st.st_mtime - seconds) * 1000)
+    return _mtime_ts_of(st.st_mtime)
+
+
+def _mtime_ts_of(when: float) -> str:
+    seconds = int(when)
+    millis = int((when - seconds) * 1000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"

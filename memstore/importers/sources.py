@@ -39,14 +39,39 @@ _AGENT_FILE = re.compile(r"^agent-(.+)\.jsonl$")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
+def display_path(path: str) -> str:
+    """``path`` as text JSON can hold: a file name's bytes that are not UTF-8 (which Python
+    carries as lone surrogates) written as ``\\xNN``. Unchanged for every UTF-8 name."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return path
+
+
+_ESCAPED_BYTE = re.compile(r"\\x([89a-f][0-9a-f])")  # only bytes >= 0x80 are not UTF-8 on their own
+
+
+def path_of_display(text: str) -> str:
+    """The file name :func:`display_path` shows as ``text`` (its ``\\xNN`` back as bytes)."""
+    if "\\x" not in text:
+        return text
+    return _ESCAPED_BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), text)
+
+
 @dataclass
 class SourceFile:
     """A file to import: ``path`` absolute as named or walked (never resolved through a
-    symlink below what was named); ``explicit`` when the user named the file itself."""
+    symlink below what was named); ``explicit`` when the user named the file itself. ``name``
+    is ``path`` as stored and reported (see :func:`display_path`)."""
 
     path: str
     explicit: bool
     follow: bool = False  # the user named a symlink: opening it may follow that one link
+
+    @property
+    def name(self) -> str:
+        return display_path(self.path)
 
 
 @dataclass
@@ -219,7 +244,7 @@ def sniff(fd: int, size: int, source: SourceFile) -> Sniff:
     """
     result = Sniff()
     name = os.path.basename(source.path)
-    agent_match = _AGENT_FILE.match(name)
+    agent_match = _AGENT_FILE.match(display_path(name))
     for line in _head_lines(fd, min(size, SNIFF_BYTES)):
         result.complete_lines += 1
         if result.complete_lines > SNIFF_LINES and result.kind is None:
@@ -271,9 +296,10 @@ def sniff(fd: int, size: int, source: SourceFile) -> Sniff:
     if result.kind == "claude" and agent_match:
         # A sub-agent file whose lines do not name the session: <sessionId>/subagents/agent-<id>.jsonl
         parts = Path(source.path).parts
-        if len(parts) >= 3 and parts[-2] == "subagents" and _id(parts[-3]):
-            result.context = {"claude_session": parts[-3], "agent_id": agent_match.group(1)}
-            result.session_id = f"claude-{parts[-3]}-agent-{agent_match.group(1)}"
+        if len(parts) >= 3 and parts[-2] == "subagents" and _id(display_path(parts[-3])):
+            session = display_path(parts[-3])
+            result.context = {"claude_session": session, "agent_id": agent_match.group(1)}
+            result.session_id = f"claude-{session}-agent-{agent_match.group(1)}"
             return result
     if result.kind is None:
         result.reason = "unrecognized" if result.complete_lines else "empty"
