@@ -706,7 +706,8 @@ def readonly_uri(path: os.PathLike | str) -> str:
     path = Path(path)
     if os.path.exists(f"{path}-wal") or os.path.exists(f"{path}-shm"):
         return f"{path.absolute().as_uri()}?mode=ro"
-    return f"{path.absolute().as_uri()}?immutable=1"
+    # mode=ro too: immutable alone opens read-write, and creates a missing file.
+    return f"{path.absolute().as_uri()}?mode=ro&immutable=1"
 
 
 _templates: dict[tuple, bytes] = {}
