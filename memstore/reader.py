@@ -23,7 +23,7 @@ from . import events as ev
 from .errors import EventNotFound, SessionNotFound, StoreIOError, TurnNotFound, UnsafePathError
 from .events import Record
 from .fsio import session_dir_name, session_directory
-from .index import INDEX_FILE, BatchRecord, SavedState, SessionIndex, Turn, derived_tables
+from .index import INDEX_FILE, BatchRecord, IndexChanged, SavedState, SessionIndex, Turn, derived_tables
 from .lifecycle import LogState
 from .logfile import EVENTS_FILE, LogFile
 from .manifest import STATUS_ACTIVE, Manifest, load_manifest, load_marker
@@ -108,6 +108,10 @@ class SessionReader:
         self.indexed_len = 0  # bytes of the log the index (as read) covers
         self.derived_seq = 0  # the lazy derived tables (search chunks) hold every record up to here
         self.indexed_seq = 0  # the largest seq in the index (as read); larger ones are in tail_rows
+        # What the index held when it was read: a writer may add turns and rows to it while this
+        # reader is open (it is then reread the usual way), and those are not this reader's.
+        self._index_last_turn = 0
+        self._index_open_turn: Optional[Turn] = None
         try:
             self._open(session_id)
         except BaseException:
@@ -119,7 +123,7 @@ class SessionReader:
     def _open(self, session_id: Optional[str]) -> None:
         on_disk = load_manifest(self.dir)
         for attempt in range(_SNAPSHOT_ATTEMPTS):
-            saved = self._snapshot()
+            saved, seqs = self._snapshot()
             try:
                 self.log.open_readonly()
             except FileNotFoundError:
@@ -142,10 +146,11 @@ class SessionReader:
                 on_disk.turn_count, on_disk.event_count) == (manifest.turn_count, manifest.event_count):
                 # Retention may have marked the session completed; the writer keeps that too.
                 manifest.status = on_disk.status
+            self._index_last_turn = manifest.turn_count + (1 if manifest.in_turn else 0)
+            self._index_open_turn = replace(saved.open_turn) if saved.open_turn is not None else None
             state = LogState(manifest, saved.open_turn)
             self.indexed_len = manifest.persisted_file_len
-            self.derived_seq = self.index.derived_watermark()
-            self.indexed_seq = self.index.max_seq()
+            self.indexed_seq, self.derived_seq = seqs
             self._catch_up(state, self.indexed_len, status_floor=0)
         else:
             self._release_snapshot()
@@ -169,23 +174,54 @@ class SessionReader:
         state.manifest.persisted_file_len = self.end
         self.state = state
 
-    def _snapshot(self) -> Optional[SavedState]:
+    def _snapshot(self) -> tuple[Optional[SavedState], tuple[int, int]]:
         """Open the index read-only and start one read transaction: every later query sees the
-        same snapshot. ``None`` when there is no usable index."""
+        same snapshot (or, on an index read ``immutable`` that a writer touches later, is
+        bounded by it). Returns what the index says, ``None`` when there is no usable index, and
+        its largest seq and derived watermark, read in the same snapshot."""
         try:
             self.index = SessionIndex.open_readonly(self.index_path)
         except StoreIOError as exc:
             logger.warning("reading %s from its log: %s", self.dir, exc)
             self.index = None
         if self.index is None:
-            return None
+            return None, (0, 0)
         try:
-            self.index.conn.execute("BEGIN")
-            return self.index.load()
+            conn = self.index.conn
+            conn.execute("BEGIN")
+            saved = self.index.load()
+            if saved is None:
+                return None, (0, 0)
+            # Straight from the connection: these are checked with the rest by index.changed().
+            max_seq = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+            row = conn.execute("SELECT seq FROM derived_state WHERE id = 1").fetchone()
+            return saved, (max_seq, row[0] if row else 0)
         except (sqlite3.Error, StoreIOError, Exception) as exc:  # any index trouble: read the log instead
             logger.info("reading %s from its log (index unusable: %s)", self.dir, exc)
             self._release_snapshot()
-            return None
+            return None, (0, 0)
+
+    def _read_log_instead(self, why: IndexChanged) -> None:
+        """The index was rebuilt or rewritten after this reader read it: its offsets may describe
+        another log than the one this reader holds (a cap rewrite replaces the file). Answer
+        from that log alone, as a reader of a session without an index does; what the reader
+        said of the session (its manifest, counts) stays as it was."""
+        logger.info("reading %s from its log from now on: %s", self.dir, why)
+        self._release_snapshot()
+        reported = self.state.manifest
+        state = LogState(Manifest(
+            session_id=reported.session_id,
+            created_at=reported.created_at,
+            updated_at=reported.updated_at,
+            turn_count=reported.retained_turn_base - 1,
+            retained_turn_base=reported.retained_turn_base,
+            status=reported.status,
+            next_seq=self.log.head().next_seq or 1,
+        ))
+        self.tail_rows, self.tail_records, self._positions = [], [], {}
+        self.indexed_len = self.indexed_seq = self.derived_seq = 0
+        self._index_last_turn, self._index_open_turn = 0, None
+        self._catch_up(state, 0, status_floor=self.end)
 
     def _release_snapshot(self) -> None:
         if self.index is not None:
@@ -239,14 +275,31 @@ class SessionReader:
     def turns(self, since: int = 0) -> list[Turn]:
         """Every turn the log holds (numbered ``since`` or later), oldest first (an open turn
         last, status ``open``)."""
-        turns = {t.number: t for t in (self.index.turns(since) if self.index is not None else [])}
+        turns = {}
+        if self.index is not None:
+            try:
+                rows = self.index.turns(since)
+            except IndexChanged as exc:
+                self._read_log_instead(exc)
+                return self.turns(since)
+            turns = {t.number: t for t in rows if t.number <= self._index_last_turn}
+            if self._index_open_turn is not None and self._index_open_turn.number >= since:
+                turns[self._index_open_turn.number] = replace(self._index_open_turn)
         turns.update((number, replace(turn)) for number, turn in self._tail_turns.items() if number >= since)
         return [turns[n] for n in sorted(turns)]
 
     def turn(self, number: int) -> Optional[Turn]:
         if number in self._tail_turns:
             return replace(self._tail_turns[number])
-        return self.index.turn(number) if self.index is not None else None
+        if self.index is None or type(number) is not int or not 0 < number <= self._index_last_turn:
+            return None
+        if self._index_open_turn is not None and number == self._index_open_turn.number:
+            return replace(self._index_open_turn)
+        try:
+            return self.index.turn(number)
+        except IndexChanged as exc:
+            self._read_log_instead(exc)
+            return self.turn(number)
 
     def reconstruct_turn(self, number: int) -> list[dict]:
         """The events of turn ``number`` in log order; :class:`TurnNotFound` if the log does not
@@ -271,8 +324,12 @@ class SessionReader:
     def position(self, seq: int) -> Optional[tuple[int, int, Optional[int]]]:
         """``(offset, length, turn)`` of the record with ``seq`` in the log, or ``None``."""
         found = self._positions.get(seq)
-        if found is None and self.index is not None:
-            found = self.index.event_position(seq)
+        if found is None and self.index is not None and type(seq) is int and 0 < seq <= self.indexed_seq:
+            try:
+                found = self.index.event_position(seq)
+            except IndexChanged as exc:
+                self._read_log_instead(exc)
+                return self.position(seq)
         return found
 
     def record(self, seq: int) -> Record:
@@ -295,16 +352,19 @@ class SessionReader:
         """The records the index's lazy derived tables (the search chunks) do not hold yet, in
         log order: those the index has past its watermark, then those past the index."""
         after = self.derived_seq
-        if self.index is not None:
-            while True:
-                rows = self.index.underived(after, 2_000)
-                if not rows:
-                    break
-                start = rows[0][1]
-                data = self.log.pread(start, rows[-1][1] + rows[-1][2] - start)
-                for seq, offset, length, turn, ts in rows:
-                    yield BatchRecord(seq, turn, ts, offset, length, line=data[offset - start: offset - start + length])
-                after = rows[-1][0]
+        while self.index is not None:
+            try:
+                rows = self.index.underived(after, 2_000, self.indexed_seq)
+            except IndexChanged as exc:
+                self._read_log_instead(exc)  # its records hold every one, from the log
+                break
+            if not rows:
+                break
+            start = rows[0][1]
+            data = self.log.pread(start, rows[-1][1] + rows[-1][2] - start)
+            for seq, offset, length, turn, ts in rows:
+                yield BatchRecord(seq, turn, ts, offset, length, line=data[offset - start: offset - start + length])
+            after = rows[-1][0]
         for record in self.tail_records:
             if record.seq > after:
                 yield record

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import memstore
+from memstore.catalog import refresh_catalog
 from memstore.index import readonly_uri
 
 TURN_STARTED = {"type": "turn.started"}
@@ -49,7 +51,69 @@ def catalog_rows(root: Path) -> dict:
 
 
 # --------------------------------------------------------------------------------------------
-# Read-only opens create nothing
+# The reader keeps the snapshot it opened on, and creates nothing, when a writer comes along
+
+
+def _reader_at_rest(root: Path, sid: str = "s"):
+    reader = memstore.read_session(root, sid)
+    assert reader.index is not None and reader.index.immutable, "the index should be read at rest"
+    return reader
+
+
+def test_a_reader_opened_at_rest_keeps_its_snapshot_and_creates_nothing_when_a_writer_comes_and_goes(tmp_path):
+    with memstore.open_session(tmp_path, "s") as log:
+        write_turns(log, 3)
+        log.append(TURN_STARTED)
+        log.append(message("widget open"))
+    directory = memstore.session_directory(tmp_path, "s")
+    reader = _reader_at_rest(tmp_path)
+    try:
+        turns = reader.turns()
+        assert [(t.number, t.status) for t in turns] == [(1, "completed"), (2, "completed"), (3, "completed"),
+                                                          (4, "open")]
+        with memstore.open_session(tmp_path, "s") as log:
+            log.append(TURN_COMPLETED)  # closes turn 4
+            write_turns(log, 2, start=10)
+        before = files(tmp_path)
+        # Everything the reader says is still as of when it was opened.
+        assert reader.turns() == turns
+        assert reader.turn(4).status == "open"
+        assert reader.turn(5) is None
+        assert reader.position(reader.event_count + 1) is None
+        assert reader.turn_count == 3 and reader.event_count == 11
+        assert len(list(reader.underived_records())) == 11
+        # And it created nothing (no -wal, no -shm) in the session.
+        assert files(tmp_path) == before
+        assert sorted(os.listdir(directory / "index")) == ["session.db"]
+    finally:
+        reader.close()
+    assert sorted(os.listdir(directory / "index")) == ["session.db"]
+
+
+@pytest.mark.parametrize("how", ["cap", "rebuild"])
+def test_a_reader_opened_at_rest_survives_a_rewrite_of_the_session(tmp_path, how):
+    """A cap rewrite or a rebuild while a reader is open: the reader still holds the old log, and
+    answers from it, never from the new index's offsets into the new log."""
+    with memstore.open_session(tmp_path, "s", max_events=0) as log:
+        write_turns(log, 6)
+    reader = _reader_at_rest(tmp_path)
+    try:
+        records = [(r.seq, r.event) for r in reader.iter_records()]
+        turns = reader.turns()
+        first_turn = reader.reconstruct_turn(1)
+        if how == "cap":
+            with memstore.open_session(tmp_path, "s", max_events=10) as log:
+                write_turns(log, 1, start=6)  # evicts turns 1-4
+        else:
+            memstore.rebuild(tmp_path, "s", refresh=False)
+        assert reader.turns() == turns
+        assert reader.reconstruct_turn(1) == first_turn
+        for seq, event in records:
+            assert reader.record(seq).event == event
+        assert [(r.seq, r.event) for r in reader.iter_records()] == records
+        assert [r.seq for r in reader.underived_records()] == [seq for seq, _ in records]
+    finally:
+        reader.close()
 
 
 def test_a_read_only_uri_never_creates_a_missing_index(tmp_path):
@@ -60,3 +124,23 @@ def test_a_read_only_uri_never_creates_a_missing_index(tmp_path):
     with pytest.raises(sqlite3.Error):
         sqlite3.connect(readonly_uri(missing), uri=True).execute("SELECT 1").fetchall()
     assert os.listdir(missing.parent) == []
+
+
+def test_the_catalog_creates_nothing_when_an_index_vanishes_under_it(tmp_path, monkeypatch):
+    import memstore.catalog as catalog
+
+    with memstore.open_session(tmp_path, "s") as log:
+        write_turns(log, 2)
+    index = memstore.session_directory(tmp_path, "s") / "index" / "session.db"
+    opened = catalog.read_session_dir
+
+    def open_then_lose_the_index(directory):
+        reader = opened(directory)
+        index.unlink()  # a rebuild discarding it, between the reader's open and the ATTACH
+        return reader
+
+    monkeypatch.setattr(catalog, "read_session_dir", open_then_lose_the_index)
+    report = refresh_catalog(tmp_path)
+    assert report.added == ["s"] and not report.errors
+    assert not index.exists(), "the refresh created an empty index in the session"
+    assert catalog_rows(tmp_path)["sessions"] == [("s", "s", 2, 6)]
