@@ -163,7 +163,14 @@ def _create_views(db: "sqlite_utils.Database") -> None:
     """)
 
 
-CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_2", _create_tables), ("views", _create_views)))
+def _fact_ids_by_directory(db: "sqlite_utils.Database") -> None:
+    # Facts of sessions with hashed ids were named <session>:<index>: such sessions are read
+    # again at the next refresh, which names them <directory>:<index>.
+    db.execute("UPDATE catalog_state SET stamp = '' WHERE directory != session_id")
+
+
+CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_2", _create_tables), ("views", _create_views),
+                                                       ("fact_ids_by_directory", _fact_ids_by_directory)))
 
 
 def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
@@ -410,7 +417,10 @@ def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: s
 def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, name: str,
                 directory: Path) -> list[int]:
     """Replace the session's memory facts (``derived/memory.json``) as search chunks
-    (``source = 'session'``, chunk id ``<session>:<index>``, as the reference names them)."""
+    (``source = 'session'``, chunk id ``<directory>:<index>``, as the reference names them: a
+    directory name has no ``:``, so no fact can take the id of an event's chunk,
+    ``<session>:<seq>:<part>``, as ``x:5:0``, fact 0 of session ``x:5``, would take session
+    ``x``'s event 5)."""
     from .memory_view import memory_facts_of
 
     old = [row[0] for row in conn.execute("SELECT id FROM chunks WHERE session_id = ? AND source = 'session'",
@@ -423,7 +433,7 @@ def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, 
         cursor = conn.execute(
             "INSERT INTO chunks (chunk_id, session_id, source, kind, path, start_line, end_line, text) "
             "VALUES (?, ?, 'session', ?, ?, 0, 0, ?) RETURNING id",
-            (f"{session_id}:{fact['index']}", session_id, fact.get("source") or "fact", f"sessions/{name}/{MEMORY_VIEW}",
+            (f"{name}:{fact['index']}", session_id, fact.get("source") or "fact", f"sessions/{name}/{MEMORY_VIEW}",
              fact["fact"]))
         ids.append(cursor.fetchone()[0])
     return ids

@@ -1343,8 +1343,8 @@ class MemorySearchResult:
     ``end_line``, ``score``, ``snippet``, ``source``, ``created_at``) plus where it is:
     ``session_id``, ``turn`` and ``seq`` (``None`` for a memory fact).
 
-    ``chunk_id`` is ``<session>:<seq>:<part>`` for an event's text and ``<session>:<index>`` for
-    a memory fact; ``path`` is the file it comes from (``events.jsonl`` or ``memory.json``);
+    ``chunk_id`` is ``<session>:<seq>:<part>`` for an event's text and ``<directory>:<index>``
+    for a memory fact (the session's directory name: the session id unless it is hashed); ``path`` is the file it comes from (``events.jsonl`` or ``memory.json``);
     ``start_line``/``end_line`` the lines of the event's text the chunk holds (0 for a fact);
     ``source`` is ``event`` or ``session`` (a memory fact); ``created_at`` the event's time, in
     RFC 3339 (the reference used Unix seconds: every chunk here has a time).

@@ -7,6 +7,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+import orjson
 import pytest
 
 import memstore
@@ -144,3 +145,42 @@ def test_the_catalog_creates_nothing_when_an_index_vanishes_under_it(tmp_path, m
     assert report.added == ["s"] and not report.errors
     assert not index.exists(), "the refresh created an empty index in the session"
     assert catalog_rows(tmp_path)["sessions"] == [("s", "s", 2, 6)]
+
+
+# --------------------------------------------------------------------------------------------
+# The catalog
+
+
+def test_memory_facts_of_a_hashed_id_do_not_collide_with_another_sessions_event_chunks(tmp_path):
+    """Session ``x:5``'s first fact was chunk ``x:5:0``, which is also session ``x``'s event 5:
+    the UNIQUE chunk_id refused it, and session ``x:5`` was never in the catalog. The reference
+    names a fact ``<dir>:<index>`` (a directory name has no ``:``)."""
+    with memstore.open_session(tmp_path, "x") as log:
+        write_turns(log, 2)  # seq 5 is "widget turn 2"
+    with memstore.open_session(tmp_path, "x:5") as log:
+        write_turns(log, 1)
+        directory = log.directory
+    (directory / "derived" / "memory.json").write_bytes(orjson.dumps(
+        {"session_id": "x:5", "grounded_facts": [{"fact": "the widget is blue", "source": "user_assertion"}]}))
+    report = refresh_catalog(tmp_path)
+    assert not report.errors and sorted(report.added) == ["x", "x:5"]
+    hits = memstore.search_memory(tmp_path, "widget", 20)
+    assert {(h.session_id, h.chunk_id) for h in hits if h.source == "session"} == {("x:5", f"{directory.name}:0")}
+    assert {h.chunk_id for h in hits if h.source == "event"} == {"x:2:0", "x:5:0", "x:5:2:0"}
+
+
+def test_a_catalog_with_the_old_fact_ids_renames_them_at_its_next_refresh(tmp_path):
+    with memstore.open_session(tmp_path, "x:5") as log:
+        write_turns(log, 1)
+        directory = log.directory
+    (directory / "derived" / "memory.json").write_bytes(orjson.dumps(
+        {"session_id": "x:5", "grounded_facts": [{"fact": "the widget is blue", "source": "user_assertion"}]}))
+    refresh_catalog(tmp_path)
+    conn = sqlite3.connect(tmp_path / "catalog.db")
+    with conn:  # as the catalog of the previous version named it, and forget the migration
+        conn.execute("UPDATE chunks SET chunk_id = 'x:5:0' WHERE source = 'session'")
+        conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'fact_ids_by_directory'")
+    conn.close()
+    report = refresh_catalog(tmp_path)
+    assert report.updated == ["x:5"] and not report.errors
+    assert [h.chunk_id for h in memstore.search_memory(tmp_path, "blue")] == [f"{directory.name}:0"]
