@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from . import events as ev
 from .chunks import event_chunks
 from .search import SearchIndex
-from .errors import MemstoreError, StoreIOError
+from .errors import MemstoreError, SessionNotFound, StoreIOError
 from .fsio import sessions_root
 from .index import INDEX_FILE, TURN_COLUMNS, MigrationSet, file_stamp, readonly_uri
 from .lock import store_lock
@@ -266,10 +266,7 @@ def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: 
     state = {row[0]: row for row in conn.execute(
         "SELECT directory, session_id, generation, seq, last_turn, stamp FROM catalog_state")}
     for name in sorted(set(state) - set(directories)):
-        with _transaction(conn):
-            _forget(conn, search, state[name][1])
-            conn.execute("DELETE FROM catalog_state WHERE directory = ?", (name,))
-        report.removed.append(state[name][1])
+        _forget_directory(conn, search, name, state[name][1], report)
     total = len(directories)
     for done, name in enumerate(sorted(directories), start=1):
         if progress is not None:
@@ -278,12 +275,19 @@ def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: 
         stamp = _stamp(directory)
         previous = state.get(name)
         if stamp is None:
-            continue  # no log (yet): not a session
+            # No log (yet, or any more): not a session, as a refresh from scratch would say.
+            if previous is not None:
+                _forget_directory(conn, search, name, previous[1], report)
+            continue
         if previous is not None and previous[5] == stamp:
             report.unchanged += 1
             continue
         try:
             outcome = _refresh_session(conn, search, name, directory, previous, stamp)
+        except SessionNotFound:
+            if previous is not None:  # its log went away after the stat
+                _forget_directory(conn, search, name, previous[1], report)
+            continue
         except (MemstoreError, sqlite3.Error, OSError) as exc:
             logger.warning("catalog: skipping session directory %s this time: %s", directory, exc)
             report.errors.append((name, str(exc)))
@@ -291,6 +295,14 @@ def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: 
         if outcome is not None:
             kind, session_id = outcome
             getattr(report, kind).append(session_id)
+
+
+def _forget_directory(conn: sqlite3.Connection, search: SearchIndex, name: str, session_id: str,
+                      report: RefreshReport) -> None:
+    with _transaction(conn):
+        _forget(conn, search, session_id)
+        conn.execute("DELETE FROM catalog_state WHERE directory = ?", (name,))
+    report.removed.append(session_id)
 
 
 def _refresh_session(conn: sqlite3.Connection, search: SearchIndex, name: str, directory: Path,

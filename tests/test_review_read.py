@@ -169,6 +169,43 @@ def test_memory_facts_of_a_hashed_id_do_not_collide_with_another_sessions_event_
     assert {h.chunk_id for h in hits if h.source == "event"} == {"x:2:0", "x:5:0", "x:5:2:0"}
 
 
+@pytest.mark.parametrize("damage", ["unlink", "symlink", "directory", "after-stat"])
+def test_a_directory_that_is_no_longer_a_session_is_forgotten(tmp_path, monkeypatch, damage):
+    """A refresh from scratch does not list a directory without a regular events.jsonl; an
+    incremental one kept its old rows for ever."""
+    from memstore import catalog
+
+    for sid in ("a", "b"):
+        with memstore.open_session(tmp_path, sid) as log:
+            write_turns(log, 1)
+    refresh_catalog(tmp_path)
+    events = memstore.session_directory(tmp_path, "b") / "events.jsonl"
+    (events.parent / "manifest.json").touch()  # the session changed since
+    if damage == "after-stat":
+        opened = catalog.read_session_dir
+
+        def remove_then_open(directory):
+            if directory.name == "b":
+                events.unlink()  # between the refresh's stat and its reading
+            return opened(directory)
+
+        monkeypatch.setattr(catalog, "read_session_dir", remove_then_open)
+    elif damage == "unlink":
+        events.unlink()
+    elif damage == "symlink":
+        target = tmp_path / "elsewhere.jsonl"
+        events.rename(target)
+        events.symlink_to(target)
+    else:
+        events.unlink()
+        events.mkdir()
+    report = refresh_catalog(tmp_path)
+    assert report.removed == ["b"]
+    assert [row[0] for row in catalog_rows(tmp_path)["sessions"]] == ["a"]
+    assert all(row[0] == "a" for row in catalog_rows(tmp_path)["events"])
+    assert {h.session_id for h in memstore.search_memory(tmp_path, "widget", 20)} == {"a"}
+
+
 def test_a_catalog_with_the_old_fact_ids_renames_them_at_its_next_refresh(tmp_path):
     with memstore.open_session(tmp_path, "x:5") as log:
         write_turns(log, 1)
