@@ -322,7 +322,7 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
     manifest = reader.manifest
     session_id = reader.session_id
     full = (previous is None or previous[1] != session_id or previous[2] != manifest.generation
-            or previous[3] > max(reader.indexed_seq, reader.tail_rows[-1][0] if reader.tail_rows else 0))
+            or previous[3] > max(reader.indexed_seq, reader.tail_rows.last_seq))
     events_seq = 0 if full else previous[3]
     last_turn = 0 if full else previous[4]
     uri = _attach(conn, reader.index_path) if reader.index is not None else None

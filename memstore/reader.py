@@ -15,6 +15,8 @@ import logging
 import os
 import sqlite3
 import stat
+from array import array
+from bisect import bisect_left, bisect_right
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Optional
@@ -23,7 +25,8 @@ from . import events as ev
 from .errors import EventNotFound, SessionNotFound, StoreIOError, TurnNotFound, UnsafePathError
 from .events import Record
 from .fsio import session_dir_name, session_directory
-from .index import INDEX_FILE, BatchRecord, IndexChanged, SavedState, SessionIndex, Turn, derived_tables
+from .index import INDEX_FILE, BatchRecord, IndexChanged, SavedState, SessionIndex, Turn
+from .lifecycle import event_row
 from .lifecycle import LogState
 from .logfile import EVENTS_FILE, LogFile
 from .manifest import STATUS_ACTIVE, Manifest, load_manifest, load_marker
@@ -32,6 +35,9 @@ from .recovery import INDEX_DIR, covers_prefix, scan_turn_base
 logger = logging.getLogger("memstore")
 
 _SNAPSHOT_ATTEMPTS = 3
+# Records are read back from the log in batches of about this many bytes (a line longer than
+# that alone), so a reader's memory does not grow with the session.
+_READ_BATCH_BYTES = 1 << 20
 
 
 def read_session(root: os.PathLike | str, session_id: str) -> "SessionReader":
@@ -100,11 +106,10 @@ class SessionReader:
         self.log = LogFile(directory)
         self.index: Optional[SessionIndex] = None
         self.index_path = directory / INDEX_DIR / INDEX_FILE
-        # Rows for the records past what the index covers, parsed in memory.
-        self.tail_rows: list[tuple] = []
-        self.tail_records: list[BatchRecord] = []
+        # The records past what the index covers, parsed in memory: their seqs and positions
+        # only (a session without an index is all tail; its events are read back when asked).
+        self.tail_rows = _Tail(self.log)
         self._tail_turns: dict[int, Turn] = {}
-        self._positions: dict[int, tuple[int, int, Optional[int]]] = {}
         self.indexed_len = 0  # bytes of the log the index (as read) covers
         self.derived_seq = 0  # the lazy derived tables (search chunks) hold every record up to here
         self.indexed_seq = 0  # the largest seq in the index (as read); larger ones are in tail_rows
@@ -218,7 +223,7 @@ class SessionReader:
             status=reported.status,
             next_seq=self.log.head().next_seq or 1,
         ))
-        self.tail_rows, self.tail_records, self._positions = [], [], {}
+        self.tail_rows = _Tail(self.log)
         self.indexed_len = self.indexed_seq = self.derived_seq = 0
         self._index_last_turn, self._index_open_turn = 0, None
         self._catch_up(state, 0, status_floor=self.end)
@@ -244,16 +249,13 @@ class SessionReader:
 
     def _catch_up(self, state: LogState, start: int, *, status_floor: int) -> None:
         """Apply the complete lines in ``[start, end)`` to ``state`` in memory."""
-        derive = bool(derived_tables())
+        tail = self.tail_rows
         for line, line_start, line_end in self.log.lines(start, self.end):
             record = ev.decode_line(line)
             if record is None:
                 continue
             seq, row = state.apply_record(record, line_start, line_end, keep_status=line_start < status_floor)
-            self.tail_rows.append(row)
-            self._positions[seq] = (line_start, line_end - line_start, row[3])
-            if derive:
-                self.tail_records.append(BatchRecord(seq, row[3], record.ts, line_start, line_end - line_start, record.event))
+            tail.append(seq, line_start, line_end - line_start, row[3])
         self._tail_turns = dict(state.dirty)
         state.dirty.clear()
 
@@ -323,7 +325,7 @@ class SessionReader:
 
     def position(self, seq: int) -> Optional[tuple[int, int, Optional[int]]]:
         """``(offset, length, turn)`` of the record with ``seq`` in the log, or ``None``."""
-        found = self._positions.get(seq)
+        found = self.tail_rows.position(seq) if type(seq) is int else None
         if found is None and self.index is not None and type(seq) is int and 0 < seq <= self.indexed_seq:
             try:
                 found = self.index.event_position(seq)
@@ -350,24 +352,25 @@ class SessionReader:
 
     def underived_records(self) -> Iterator[BatchRecord]:
         """The records the index's lazy derived tables (the search chunks) do not hold yet, in
-        log order: those the index has past its watermark, then those past the index."""
+        log order: those the index has past its watermark, then those past the index. Read
+        from the log a bounded batch at a time."""
         after = self.derived_seq
         while self.index is not None:
             try:
                 rows = self.index.underived(after, 2_000, self.indexed_seq)
             except IndexChanged as exc:
-                self._read_log_instead(exc)  # its records hold every one, from the log
+                self._read_log_instead(exc)  # its tail holds every record, from the log
                 break
             if not rows:
                 break
-            start = rows[0][1]
-            data = self.log.pread(start, rows[-1][1] + rows[-1][2] - start)
-            for seq, offset, length, turn, ts in rows:
-                yield BatchRecord(seq, turn, ts, offset, length, line=data[offset - start: offset - start + length])
+            for batch in _byte_batches(rows, lambda row: (row[1], row[2])):
+                start = batch[0][1]
+                data = self.log.pread(start, batch[-1][1] + batch[-1][2] - start)
+                for seq, offset, length, turn, ts in batch:
+                    yield BatchRecord(seq, turn, ts, offset, length, line=data[offset - start: offset - start + length])
+                del data
             after = rows[-1][0]
-        for record in self.tail_records:
-            if record.seq > after:
-                yield record
+        yield from self.tail_rows.records(after)
 
     def _records(self, start: int, end: int, next_seq: int) -> Iterator[Record]:
         for line, _line_start, _line_end in self.log.lines(start, end):
@@ -391,3 +394,72 @@ class SessionReader:
 
     def __repr__(self) -> str:
         return f"<SessionReader {getattr(self, 'session_id', self.directory.name)!r}>"
+
+
+class _Tail:
+    """The records a reader parsed past its index, in compact columns: seq, offset, length and
+    turn (0: none) of each, in log order. ``len()`` counts them; ``tail[i]`` is the ``i``-th
+    one's index row (read back from the log)."""
+
+    def __init__(self, log: LogFile):
+        self.log = log
+        self.seqs = array("q")
+        self.offsets = array("q")
+        self.lengths = array("q")
+        self.turns = array("q")
+
+    def append(self, seq: int, offset: int, length: int, turn: Optional[int]) -> None:
+        self.seqs.append(seq)
+        self.offsets.append(offset)
+        self.lengths.append(length)
+        self.turns.append(turn or 0)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def __getitem__(self, i: int) -> tuple:
+        seq, offset, length, turn = self.seqs[i], self.offsets[i], self.lengths[i], self.turns[i] or None
+        record = ev.decode_line(self.log.pread(offset, length))
+        return event_row(seq, offset, length, turn, record.ts if record else None,
+                         record.event if record else {"type": ""})
+
+    @property
+    def last_seq(self) -> int:
+        return self.seqs[-1] if self.seqs else 0
+
+    def position(self, seq: int) -> Optional[tuple[int, int, Optional[int]]]:
+        i = bisect_left(self.seqs, seq)
+        if i == len(self.seqs) or self.seqs[i] != seq:
+            return None
+        return self.offsets[i], self.lengths[i], self.turns[i] or None
+
+    def records(self, after: int) -> Iterator[BatchRecord]:
+        """The records with a seq past ``after``, decoded from the log a batch at a time."""
+        first = bisect_right(self.seqs, after)
+        for batch in _byte_batches(range(first, len(self.seqs)), lambda i: (self.offsets[i], self.lengths[i])):
+            start = self.offsets[batch[0]]
+            data = self.log.pread(start, self.offsets[batch[-1]] + self.lengths[batch[-1]] - start)
+            for i in batch:
+                offset, length = self.offsets[i], self.lengths[i]
+                record = ev.decode_line(data[offset - start: offset - start + length])
+                if record is None:  # the log changed under the reader (it cannot, short of an edit)
+                    raise StoreIOError("read", self.log.path, f"no record at byte {offset} any more")
+                yield BatchRecord(self.seqs[i], self.turns[i] or None, record.ts, offset, length, record.event)
+            del data
+
+
+def _byte_batches(items, span) -> Iterator[list]:
+    """``items`` (in log order) in runs whose bytes, ``span(item) -> (offset, length)``, add up to
+    about ``_READ_BATCH_BYTES`` at most (a longer record alone)."""
+    batch: list = []
+    first = 0
+    for item in items:
+        offset, length = span(item)
+        if batch and offset + length - first > _READ_BATCH_BYTES:
+            yield batch
+            batch = []
+        if not batch:
+            first = offset
+        batch.append(item)
+    if batch:
+        yield batch

@@ -221,3 +221,70 @@ def test_a_catalog_with_the_old_fact_ids_renames_them_at_its_next_refresh(tmp_pa
     report = refresh_catalog(tmp_path)
     assert report.updated == ["x:5"] and not report.errors
     assert [h.chunk_id for h in memstore.search_memory(tmp_path, "blue")] == [f"{directory.name}:0"]
+
+
+# --------------------------------------------------------------------------------------------
+# Huge sessions: a reader's memory does not grow with the bytes it reads
+
+
+def _vtcode_log(directory: Path, turns: int, output: str) -> int:
+    directory.mkdir(parents=True)
+    with open(directory / "events.jsonl", "wb") as fh:
+        for t in range(turns):
+            fh.write(orjson.dumps({"schema_version": "0.18.0", "event": TURN_STARTED}) + b"\n")
+            for i in range(3):
+                fh.write(orjson.dumps({"schema_version": "0.18.0", "event": {"type": "item.completed", "item": {
+                    "id": f"{t}.{i}", "type": "command_execution", "command": "make",
+                    "aggregated_output": output}}}) + b"\n")
+            fh.write(orjson.dumps({"schema_version": "0.18.0", "event": TURN_COMPLETED}) + b"\n")
+    return (directory / "events.jsonl").stat().st_size
+
+
+def test_a_reader_of_a_log_without_an_index_does_not_hold_its_events(tmp_path):
+    """A VT Code session (no index) was read into memory whole: every decoded event was kept
+    for the catalog, more memory than the log's size."""
+    import tracemalloc
+
+    size = _vtcode_log(tmp_path / "sessions" / "vt", 500, "widget " * 1000)  # about 10 MB
+    tracemalloc.start()
+    try:
+        with memstore.read_session(tmp_path, "vt") as reader:
+            held, _ = tracemalloc.get_traced_memory()
+            assert held < size / 10, f"the reader holds {held} bytes of a {size}-byte log"
+            tracemalloc.reset_peak()
+            count = 0
+            for record in reader.underived_records():
+                count += bool(record.event)
+            _, peak = tracemalloc.get_traced_memory()
+            assert count == 2500 and reader.record(2500).event == TURN_COMPLETED
+            assert peak < size / 3, f"reading the records peaked at {peak} bytes of a {size}-byte log"
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_records_an_index_has_not_derived_are_read_a_bounded_batch_at_a_time(tmp_path, monkeypatch):
+    import tracemalloc
+
+    import memstore.deriver
+
+    monkeypatch.setattr(memstore.deriver, "IDLE_SECONDS", 3600)
+    output = "widget " * 3000
+    with memstore.open_session(tmp_path, "s", durability="none") as log:
+        for i in range(300):
+            log.append(TURN_STARTED)
+            for j in range(3):
+                log.append({"type": "item.completed", "item": {"id": f"{i}.{j}", "type": "command_execution",
+                                                               "command": "make", "aggregated_output": output}})
+            log.append(TURN_COMPLETED)
+    size = (memstore.session_directory(tmp_path, "s") / "events.jsonl").stat().st_size
+    tracemalloc.start()
+    try:
+        with memstore.read_session(tmp_path, "s") as reader:
+            assert reader.derived_seq == 0 and reader.indexed_seq == 1500
+            tracemalloc.reset_peak()
+            count = sum(1 for _record in reader.underived_records())
+            _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 1500
+    assert peak < size / 3, f"reading the records peaked at {peak} bytes of a {size}-byte log"
