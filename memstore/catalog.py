@@ -34,7 +34,7 @@ from .errors import MemstoreError, SessionNotFound, StoreIOError
 from .fsio import sessions_root
 from .index import INDEX_FILE, TURN_COLUMNS, MigrationSet, file_stamp, readonly_uri
 from .lock import store_lock
-from .logfile import EVENTS_FILE
+from .logfile import EVENTS_FILE, TAIL_BYTES
 from .manifest import MANIFEST_FILE
 from .reader import SessionReader, read_session_dir
 
@@ -169,8 +169,16 @@ def _fact_ids_by_directory(db: "sqlite_utils.Database") -> None:
     db.execute("UPDATE catalog_state SET stamp = '' WHERE directory != session_id")
 
 
+def _log_tails(db: "sqlite_utils.Database") -> None:
+    # How far the catalog copied each log and the bytes that end there: a log that no longer
+    # has them was rewritten (VT Code's cap rewrite gives no generation). NULL: recopy.
+    db["catalog_state"].add_column("log_bytes", int)
+    db["catalog_state"].add_column("tail", bytes)
+
+
 CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_2", _create_tables), ("views", _create_views),
-                                                       ("fact_ids_by_directory", _fact_ids_by_directory)))
+                                                       ("fact_ids_by_directory", _fact_ids_by_directory),
+                                                       ("log_tails", _log_tails)))
 
 
 def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
@@ -264,7 +272,7 @@ def _stamp(directory: Path) -> Optional[str]:
 def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: RefreshReport, progress) -> None:
     directories = _session_dirs(root)
     state = {row[0]: row for row in conn.execute(
-        "SELECT directory, session_id, generation, seq, last_turn, stamp FROM catalog_state")}
+        "SELECT directory, session_id, generation, seq, last_turn, stamp, log_bytes, tail FROM catalog_state")}
     for name in sorted(set(state) - set(directories)):
         _forget_directory(conn, search, name, state[name][1], report)
     total = len(directories)
@@ -322,7 +330,8 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
     manifest = reader.manifest
     session_id = reader.session_id
     full = (previous is None or previous[1] != session_id or previous[2] != manifest.generation
-            or previous[3] > max(reader.indexed_seq, reader.tail_rows.last_seq))
+            or previous[3] > max(reader.indexed_seq, reader.tail_rows.last_seq)
+            or not _still_prefix(reader, previous[6], previous[7]))
     events_seq = 0 if full else previous[3]
     last_turn = 0 if full else previous[4]
     uri = _attach(conn, reader.index_path) if reader.index is not None else None
@@ -354,10 +363,10 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
             # Chunks and changed files: what the index derived, then what the reader derives.
             _upsert_session(conn, session_id, name, manifest, reader)
             conn.execute(
-                "INSERT OR REPLACE INTO catalog_state (directory, session_id, generation, seq, last_turn, stamp) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO catalog_state (directory, session_id, generation, seq, last_turn, stamp, "
+                "log_bytes, tail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (name, session_id, manifest.generation, new_events_seq,
-                 max([last_turn] + [t.number for t in turns]), stamp))
+                 max([last_turn] + [t.number for t in turns]), stamp, reader.end, _log_tail(reader, reader.end)))
             if attached and "immutable=1" in uri and file_stamp(reader.index_path) != attached_stamp:
                 raise _Rewritten()  # a writer touched the index under an immutable read
     except _Rewritten:
@@ -367,6 +376,19 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
             conn.execute("DETACH DATABASE src")
     kind = "added" if previous is None else "recopied" if full else "updated"
     return kind, session_id
+
+
+def _log_tail(reader: SessionReader, length: int) -> bytes:
+    return reader.log.pread(max(0, length - TAIL_BYTES), min(TAIL_BYTES, length))
+
+
+def _still_prefix(reader: SessionReader, length: Optional[int], tail: Optional[bytes]) -> bool:
+    """Whether the log the catalog copied (``length`` bytes ending in ``tail``) is still the
+    start of the one the reader holds: if not, it was rewritten (the generation cannot say so
+    for a session without an index)."""
+    if length is None or tail is None or length > reader.end:
+        return False
+    return _log_tail(reader, length) == tail
 
 
 class _Rewritten(Exception):

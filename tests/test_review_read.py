@@ -288,3 +288,55 @@ def test_the_records_an_index_has_not_derived_are_read_a_bounded_batch_at_a_time
         tracemalloc.stop()
     assert count == 1500
     assert peak < size / 3, f"reading the records peaked at {peak} bytes of a {size}-byte log"
+
+
+# --------------------------------------------------------------------------------------------
+# Sessions the catalog reads without an index (VT Code's)
+
+
+def _vt(event: dict) -> bytes:
+    return orjson.dumps({"schema_version": "0.18.0", "event": event}) + b"\n"
+
+
+def _vt_turn(text: str) -> bytes:
+    return _vt(TURN_STARTED) + _vt(message(text)) + _vt(TURN_COMPLETED)
+
+
+def _vt_manifest(directory: Path, turns: int, events: int, base: int, length: int) -> None:
+    (directory / "manifest.json").write_bytes(orjson.dumps({
+        "session_id": "vt", "schema_version": 1, "created_at": "2026-11-30T08:00:00Z",
+        "updated_at": "2026-11-30T09:00:00Z", "turn_count": turns, "event_count": events, "status": "active",
+        "in_turn": False, "persisted_file_len": length, "retained_turn_base": base}))
+
+
+def _catalog_from_scratch(root: Path, tmp_path: Path) -> dict:
+    import shutil
+
+    copy = tmp_path / "scratch"
+    shutil.rmtree(copy, ignore_errors=True)
+    copy.mkdir()
+    shutil.copytree(root / "sessions", copy / "sessions", symlinks=True)
+    refresh_catalog(copy)
+    return catalog_rows(copy)
+
+
+def test_a_session_vtcode_rewrote_is_recopied_not_grown(tmp_path):
+    """A session without a memstore index has no generation: when VT Code's cap rewrite replaced
+    its log and it then grew past the rows the catalog had, the refresh took it for grown and
+    kept the evicted events' rows beside the new ones."""
+    root = tmp_path / "store"
+    directory = root / "sessions" / "vt"
+    directory.mkdir(parents=True)
+    log = b"".join(_vt_turn(f"widget old {i}") for i in range(4))
+    (directory / "events.jsonl").write_bytes(log)
+    _vt_manifest(directory, 4, 12, 1, len(log))
+    assert refresh_catalog(root).added == ["vt"]
+    # VT Code evicts turns 1-2 (the log is replaced by its last two turns), then appends three.
+    kept = b"".join(_vt_turn(f"widget old {i}") for i in (2, 3))
+    log = kept + b"".join(_vt_turn(f"widget new {i}") for i in range(3))
+    (directory / "events.jsonl.tmp").write_bytes(log)
+    os.replace(directory / "events.jsonl.tmp", directory / "events.jsonl")
+    _vt_manifest(directory, 7, 15, 3, len(log))
+    refresh_catalog(root)
+    assert catalog_rows(root) == _catalog_from_scratch(root, tmp_path)
+    assert not any("old 0" in row[3] or "old 1" in row[3] for row in catalog_rows(root)["chunks"])
