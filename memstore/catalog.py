@@ -405,8 +405,8 @@ def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: s
                   attached: bool) -> tuple[list[int], int]:
     """Copy the session's records past seq ``after``: their events rows, chunks and changed
     files. From the attached index as far as its deriver went (and the reader's snapshot of
-    it), then made here from the records themselves. Returns the new chunk ids and the last
-    seq copied."""
+    it), then made here from the records themselves (all of them, when the index could not be
+    attached). Returns the new chunk ids and the last seq copied."""
     path = f"sessions/{name}/{EVENTS_FILE}"
     ids: list[int] = []
     copied = after
@@ -430,9 +430,7 @@ def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: s
                 "INSERT INTO file_changes (session_id, seq, turn, path, kind) SELECT ?, seq, turn, path, kind "
                 "FROM src.file_changes WHERE seq > ? AND seq <= ?", bounds)
     last = copied
-    for record in reader.underived_records():
-        if record.seq <= copied:
-            continue
+    for record in reader.records_from(copied):
         event = record.event
         conn.execute(_EVENT_INSERT, (session_id, record.seq, record.turn, record.ts, *ev.describe(event),
                                      record.offset, record.length))

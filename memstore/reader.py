@@ -354,7 +354,11 @@ class SessionReader:
         """The records the index's lazy derived tables (the search chunks) do not hold yet, in
         log order: those the index has past its watermark, then those past the index. Read
         from the log a bounded batch at a time."""
-        after = self.derived_seq
+        return self.records_from(self.derived_seq)
+
+    def records_from(self, after: int) -> Iterator[BatchRecord]:
+        """The records with a seq past ``after``, in log order, as :meth:`underived_records`
+        gives them (those the index has, then those past it)."""
         while self.index is not None:
             try:
                 rows = self.index.underived(after, 2_000, self.indexed_seq)

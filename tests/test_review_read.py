@@ -340,3 +340,31 @@ def test_a_session_vtcode_rewrote_is_recopied_not_grown(tmp_path):
     refresh_catalog(root)
     assert catalog_rows(root) == _catalog_from_scratch(root, tmp_path)
     assert not any("old 0" in row[3] or "old 1" in row[3] for row in catalog_rows(root)["chunks"])
+
+
+# --------------------------------------------------------------------------------------------
+# The catalog and a session index it cannot use
+
+
+def _derived_session(root: Path) -> Path:
+    with memstore.open_session(root, "s") as log:
+        write_turns(log, 3)
+    memstore.rebuild(root, "s", refresh=False)  # derives every record: the watermark is at 9
+    with memstore.read_session(root, "s") as reader:
+        assert reader.derived_seq == reader.indexed_seq == 9
+    return memstore.session_directory(root, "s") / "index" / "session.db"
+
+
+def test_the_catalog_copies_every_record_when_it_cannot_attach_the_index(tmp_path, monkeypatch):
+    """Without the ATTACH the records came from the reader's underived ones only: those the
+    index had derived were never copied (and, the seq recorded, never would be)."""
+    from memstore import catalog
+
+    _derived_session(tmp_path)
+    monkeypatch.setattr(catalog, "_attach", lambda conn, path: None)
+    assert refresh_catalog(tmp_path).added == ["s"]
+    rows = catalog_rows(tmp_path)
+    assert [row[1] for row in rows["events"]] == list(range(1, 10))
+    assert [row[0] for row in rows["chunks"]] == ["s:2:0", "s:5:0", "s:8:0"]
+    monkeypatch.undo()
+    assert rows == _catalog_from_scratch(tmp_path, tmp_path)
