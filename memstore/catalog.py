@@ -340,7 +340,10 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
     try:
         with _transaction(conn):
             if attached:
-                row = conn.execute("SELECT generation FROM src.manifest WHERE id = 1").fetchone()
+                try:
+                    row = conn.execute("SELECT generation FROM src.manifest WHERE id = 1").fetchone()
+                except sqlite3.Error:
+                    raise _Rewritten() from None  # a new index, not written yet
                 if row is None or row[0] != manifest.generation:
                     raise _Rewritten()
             if full and previous is not None:
@@ -371,6 +374,10 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
                 raise _Rewritten()  # a writer touched the index under an immutable read
     except _Rewritten:
         return None
+    except sqlite3.DatabaseError:
+        if attached and "immutable=1" in uri and file_stamp(reader.index_path) != attached_stamp:
+            return None  # what a writer changed under the immutable read was torn: read it again
+        raise
     finally:
         if attached:
             conn.execute("DETACH DATABASE src")

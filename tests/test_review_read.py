@@ -368,3 +368,49 @@ def test_the_catalog_copies_every_record_when_it_cannot_attach_the_index(tmp_pat
     assert [row[0] for row in rows["chunks"]] == ["s:2:0", "s:5:0", "s:8:0"]
     monkeypatch.undo()
     assert rows == _catalog_from_scratch(tmp_path, tmp_path)
+
+
+def test_a_refresh_that_finds_a_half_made_index_reads_the_session_again(tmp_path, monkeypatch):
+    """A rebuild discards the index and creates the new file empty before it writes the
+    template: an ATTACH in that moment found no tables, and the refresh failed the session."""
+    from memstore import catalog
+
+    index = _derived_session(tmp_path)
+    opened = catalog.read_session_dir
+    calls = []
+
+    def open_then_empty_the_index(directory):
+        reader = opened(directory)
+        if not calls:
+            index.unlink()
+            index.touch()  # the new file, before its first byte
+        calls.append(directory)
+        return reader
+
+    monkeypatch.setattr(catalog, "read_session_dir", open_then_empty_the_index)
+    report = refresh_catalog(tmp_path)
+    assert report.added == ["s"] and not report.errors
+    assert [row[1] for row in catalog_rows(tmp_path)["events"]] == list(range(1, 10))
+
+
+def test_a_torn_read_of_an_index_read_immutable_reads_the_session_again(tmp_path, monkeypatch):
+    """An index at rest is attached immutable (no locks): a writer checkpointing into it
+    meanwhile can make a query fail as well as return torn rows. Either way the session is
+    read again, not skipped."""
+    from memstore import catalog
+
+    index = _derived_session(tmp_path)
+    copy = catalog._copy_records
+    calls = []
+
+    def torn_once(conn, reader, *args):
+        if not calls:
+            calls.append(1)
+            os.utime(index, ns=(1, 1))  # a writer touched the file...
+            raise sqlite3.DatabaseError("database disk image is malformed")  # ...mid-query
+        return copy(conn, reader, *args)
+
+    monkeypatch.setattr(catalog, "_copy_records", torn_once)
+    report = refresh_catalog(tmp_path)
+    assert report.added == ["s"] and not report.errors
+    assert [row[1] for row in catalog_rows(tmp_path)["events"]] == list(range(1, 10))
