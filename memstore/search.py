@@ -1453,4 +1453,8 @@ def _since(value: str) -> str:
     parsed = parse_ts(text)
     if parsed is None:
         raise ValueError(f"since must be a date (YYYY-MM-DD) or an RFC 3339 time, not {value!r}")
-    return format_ts(parsed)
+    try:
+        return format_ts(parsed)
+    except OverflowError:
+        # Its UTC instant is before year 1 (every time is after it) or after 9999 (none is).
+        return "" if parsed.year == 1 else "9999-12-31T23:59:59.999Z\uffff"

@@ -414,3 +414,17 @@ def test_a_torn_read_of_an_index_read_immutable_reads_the_session_again(tmp_path
     report = refresh_catalog(tmp_path)
     assert report.added == ["s"] and not report.errors
     assert [row[1] for row in catalog_rows(tmp_path)["events"]] == list(range(1, 10))
+
+
+# --------------------------------------------------------------------------------------------
+# search_memory's filters
+
+
+@pytest.mark.parametrize(("since", "found"), [("0001-01-01T00:30:00+01:00", True), ("9999-12-31T23:30:00-01:00", False)])
+def test_since_at_the_ends_of_time_is_not_an_error(tmp_path, since, found):
+    """Valid RFC 3339 times whose UTC instant falls before year 1 or after 9999 raised
+    OverflowError (not even the documented ValueError)."""
+    with memstore.open_session(tmp_path, "s") as log:
+        write_turns(log, 1)
+    hits = memstore.search_memory(tmp_path, "widget", since=since)
+    assert [h.chunk_id for h in hits] == (["s:2:0"] if found else [])
