@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from . import events as ev
 from .chunks import event_chunks
 from .search import SearchIndex
-from .errors import MemstoreError, SessionNotFound, StoreIOError
+from .errors import InvalidEvent, MemstoreError, SessionNotFound, StoreIOError
 from .fsio import sessions_root
 from .index import INDEX_FILE, TURN_COLUMNS, MigrationSet, file_stamp, readonly_uri
 from .lock import store_lock
@@ -169,6 +169,10 @@ def _fact_ids_by_directory(db: "sqlite_utils.Database") -> None:
     db.execute("UPDATE catalog_state SET stamp = '' WHERE directory != session_id")
 
 
+def _normal_chunk_times(db: "sqlite_utils.Database") -> None:
+    db.execute(f"UPDATE chunks SET created_at = memstore_ts(created_at) WHERE NOT {_IS_MEMSTORE_TS.format('created_at')}")
+
+
 def _log_tails(db: "sqlite_utils.Database") -> None:
     # How far the catalog copied each log and the bytes that end there: a log that no longer
     # has them was rewritten (VT Code's cap rewrite gives no generation). NULL: recopy.
@@ -178,7 +182,8 @@ def _log_tails(db: "sqlite_utils.Database") -> None:
 
 CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_2", _create_tables), ("views", _create_views),
                                                        ("fact_ids_by_directory", _fact_ids_by_directory),
-                                                       ("log_tails", _log_tails)))
+                                                       ("log_tails", _log_tails),
+                                                       ("normal_chunk_times", _normal_chunk_times)))
 
 
 def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
@@ -191,6 +196,7 @@ def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
         raise StoreIOError("open catalog", path, str(exc)) from exc
     try:
         os.chmod(path, 0o600)
+        conn.create_function("memstore_ts", 1, _normal_ts, deterministic=True)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=10000")
@@ -430,8 +436,8 @@ def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: s
             cursor = conn.execute(
                 "INSERT INTO chunks (chunk_id, session_id, seq, turn, part, source, kind, path, start_line, end_line, "
                 "created_at, text) SELECT ?1 || ':' || seq || ':' || part, ?1, seq, turn, part, 'event', kind, ?4, "
-                "start_line, end_line, ts, text FROM src.chunks WHERE seq > ?2 AND seq <= ?3 ORDER BY seq, part "
-                "RETURNING id", (*bounds, path))
+                f"start_line, end_line, CASE WHEN {_IS_MEMSTORE_TS.format('ts')} THEN ts ELSE memstore_ts(ts) END, "
+                "text FROM src.chunks WHERE seq > ?2 AND seq <= ?3 ORDER BY seq, part RETURNING id", (*bounds, path))
             ids.extend(row[0] for row in cursor)
             conn.execute(
                 "INSERT INTO file_changes (session_id, seq, turn, path, kind) SELECT ?, seq, turn, path, kind "
@@ -444,7 +450,7 @@ def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: s
         for chunk in event_chunks(record.seq, record.turn, record.ts, event):
             cursor = conn.execute(_CHUNK_INSERT, (
                 f"{session_id}:{chunk.seq}:{chunk.part}", session_id, chunk.seq, chunk.turn, chunk.part, chunk.kind,
-                path, chunk.start_line, chunk.end_line, chunk.ts, chunk.text))
+                path, chunk.start_line, chunk.end_line, _normal_ts(chunk.ts), chunk.text))
             ids.append(cursor.fetchone()[0])
         for file_path, kind in ev.changed_files(event):
             conn.execute("INSERT INTO file_changes (session_id, seq, turn, path, kind) VALUES (?, ?, ?, ?, ?)",
@@ -542,6 +548,22 @@ def _duration_ms(started: Optional[str], ended: Optional[str]) -> Optional[int]:
     if a is None or b is None:
         return None
     return max(0, int((b - a).total_seconds() * 1000))
+
+
+# Chunk times are compared with search_memory's since as strings: each is stored in memstore's
+# own format (what memstore writes; a line another tool wrote may say the time another way),
+# or NULL when it is not a time.
+_IS_MEMSTORE_TS = ("coalesce({0} GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]"
+                   ".[0-9][0-9][0-9]Z', 1)")
+
+
+def _normal_ts(value) -> Optional[str]:
+    if value is None:
+        return None
+    try:
+        return ev.normalize_ts(value)
+    except InvalidEvent:
+        return None
 
 
 def _str(value) -> Optional[str]:

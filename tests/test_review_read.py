@@ -428,3 +428,35 @@ def test_since_at_the_ends_of_time_is_not_an_error(tmp_path, since, found):
         write_turns(log, 1)
     hits = memstore.search_memory(tmp_path, "widget", since=since)
     assert [h.chunk_id for h in hits] == (["s:2:0"] if found else [])
+
+
+def test_since_compares_times_not_strings(tmp_path):
+    """Lines memstore did not write may carry a ts in another RFC 3339 form (an offset, no
+    milliseconds): chunk times were compared with ``since`` as strings, so 10:00+02:00 (08:00Z)
+    passed since=08:30Z."""
+    directory = tmp_path / "sessions" / "s"
+    directory.mkdir(parents=True)
+    times = {"early": "2026-05-01T10:00:00+02:00", "later": "2026-05-01T08:45:00Z", "odd": "not a time",
+             "late": "2026-05-01T09:15:00.5-00:30"}
+    (directory / "events.jsonl").write_bytes(b"".join(
+        orjson.dumps({"schema_version": "0.18.0", "seq": seq, "ts": ts, "event": message(f"widget {name}")}) + b"\n"
+        for seq, (name, ts) in enumerate(times.items(), start=1)))
+    hits = memstore.search_memory(tmp_path, "widget", 10, since="2026-05-01T08:30:00Z")
+    assert sorted((h.snippet, h.created_at) for h in hits) == [
+        ("widget late", "2026-05-01T09:45:00.500Z"), ("widget later", "2026-05-01T08:45:00.000Z")]
+    # The same when the chunks are copied from a session index (a rebuild derives them all).
+    memstore.rebuild(tmp_path, "s")
+    hits = memstore.search_memory(tmp_path, "widget", 10, since="2026-05-01T08:30:00Z")
+    assert sorted(h.snippet for h in hits) == ["widget late", "widget later"]
+
+
+def test_a_catalog_with_chunk_times_as_the_log_wrote_them_normalizes_them(tmp_path):
+    with memstore.open_session(tmp_path, "s") as log:
+        write_turns(log, 1)
+    memstore.search_memory(tmp_path, "widget")
+    conn = sqlite3.connect(tmp_path / "catalog.db")
+    with conn:  # as an older catalog copied them, and forget the migration
+        conn.execute("UPDATE chunks SET created_at = '2026-05-01T10:00:00+02:00'")
+        conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'normal_chunk_times'")
+    conn.close()
+    assert [h.created_at for h in memstore.search_memory(tmp_path, "widget")] == ["2026-05-01T08:00:00.000Z"]
