@@ -517,6 +517,8 @@ def _attach(conn: sqlite3.Connection, index_path: Path) -> Optional[str]:
     """Attach a session index read-only as ``src``, creating and writing nothing in the
     session (see ``index.readonly_uri``); return the URI used, or ``None`` if it cannot be."""
     uri = readonly_uri(index_path)
+    if uri is None:
+        return None  # it cannot be read without creating a file: the reader read the log
     try:
         conn.execute("ATTACH DATABASE ? AS src", (uri,))
         return uri

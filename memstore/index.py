@@ -369,6 +369,9 @@ class SessionIndex:
         for _attempt in range(3):
             stamp = file_stamp(path)
             uri = readonly_uri(path)
+            if uri is None:
+                logger.debug("not reading index %s: it has only one of its WAL side files", path)
+                return None
             try:
                 conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             except sqlite3.Error as exc:
@@ -461,6 +464,8 @@ class SessionIndex:
         self.close()
         stamp = file_stamp(self.path)
         uri = readonly_uri(self.path)
+        if uri is None:
+            raise IndexChanged("read index", self.path, "it is being opened or closed by a writer")
         try:
             self.conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             self.conn.execute("PRAGMA busy_timeout=5000")
@@ -729,17 +734,24 @@ def file_stamp(path: Path) -> tuple:
     return main, os.path.exists(f"{path}-wal"), os.path.exists(f"{path}-shm")
 
 
-def readonly_uri(path: os.PathLike | str) -> str:
-    """The URI that opens an index for reading without creating or writing any file.
+def readonly_uri(path: os.PathLike | str) -> Optional[str]:
+    """The URI that opens an index for reading without creating or writing any file, or
+    ``None`` when there is none.
 
     With a writer about (its ``-wal`` and ``-shm`` files exist) that is the usual read-only
     open. At rest those files do not exist and a read-only open would create them, so the
     database is opened ``immutable`` (no locks, no side files); callers must check
-    :func:`file_stamp` after reading and read again if a writer arrived meanwhile.
+    :func:`file_stamp` after reading and read again if a writer arrived meanwhile. With only
+    one of them (a writer between creating or deleting the two, a killed one, a partial copy)
+    a read-only open creates the other, and an immutable one would ignore a WAL that may hold
+    what the file lacks: ``None``, read the log instead.
     """
     path = Path(path)
-    if os.path.exists(f"{path}-wal") or os.path.exists(f"{path}-shm"):
+    wal, shm = os.path.exists(f"{path}-wal"), os.path.exists(f"{path}-shm")
+    if wal and shm:
         return f"{path.absolute().as_uri()}?mode=ro"
+    if wal or shm:
+        return None
     # mode=ro too: immutable alone opens read-write, and creates a missing file.
     return f"{path.absolute().as_uri()}?mode=ro&immutable=1"
 

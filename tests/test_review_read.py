@@ -460,3 +460,25 @@ def test_a_catalog_with_chunk_times_as_the_log_wrote_them_normalizes_them(tmp_pa
         conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'normal_chunk_times'")
     conn.close()
     assert [h.created_at for h in memstore.search_memory(tmp_path, "widget")] == ["2026-05-01T08:00:00.000Z"]
+
+
+@pytest.mark.parametrize("side", ["-wal", "-shm"])
+def test_a_reader_creates_no_side_file_when_only_one_is_there(tmp_path, side):
+    """A writer closing deletes -shm before -wal, and one opening creates them one after the
+    other; a killed writer or a copy can leave one alone. The read-only open SQLite does then
+    creates the other."""
+    with memstore.open_session(tmp_path, "s") as log:
+        write_turns(log, 2)
+        log.append(TURN_STARTED)
+    index = memstore.session_directory(tmp_path, "s") / "index" / "session.db"
+    Path(f"{index}{side}").touch()
+    before = files(tmp_path)
+    with memstore.read_session(tmp_path, "s") as reader:
+        assert (reader.turn_count, reader.event_count) == (2, 7)
+        assert [t.status for t in reader.turns()] == ["completed", "completed", "open"]
+        assert reader.record(5).event == message("widget turn 2")
+    assert files(tmp_path) == before
+    refresh_catalog(tmp_path)
+    assert files(tmp_path / "sessions") == {k[len("sessions/"):]: v for k, v in before.items()
+                                            if k.startswith("sessions/")}
+    assert catalog_rows(tmp_path)["sessions"] == [("s", "s", 2, 7)]
