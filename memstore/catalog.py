@@ -259,7 +259,9 @@ def _session_dirs(root: Path) -> dict[str, Path]:
 
 
 def _stamp(directory: Path) -> Optional[str]:
-    """What changes when a session does: its log, its manifest and its index files."""
+    """What changes when a session does: its log, its manifest and its index files. ``None``
+    when it is no session (no log that is a regular file); any other file that is not one
+    (a symlink, say) the reader refuses, or reads the log instead of."""
     parts = []
     for name in (EVENTS_FILE, MANIFEST_FILE, f"index/{INDEX_FILE}", f"index/{INDEX_FILE}-wal", MEMORY_VIEW):
         try:
@@ -269,9 +271,9 @@ def _stamp(directory: Path) -> Optional[str]:
                 return None
             parts.append("-")
             continue
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) and name == EVENTS_FILE:
             return None
-        parts.append(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
+        parts.append(f"{st.st_mode:o}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
     return "|".join(parts)
 
 

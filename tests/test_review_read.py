@@ -482,3 +482,20 @@ def test_a_reader_creates_no_side_file_when_only_one_is_there(tmp_path, side):
     assert files(tmp_path / "sessions") == {k[len("sessions/"):]: v for k, v in before.items()
                                             if k.startswith("sessions/")}
     assert catalog_rows(tmp_path)["sessions"] == [("s", "s", 2, 7)]
+
+
+@pytest.mark.parametrize("name", ["index/session.db", "index/session.db-wal", "derived/memory.json"])
+def test_a_session_with_a_symlinked_view_is_still_searched(tmp_path, name):
+    """The reader refuses to follow a symlinked index (or WAL, or memory view) and reads the
+    log instead; the catalog took the session for no session at all, silently."""
+    with memstore.open_session(tmp_path, "s") as log:
+        write_turns(log, 1)
+    path = memstore.session_directory(tmp_path, "s") / name
+    if path.exists():
+        path.unlink()
+    (tmp_path / "elsewhere").write_bytes(b"{}")
+    path.symlink_to(tmp_path / "elsewhere")
+    report = refresh_catalog(tmp_path)
+    assert report.added == ["s"] and not report.errors
+    assert [h.chunk_id for h in memstore.search_memory(tmp_path, "widget")] == ["s:2:0"]
+    assert (tmp_path / "elsewhere").read_bytes() == b"{}"
