@@ -175,7 +175,9 @@ class SessionReader:
             state = LogState(manifest)
             self._catch_up(state, 0, status_floor=on_disk.persisted_file_len if on_disk else 0)
             if not manifest.created_at:
-                manifest.created_at = manifest.updated_at = ev.utc_now()
+                # No record says when (VT Code writes no times) and no manifest does: the log's
+                # modification time, the same for every reader (the clock would not be).
+                manifest.created_at = manifest.updated_at = self._log_time()
         state.manifest.persisted_file_len = self.end
         self.state = state
 
@@ -236,6 +238,15 @@ class SessionReader:
                 pass
             self.index.close()
             self.index = None
+
+    def _log_time(self) -> str:
+        from datetime import datetime, timezone
+
+        try:
+            mtime = os.fstat(self.log.rfd).st_mtime
+        except OSError as exc:
+            raise StoreIOError.from_os_error("stat", self.log.path, exc) from exc
+        return ev.format_ts(datetime.fromtimestamp(mtime, timezone.utc))
 
     def _complete_end(self) -> int:
         """The end of the last complete line: a torn tail is ignored, not cut."""

@@ -499,3 +499,25 @@ def test_a_session_with_a_symlinked_view_is_still_searched(tmp_path, name):
     assert report.added == ["s"] and not report.errors
     assert [h.chunk_id for h in memstore.search_memory(tmp_path, "widget")] == ["s:2:0"]
     assert (tmp_path / "elsewhere").read_bytes() == b"{}"
+
+
+def test_a_session_without_times_reads_the_same_every_time(tmp_path):
+    """A VT Code log (no ts) without its manifest: every reader made its times up from the
+    clock, so the catalog's row changed with each copy and differed from a refresh from
+    scratch. The log's modification time is the session's time instead."""
+    import time
+
+    directory = tmp_path / "store" / "sessions" / "vt"
+    directory.mkdir(parents=True)
+    (directory / "events.jsonl").write_bytes(_vt_turn("widget"))
+    os.utime(directory / "events.jsonl", (1_700_000_000, 1_700_000_000))
+    with memstore.read_session(tmp_path / "store", "vt") as reader:
+        first = (reader.manifest.created_at, reader.manifest.updated_at)
+    time.sleep(0.01)
+    with memstore.read_session(tmp_path / "store", "vt") as reader:
+        assert (reader.manifest.created_at, reader.manifest.updated_at) == first == (
+            "2023-11-14T22:13:20.000Z", "2023-11-14T22:13:20.000Z")
+    refresh_catalog(tmp_path / "store")
+    conn = sqlite3.connect(tmp_path / "store" / "catalog.db")
+    assert conn.execute("SELECT created_at, updated_at FROM sessions").fetchall() == [first]
+    conn.close()
