@@ -1403,13 +1403,17 @@ def search_memory(
         clauses.append("created_at >= ?")
         params.append(_since(since))
     path = catalog_path(root)
-    conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, isolation_level=None)
     try:
+        # One read transaction: the rows read are those ranked, whatever a refresh does meanwhile
+        # (a recopied session's chunk ids are free for other chunks).
+        conn.execute("BEGIN")
         hits = SearchIndex(conn).search(query, max_results, min_score=min_score, recency=recency,
                                         where=" AND ".join(clauses) or None, params=params)
         rows = {row[0]: row for row in conn.execute(
             "SELECT id, chunk_id, path, start_line, end_line, source, created_at, session_id, turn, seq, kind, text "
             "FROM chunks WHERE id IN (SELECT value FROM json_each(?))", (_json_ids(doc for doc, _ in hits),))}
+        conn.execute("COMMIT")
     except sqlite3.Error as exc:
         raise StoreIOError("search", path, str(exc)) from exc
     finally:

@@ -521,3 +521,33 @@ def test_a_session_without_times_reads_the_same_every_time(tmp_path):
     conn = sqlite3.connect(tmp_path / "store" / "catalog.db")
     assert conn.execute("SELECT created_at, updated_at FROM sessions").fetchall() == [first]
     conn.close()
+
+
+def test_search_results_are_the_rows_it_ranked_even_if_a_refresh_runs_meanwhile(tmp_path, monkeypatch):
+    """search_memory ranked, then read the hits' rows in another transaction: a refresh in
+    between (another process's search, say) that recopied a session could give their ids to
+    other chunks, and the results paired one chunk's score with another's text."""
+    from memstore.search import SearchIndex
+
+    with memstore.open_session(tmp_path, "s", max_events=0) as log:
+        for i in range(4):
+            log.append(TURN_STARTED)
+            log.append(message(f"widget old {i}"))
+            log.append(TURN_COMPLETED)
+    memstore.search_memory(tmp_path, "widget")
+    ranked = SearchIndex.search
+
+    def search_then_refresh(self, *args, **kwargs):
+        hits = ranked(self, *args, **kwargs)
+        with memstore.open_session(tmp_path, "s", max_events=6) as log:  # evicts turns 1-3
+            log.append(TURN_STARTED)
+            log.append(message("fresh text"))
+            log.append(TURN_COMPLETED)
+        refresh_catalog(tmp_path)  # recopies the session: its old chunks' ids are free again
+        return hits
+
+    monkeypatch.setattr(SearchIndex, "search", search_then_refresh)
+    hits = memstore.search_memory(tmp_path, "widget", 10)
+    assert all("widget" in h.snippet for h in hits)
+    assert sorted((h.chunk_id, h.snippet) for h in hits) == sorted((f"s:{3 * i + 2}:0", f"widget old {i}")
+                                                                   for i in range(4))
