@@ -469,6 +469,9 @@ class SessionIndex:
         try:
             self.conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             self.conn.execute("PRAGMA busy_timeout=5000")
+            # One read transaction from here on: the generation checked is the one read later
+            # (a writer may rewrite the index again while the reader is open).
+            self.conn.execute("BEGIN")
             row = self.conn.execute("SELECT generation FROM manifest WHERE id = 1").fetchone()
         except sqlite3.Error as exc:
             # Gone (a rebuild discards the file before it makes a new one) or mid-rewrite.

@@ -551,3 +551,32 @@ def test_search_results_are_the_rows_it_ranked_even_if_a_refresh_runs_meanwhile(
     assert all("widget" in h.snippet for h in hits)
     assert sorted((h.chunk_id, h.snippet) for h in hits) == sorted((f"s:{3 * i + 2}:0", f"widget old {i}")
                                                                    for i in range(4))
+
+
+def test_a_reader_reopened_while_a_writer_works_keeps_to_that_generation(tmp_path):
+    """After a writer's arrival made the reader reopen its index the usual read-only way, a
+    cap rewrite by that writer went unnoticed: the reopened connection read each query afresh,
+    and paired the new index's offsets with the old log."""
+    with memstore.open_session(tmp_path, "s", max_events=0) as log:
+        write_turns(log, 6)
+    reader = _reader_at_rest(tmp_path)
+    try:
+        records = [(r.seq, r.event) for r in reader.iter_records()]
+        turns = reader.turns()
+        log = memstore.open_session(tmp_path, "s", max_events=0)
+        try:
+            write_turns(log, 1, start=6)
+            log.flush()
+            assert reader.turns() == turns  # reopened, same generation
+            assert not reader.index.immutable
+            log.max_events = 10
+            write_turns(log, 1, start=7)  # a cap rewrite: turns 1-5 evicted, offsets moved
+            log.flush()
+            assert reader.turns() == turns
+            for seq, event in records:
+                assert reader.record(seq).event == event
+            assert [r.seq for r in reader.underived_records()] == [seq for seq, _ in records]
+        finally:
+            log.close()
+    finally:
+        reader.close()
