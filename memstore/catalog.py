@@ -8,7 +8,9 @@ per model). Datasette serves it; ``search_memory`` ranks its chunks.
 It is a regenerable view: :func:`refresh_catalog` brings it up to date incrementally. A session
 whose log, manifest and index are unchanged since the last refresh is skipped after three
 ``stat`` calls; one that grew gets only its new rows; one whose ``generation`` changed (its
-index was rebuilt, or a cap rewrite evicted) is copied again; one that is gone is forgotten.
+index was rebuilt, or a cap rewrite evicted), or whose log no longer starts with the bytes the
+catalog copied (VT Code's own cap rewrite, which no generation tells), is copied again; one
+that is gone, or is no session any more (no log), is forgotten.
 Rows are copied from the session indexes with ``ATTACH`` + ``INSERT ... SELECT`` (never
 re-parsing what an index already parsed); only what a session index does not hold yet (lines a
 writer has not indexed, chunks its deriver has not made) comes from the session's reader. Each

@@ -5,8 +5,14 @@ opened read-only), so the catalog, Datasette and the CLI's read commands can rea
 while an agent writes it, and can read a read-only copy of a store. It sees every event
 flushed before it was opened: the index covers a prefix of the log, and the complete lines
 past that prefix (a writer that crashed before indexing them, or VT Code appending on its own)
-are parsed in memory with the same state machine the writer uses. A torn tail is ignored,
-not cut. When the index is missing, damaged or describes another log, the whole log is read.
+are parsed in memory with the same state machine the writer uses (only their positions are
+kept: their events are read back when asked). A torn tail is ignored, not cut. When the index
+is missing, damaged or describes another log, the whole log is read.
+
+A reader answers as of when it was opened, whatever writers do meanwhile: it keeps the log it
+opened (a cap rewrite replaces the file, not its bytes), queries the index within its snapshot,
+and if the index is rebuilt or rewritten under it (see ``index.IndexChanged``) reads its log
+instead.
 """
 
 from __future__ import annotations
@@ -26,8 +32,7 @@ from .errors import EventNotFound, SessionNotFound, StoreIOError, TurnNotFound, 
 from .events import Record
 from .fsio import session_dir_name, session_directory
 from .index import INDEX_FILE, BatchRecord, IndexChanged, SavedState, SessionIndex, Turn
-from .lifecycle import event_row
-from .lifecycle import LogState
+from .lifecycle import LogState, event_row
 from .logfile import EVENTS_FILE, LogFile
 from .manifest import STATUS_ACTIVE, Manifest, load_manifest, load_marker
 from .recovery import INDEX_DIR, covers_prefix, scan_turn_base
