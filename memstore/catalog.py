@@ -177,7 +177,8 @@ def _normal_chunk_times(db: "sqlite_utils.Database") -> None:
 
 def _log_tails(db: "sqlite_utils.Database") -> None:
     # How far the catalog copied each log and the bytes that end there: a log that no longer
-    # has them was rewritten (VT Code's cap rewrite gives no generation). NULL: recopy.
+    # has them was rewritten (VT Code's cap rewrite gives no generation). NULL: recopied, unless
+    # the session has a generation (see _still_prefix).
     db["catalog_state"].add_column("log_bytes", int)
     db["catalog_state"].add_column("tail", bytes)
 
@@ -341,7 +342,7 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
     session_id = reader.session_id
     full = (previous is None or previous[1] != session_id or previous[2] != manifest.generation
             or previous[3] > max(reader.indexed_seq, reader.tail_rows.last_seq)
-            or not _still_prefix(reader, previous[6], previous[7]))
+            or not _still_prefix(reader, *previous[6:8], trusted=previous[2] != 0))
     events_seq = 0 if full else previous[3]
     last_turn = 0 if full else previous[4]
     uri = _attach(conn, reader.index_path) if reader.index is not None else None
@@ -399,13 +400,14 @@ def _log_tail(reader: SessionReader, length: int) -> bytes:
     return reader.log.pread(max(0, length - TAIL_BYTES), min(TAIL_BYTES, length))
 
 
-def _still_prefix(reader: SessionReader, length: Optional[int], tail: Optional[bytes]) -> bool:
+def _still_prefix(reader: SessionReader, length: Optional[int], tail: Optional[bytes], *, trusted: bool) -> bool:
     """Whether the log the catalog copied (``length`` bytes ending in ``tail``) is still the
     start of the one the reader holds: if not, it was rewritten (the generation cannot say so
-    for a session without an index)."""
-    if length is None or tail is None or length > reader.end:
-        return False
-    return _log_tail(reader, length) == tail
+    for a session without an index). Unknown (a catalog of the previous layout): ``trusted``,
+    which a session copied with a generation is."""
+    if length is None or tail is None:
+        return trusted
+    return length <= reader.end and _log_tail(reader, length) == tail
 
 
 class _Rewritten(Exception):

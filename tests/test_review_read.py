@@ -580,3 +580,21 @@ def test_a_reader_reopened_while_a_writer_works_keeps_to_that_generation(tmp_pat
             log.close()
     finally:
         reader.close()
+
+
+def test_a_catalog_of_the_previous_layout_recopies_only_the_sessions_it_cannot_trust(tmp_path):
+    """A catalog from before the log tails were kept: sessions with an index have a
+    generation that tells a rewrite, and are not recopied for the upgrade; those read from
+    their log alone (generation 0) might have been rewritten unnoticed, and are."""
+    with memstore.open_session(tmp_path, "mine") as log:
+        write_turns(log, 1)
+    directory = tmp_path / "sessions" / "vt"
+    directory.mkdir()
+    (directory / "events.jsonl").write_bytes(_vt_turn("widget"))
+    refresh_catalog(tmp_path)
+    conn = sqlite3.connect(tmp_path / "catalog.db")
+    with conn:
+        conn.execute("UPDATE catalog_state SET log_bytes = NULL, tail = NULL, stamp = ''")
+    conn.close()
+    report = refresh_catalog(tmp_path)
+    assert report.recopied == ["vt"] and report.updated == ["mine"]
