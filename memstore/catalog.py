@@ -8,7 +8,9 @@ per model). Datasette serves it; ``search_memory`` ranks its chunks.
 It is a regenerable view: :func:`refresh_catalog` brings it up to date incrementally. A session
 whose log, manifest and index are unchanged since the last refresh is skipped after three
 ``stat`` calls; one that grew gets only its new rows; one whose ``generation`` changed (its
-index was rebuilt, or a cap rewrite evicted) is copied again; one that is gone is forgotten.
+index was rebuilt, or a cap rewrite evicted), or whose log no longer starts with the bytes the
+catalog copied (VT Code's own cap rewrite, which no generation tells), is copied again; one
+that is gone, or is no session any more (no log), is forgotten.
 Rows are copied from the session indexes with ``ATTACH`` + ``INSERT ... SELECT`` (never
 re-parsing what an index already parsed); only what a session index does not hold yet (lines a
 writer has not indexed, chunks its deriver has not made) comes from the session's reader. Each
@@ -30,11 +32,11 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from . import events as ev
 from .chunks import event_chunks
 from .search import SearchIndex
-from .errors import MemstoreError, StoreIOError
+from .errors import InvalidEvent, MemstoreError, SessionNotFound, StoreIOError
 from .fsio import sessions_root
 from .index import INDEX_FILE, TURN_COLUMNS, MigrationSet, file_stamp, readonly_uri
 from .lock import store_lock
-from .logfile import EVENTS_FILE
+from .logfile import EVENTS_FILE, TAIL_BYTES
 from .manifest import MANIFEST_FILE
 from .reader import SessionReader, read_session_dir
 
@@ -163,7 +165,28 @@ def _create_views(db: "sqlite_utils.Database") -> None:
     """)
 
 
-CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_2", _create_tables), ("views", _create_views)))
+def _fact_ids_by_directory(db: "sqlite_utils.Database") -> None:
+    # Facts of sessions with hashed ids were named <session>:<index>: such sessions are read
+    # again at the next refresh, which names them <directory>:<index>.
+    db.execute("UPDATE catalog_state SET stamp = '' WHERE directory != session_id")
+
+
+def _normal_chunk_times(db: "sqlite_utils.Database") -> None:
+    db.execute(f"UPDATE chunks SET created_at = memstore_ts(created_at) WHERE NOT {_IS_MEMSTORE_TS.format('created_at')}")
+
+
+def _log_tails(db: "sqlite_utils.Database") -> None:
+    # How far the catalog copied each log and the bytes that end there: a log that no longer
+    # has them was rewritten (VT Code's cap rewrite gives no generation). NULL: recopied, unless
+    # the session has a generation (see _still_prefix).
+    db["catalog_state"].add_column("log_bytes", int)
+    db["catalog_state"].add_column("tail", bytes)
+
+
+CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_2", _create_tables), ("views", _create_views),
+                                                       ("fact_ids_by_directory", _fact_ids_by_directory),
+                                                       ("log_tails", _log_tails),
+                                                       ("normal_chunk_times", _normal_chunk_times)))
 
 
 def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
@@ -176,6 +199,7 @@ def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
         raise StoreIOError("open catalog", path, str(exc)) from exc
     try:
         os.chmod(path, 0o600)
+        conn.create_function("memstore_ts", 1, _normal_ts, deterministic=True)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=10000")
@@ -238,7 +262,9 @@ def _session_dirs(root: Path) -> dict[str, Path]:
 
 
 def _stamp(directory: Path) -> Optional[str]:
-    """What changes when a session does: its log, its manifest and its index files."""
+    """What changes when a session does: its log, its manifest and its index files. ``None``
+    when it is no session (no log that is a regular file); any other file that is not one
+    (a symlink, say) the reader refuses, or reads the log instead of."""
     parts = []
     for name in (EVENTS_FILE, MANIFEST_FILE, f"index/{INDEX_FILE}", f"index/{INDEX_FILE}-wal", MEMORY_VIEW):
         try:
@@ -248,21 +274,18 @@ def _stamp(directory: Path) -> Optional[str]:
                 return None
             parts.append("-")
             continue
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) and name == EVENTS_FILE:
             return None
-        parts.append(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
+        parts.append(f"{st.st_mode:o}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
     return "|".join(parts)
 
 
 def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: RefreshReport, progress) -> None:
     directories = _session_dirs(root)
     state = {row[0]: row for row in conn.execute(
-        "SELECT directory, session_id, generation, seq, last_turn, stamp FROM catalog_state")}
+        "SELECT directory, session_id, generation, seq, last_turn, stamp, log_bytes, tail FROM catalog_state")}
     for name in sorted(set(state) - set(directories)):
-        with _transaction(conn):
-            _forget(conn, search, state[name][1])
-            conn.execute("DELETE FROM catalog_state WHERE directory = ?", (name,))
-        report.removed.append(state[name][1])
+        _forget_directory(conn, search, name, state[name][1], report)
     total = len(directories)
     for done, name in enumerate(sorted(directories), start=1):
         if progress is not None:
@@ -271,12 +294,19 @@ def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: 
         stamp = _stamp(directory)
         previous = state.get(name)
         if stamp is None:
-            continue  # no log (yet): not a session
+            # No log (yet, or any more): not a session, as a refresh from scratch would say.
+            if previous is not None:
+                _forget_directory(conn, search, name, previous[1], report)
+            continue
         if previous is not None and previous[5] == stamp:
             report.unchanged += 1
             continue
         try:
             outcome = _refresh_session(conn, search, name, directory, previous, stamp)
+        except SessionNotFound:
+            if previous is not None:  # its log went away after the stat
+                _forget_directory(conn, search, name, previous[1], report)
+            continue
         except (MemstoreError, sqlite3.Error, OSError) as exc:
             logger.warning("catalog: skipping session directory %s this time: %s", directory, exc)
             report.errors.append((name, str(exc)))
@@ -284,6 +314,14 @@ def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: 
         if outcome is not None:
             kind, session_id = outcome
             getattr(report, kind).append(session_id)
+
+
+def _forget_directory(conn: sqlite3.Connection, search: SearchIndex, name: str, session_id: str,
+                      report: RefreshReport) -> None:
+    with _transaction(conn):
+        _forget(conn, search, session_id)
+        conn.execute("DELETE FROM catalog_state WHERE directory = ?", (name,))
+    report.removed.append(session_id)
 
 
 def _refresh_session(conn: sqlite3.Connection, search: SearchIndex, name: str, directory: Path,
@@ -303,7 +341,8 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
     manifest = reader.manifest
     session_id = reader.session_id
     full = (previous is None or previous[1] != session_id or previous[2] != manifest.generation
-            or previous[3] > max(reader.indexed_seq, reader.tail_rows[-1][0] if reader.tail_rows else 0))
+            or previous[3] > max(reader.indexed_seq, reader.tail_rows.last_seq)
+            or not _still_prefix(reader, *previous[6:8], trusted=previous[2] != 0))
     events_seq = 0 if full else previous[3]
     last_turn = 0 if full else previous[4]
     uri = _attach(conn, reader.index_path) if reader.index is not None else None
@@ -312,7 +351,10 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
     try:
         with _transaction(conn):
             if attached:
-                row = conn.execute("SELECT generation FROM src.manifest WHERE id = 1").fetchone()
+                try:
+                    row = conn.execute("SELECT generation FROM src.manifest WHERE id = 1").fetchone()
+                except sqlite3.Error:
+                    raise _Rewritten() from None  # a new index, not written yet
                 if row is None or row[0] != manifest.generation:
                     raise _Rewritten()
             if full and previous is not None:
@@ -335,19 +377,37 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
             # Chunks and changed files: what the index derived, then what the reader derives.
             _upsert_session(conn, session_id, name, manifest, reader)
             conn.execute(
-                "INSERT OR REPLACE INTO catalog_state (directory, session_id, generation, seq, last_turn, stamp) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO catalog_state (directory, session_id, generation, seq, last_turn, stamp, "
+                "log_bytes, tail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (name, session_id, manifest.generation, new_events_seq,
-                 max([last_turn] + [t.number for t in turns]), stamp))
+                 max([last_turn] + [t.number for t in turns]), stamp, reader.end, _log_tail(reader, reader.end)))
             if attached and "immutable=1" in uri and file_stamp(reader.index_path) != attached_stamp:
                 raise _Rewritten()  # a writer touched the index under an immutable read
     except _Rewritten:
         return None
+    except sqlite3.DatabaseError:
+        if attached and "immutable=1" in uri and file_stamp(reader.index_path) != attached_stamp:
+            return None  # what a writer changed under the immutable read was torn: read it again
+        raise
     finally:
         if attached:
             conn.execute("DETACH DATABASE src")
     kind = "added" if previous is None else "recopied" if full else "updated"
     return kind, session_id
+
+
+def _log_tail(reader: SessionReader, length: int) -> bytes:
+    return reader.log.pread(max(0, length - TAIL_BYTES), min(TAIL_BYTES, length))
+
+
+def _still_prefix(reader: SessionReader, length: Optional[int], tail: Optional[bytes], *, trusted: bool) -> bool:
+    """Whether the log the catalog copied (``length`` bytes ending in ``tail``) is still the
+    start of the one the reader holds: if not, it was rewritten (the generation cannot say so
+    for a session without an index). Unknown (a catalog of the previous layout): ``trusted``,
+    which a session copied with a generation is."""
+    if length is None or tail is None:
+        return trusted
+    return length <= reader.end and _log_tail(reader, length) == tail
 
 
 class _Rewritten(Exception):
@@ -364,8 +424,8 @@ def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: s
                   attached: bool) -> tuple[list[int], int]:
     """Copy the session's records past seq ``after``: their events rows, chunks and changed
     files. From the attached index as far as its deriver went (and the reader's snapshot of
-    it), then made here from the records themselves. Returns the new chunk ids and the last
-    seq copied."""
+    it), then made here from the records themselves (all of them, when the index could not be
+    attached). Returns the new chunk ids and the last seq copied."""
     path = f"sessions/{name}/{EVENTS_FILE}"
     ids: list[int] = []
     copied = after
@@ -382,23 +442,21 @@ def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: s
             cursor = conn.execute(
                 "INSERT INTO chunks (chunk_id, session_id, seq, turn, part, source, kind, path, start_line, end_line, "
                 "created_at, text) SELECT ?1 || ':' || seq || ':' || part, ?1, seq, turn, part, 'event', kind, ?4, "
-                "start_line, end_line, ts, text FROM src.chunks WHERE seq > ?2 AND seq <= ?3 ORDER BY seq, part "
-                "RETURNING id", (*bounds, path))
+                f"start_line, end_line, CASE WHEN {_IS_MEMSTORE_TS.format('ts')} THEN ts ELSE memstore_ts(ts) END, "
+                "text FROM src.chunks WHERE seq > ?2 AND seq <= ?3 ORDER BY seq, part RETURNING id", (*bounds, path))
             ids.extend(row[0] for row in cursor)
             conn.execute(
                 "INSERT INTO file_changes (session_id, seq, turn, path, kind) SELECT ?, seq, turn, path, kind "
                 "FROM src.file_changes WHERE seq > ? AND seq <= ?", bounds)
     last = copied
-    for record in reader.underived_records():
-        if record.seq <= copied:
-            continue
+    for record in reader.records_from(copied):
         event = record.event
         conn.execute(_EVENT_INSERT, (session_id, record.seq, record.turn, record.ts, *ev.describe(event),
                                      record.offset, record.length))
         for chunk in event_chunks(record.seq, record.turn, record.ts, event):
             cursor = conn.execute(_CHUNK_INSERT, (
                 f"{session_id}:{chunk.seq}:{chunk.part}", session_id, chunk.seq, chunk.turn, chunk.part, chunk.kind,
-                path, chunk.start_line, chunk.end_line, chunk.ts, chunk.text))
+                path, chunk.start_line, chunk.end_line, _normal_ts(chunk.ts), chunk.text))
             ids.append(cursor.fetchone()[0])
         for file_path, kind in ev.changed_files(event):
             conn.execute("INSERT INTO file_changes (session_id, seq, turn, path, kind) VALUES (?, ?, ?, ?, ?)",
@@ -410,7 +468,10 @@ def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: s
 def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, name: str,
                 directory: Path) -> list[int]:
     """Replace the session's memory facts (``derived/memory.json``) as search chunks
-    (``source = 'session'``, chunk id ``<session>:<index>``, as the reference names them)."""
+    (``source = 'session'``, chunk id ``<directory>:<index>``, as the reference names them: a
+    directory name has no ``:``, so no fact can take the id of an event's chunk,
+    ``<session>:<seq>:<part>``, as ``x:5:0``, fact 0 of session ``x:5``, would take session
+    ``x``'s event 5)."""
     from .memory_view import memory_facts_of
 
     old = [row[0] for row in conn.execute("SELECT id FROM chunks WHERE session_id = ? AND source = 'session'",
@@ -423,7 +484,7 @@ def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, 
         cursor = conn.execute(
             "INSERT INTO chunks (chunk_id, session_id, source, kind, path, start_line, end_line, text) "
             "VALUES (?, ?, 'session', ?, ?, 0, 0, ?) RETURNING id",
-            (f"{session_id}:{fact['index']}", session_id, fact.get("source") or "fact", f"sessions/{name}/{MEMORY_VIEW}",
+            (f"{name}:{fact['index']}", session_id, fact.get("source") or "fact", f"sessions/{name}/{MEMORY_VIEW}",
              fact["fact"]))
         ids.append(cursor.fetchone()[0])
     return ids
@@ -462,6 +523,8 @@ def _attach(conn: sqlite3.Connection, index_path: Path) -> Optional[str]:
     """Attach a session index read-only as ``src``, creating and writing nothing in the
     session (see ``index.readonly_uri``); return the URI used, or ``None`` if it cannot be."""
     uri = readonly_uri(index_path)
+    if uri is None:
+        return None  # it cannot be read without creating a file: the reader read the log
     try:
         conn.execute("ATTACH DATABASE ? AS src", (uri,))
         return uri
@@ -493,6 +556,22 @@ def _duration_ms(started: Optional[str], ended: Optional[str]) -> Optional[int]:
     if a is None or b is None:
         return None
     return max(0, int((b - a).total_seconds() * 1000))
+
+
+# Chunk times are compared with search_memory's since as strings: each is stored in memstore's
+# own format (what memstore writes; a line another tool wrote may say the time another way),
+# or NULL when it is not a time.
+_IS_MEMSTORE_TS = ("coalesce({0} GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]"
+                   ".[0-9][0-9][0-9]Z', 1)")
+
+
+def _normal_ts(value) -> Optional[str]:
+    if value is None:
+        return None
+    try:
+        return ev.normalize_ts(value)
+    except InvalidEvent:
+        return None
 
 
 def _str(value) -> Optional[str]:

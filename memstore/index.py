@@ -179,6 +179,15 @@ class IndexCorrupt(Exception):
     """The index file is not a usable SQLite database of a format this memstore reads."""
 
 
+class IndexChanged(StoreIOError):
+    """A read-only index changed generation (a writer rebuilt it, or a cap rewrite evicted) or
+    went away while it was read: what it says no longer describes the log its reader holds."""
+
+
+_REOPEN_ATTEMPTS = 3
+_MAX_ROWID = 2**63 - 1
+
+
 @dataclass
 class SavedState:
     """What the index says about the log: its manifest row, the tail bytes it covers, and the
@@ -302,6 +311,9 @@ class SessionIndex:
         self.readonly = readonly
         self.immutable = False  # opened read-only without locks (see readonly_uri)
         self.stamp: Optional[tuple] = None
+        # The generation :meth:`load` read: a read-only index reopened after a writer touched it
+        # must still be that generation (else :class:`IndexChanged`).
+        self.generation: Optional[int] = None
         # True when opening added tables (a newly registered derived table) to an index that
         # already had rows: those tables are empty, so the index must be rebuilt.
         self.needs_rebuild = False
@@ -357,6 +369,9 @@ class SessionIndex:
         for _attempt in range(3):
             stamp = file_stamp(path)
             uri = readonly_uri(path)
+            if uri is None:
+                logger.debug("not reading index %s: it has only one of its WAL side files", path)
+                return None
             try:
                 conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             except sqlite3.Error as exc:
@@ -428,19 +443,43 @@ class SessionIndex:
         return self.immutable and file_stamp(self.path) != self.stamp
 
     def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
-        try:
-            rows = self.conn.execute(sql, params).fetchall()
-            if self.changed():
-                # A writer arrived: read again the usual way (its side files exist now).
-                self.conn.close()
-                self.conn = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro", uri=True,
-                                            isolation_level=None, check_same_thread=False)
-                self.conn.execute("PRAGMA busy_timeout=5000")
-                self.immutable = False
+        """Run a query. On an index read ``immutable`` that a writer touched meanwhile (what was
+        read may be torn), reopen it read-only (creating nothing: see :func:`readonly_uri`) and
+        run the query again; :class:`IndexChanged` if it is no longer the generation
+        :meth:`load` read. Rows the writer added since are visible then: callers that keep a
+        snapshot bound their queries by what it held."""
+        for _attempt in range(_REOPEN_ATTEMPTS):
+            try:
                 rows = self.conn.execute(sql, params).fetchall()
-            return rows
+            except sqlite3.Error as exc:
+                if not self.changed():
+                    raise StoreIOError("read index", self.path, str(exc)) from exc
+                rows = None  # torn pages under an immutable read
+            if rows is not None and not self.changed():
+                return rows
+            self._reopen()
+        raise StoreIOError("read index", self.path, "it kept changing while it was read")
+
+    def _reopen(self) -> None:
+        self.close()
+        stamp = file_stamp(self.path)
+        uri = readonly_uri(self.path)
+        if uri is None:
+            raise IndexChanged("read index", self.path, "it is being opened or closed by a writer")
+        try:
+            self.conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            self.conn.execute("PRAGMA busy_timeout=5000")
+            # One read transaction from here on: the generation checked is the one read later
+            # (a writer may rewrite the index again while the reader is open).
+            self.conn.execute("BEGIN")
+            row = self.conn.execute("SELECT generation FROM manifest WHERE id = 1").fetchone()
         except sqlite3.Error as exc:
-            raise StoreIOError("read index", self.path, str(exc)) from exc
+            # Gone (a rebuild discards the file before it makes a new one) or mid-rewrite.
+            raise IndexChanged("read index", self.path, f"it changed while it was read ({exc})") from exc
+        self.immutable = "immutable=1" in uri
+        self.stamp = stamp
+        if self.generation is not None and (row is None or row[0] != self.generation):
+            raise IndexChanged("read index", self.path, "it was rebuilt or rewritten while it was read")
 
     def load(self) -> Optional[SavedState]:
         """The saved state, or ``None`` when the index is empty (or must be rebuilt)."""
@@ -455,6 +494,7 @@ class SessionIndex:
             manifest = _manifest_from_row(row[:-1])
             if manifest is None:
                 return None
+            self.generation = manifest.generation
             open_turn = self.turn(manifest.turn_count + 1) if manifest.in_turn else None
         except sqlite3.DatabaseError as exc:
             if _is_corruption(exc):
@@ -490,10 +530,12 @@ class SessionIndex:
         rows = self._read("SELECT seq FROM derived_state WHERE id = 1")
         return rows[0][0] if rows else 0
 
-    def underived(self, after: int, limit: int) -> list[tuple[int, int, int, Optional[int], Optional[str]]]:
-        """``(seq, offset, length, turn, ts)`` of up to ``limit`` records past seq ``after``."""
-        return self._read("SELECT seq, offset, length, turn, ts FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
-                          (after, limit))
+    def underived(self, after: int, limit: int, upto: Optional[int] = None,
+                  ) -> list[tuple[int, int, int, Optional[int], Optional[str]]]:
+        """``(seq, offset, length, turn, ts)`` of up to ``limit`` records past seq ``after``
+        (and not past ``upto``, when given)."""
+        return self._read("SELECT seq, offset, length, turn, ts FROM events WHERE seq > ? AND seq <= ? "
+                          "ORDER BY seq LIMIT ?", (after, _MAX_ROWID if upto is None else upto, limit))
 
     def commit_derived(self, records: Sequence[BatchRecord], watermark: int) -> None:
         """Give ``records`` to the lazy derived tables and advance the watermark, in one
@@ -695,18 +737,26 @@ def file_stamp(path: Path) -> tuple:
     return main, os.path.exists(f"{path}-wal"), os.path.exists(f"{path}-shm")
 
 
-def readonly_uri(path: os.PathLike | str) -> str:
-    """The URI that opens an index for reading without creating or writing any file.
+def readonly_uri(path: os.PathLike | str) -> Optional[str]:
+    """The URI that opens an index for reading without creating or writing any file, or
+    ``None`` when there is none.
 
     With a writer about (its ``-wal`` and ``-shm`` files exist) that is the usual read-only
     open. At rest those files do not exist and a read-only open would create them, so the
     database is opened ``immutable`` (no locks, no side files); callers must check
-    :func:`file_stamp` after reading and read again if a writer arrived meanwhile.
+    :func:`file_stamp` after reading and read again if a writer arrived meanwhile. With only
+    one of them (a writer between creating or deleting the two, a killed one, a partial copy)
+    a read-only open creates the other, and an immutable one would ignore a WAL that may hold
+    what the file lacks: ``None``, read the log instead.
     """
     path = Path(path)
-    if os.path.exists(f"{path}-wal") or os.path.exists(f"{path}-shm"):
+    wal, shm = os.path.exists(f"{path}-wal"), os.path.exists(f"{path}-shm")
+    if wal and shm:
         return f"{path.absolute().as_uri()}?mode=ro"
-    return f"{path.absolute().as_uri()}?immutable=1"
+    if wal or shm:
+        return None
+    # mode=ro too: immutable alone opens read-write, and creates a missing file.
+    return f"{path.absolute().as_uri()}?mode=ro&immutable=1"
 
 
 _templates: dict[tuple, bytes] = {}

@@ -1343,8 +1343,8 @@ class MemorySearchResult:
     ``end_line``, ``score``, ``snippet``, ``source``, ``created_at``) plus where it is:
     ``session_id``, ``turn`` and ``seq`` (``None`` for a memory fact).
 
-    ``chunk_id`` is ``<session>:<seq>:<part>`` for an event's text and ``<session>:<index>`` for
-    a memory fact; ``path`` is the file it comes from (``events.jsonl`` or ``memory.json``);
+    ``chunk_id`` is ``<session>:<seq>:<part>`` for an event's text and ``<directory>:<index>``
+    for a memory fact (the session's directory name: the session id unless it is hashed); ``path`` is the file it comes from (``events.jsonl`` or ``memory.json``);
     ``start_line``/``end_line`` the lines of the event's text the chunk holds (0 for a fact);
     ``source`` is ``event`` or ``session`` (a memory fact); ``created_at`` the event's time, in
     RFC 3339 (the reference used Unix seconds: every chunk here has a time).
@@ -1403,13 +1403,17 @@ def search_memory(
         clauses.append("created_at >= ?")
         params.append(_since(since))
     path = catalog_path(root)
-    conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, isolation_level=None)
     try:
+        # One read transaction: the rows read are those ranked, whatever a refresh does meanwhile
+        # (a recopied session's chunk ids are free for other chunks).
+        conn.execute("BEGIN")
         hits = SearchIndex(conn).search(query, max_results, min_score=min_score, recency=recency,
                                         where=" AND ".join(clauses) or None, params=params)
         rows = {row[0]: row for row in conn.execute(
             "SELECT id, chunk_id, path, start_line, end_line, source, created_at, session_id, turn, seq, kind, text "
             "FROM chunks WHERE id IN (SELECT value FROM json_each(?))", (_json_ids(doc for doc, _ in hits),))}
+        conn.execute("COMMIT")
     except sqlite3.Error as exc:
         raise StoreIOError("search", path, str(exc)) from exc
     finally:
@@ -1453,4 +1457,8 @@ def _since(value: str) -> str:
     parsed = parse_ts(text)
     if parsed is None:
         raise ValueError(f"since must be a date (YYYY-MM-DD) or an RFC 3339 time, not {value!r}")
-    return format_ts(parsed)
+    try:
+        return format_ts(parsed)
+    except OverflowError:
+        # Its UTC instant is before year 1 (every time is after it) or after 9999 (none is).
+        return "" if parsed.year == 1 else "9999-12-31T23:59:59.999Z\uffff"
