@@ -658,7 +658,7 @@ def _parse_facts(path: Path) -> tuple[Optional[str], list[dict]]:
 def memory_facts_of(session_dir: os.PathLike | str) -> list[dict]:
     """The grounded facts in ``<session_dir>/derived/memory.json``: ``[{"fact", "source",
     "index"}]`` in file order, ``index`` being the fact's position in the file's
-    ``grounded_facts`` array (search chunk ids are ``<session>:<index>``). ``[]`` when the file
+    ``grounded_facts`` array (search chunk ids are ``<session directory>:<index>``). ``[]`` when the file
     is missing or malformed, or the session directory is a symlink."""
     directory = Path(session_dir)
     if directory.is_symlink() or (directory / DERIVED_DIR).is_symlink():
