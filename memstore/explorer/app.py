@@ -81,7 +81,8 @@ def state_of(datasette) -> Optional[ExplorerState]:
 
 
 def _int(value: Optional[str], default: Optional[int], lo: int = 1, hi: int = data.MAX_PAGE) -> Optional[int]:
-    if value is None or not value.isdigit() or len(value) > 16:
+    # ASCII digits only: str.isdigit() also accepts "²" and "①", which int() refuses.
+    if value is None or not value.isascii() or not value.isdigit() or len(value) > 16:
         return default
     return min(max(lo, int(value)), hi)
 
