@@ -56,3 +56,38 @@ def test_non_ascii_digits_in_numbers_are_ignored_not_a_500(small, path):
     response = fetch(ds, path)
     assert response.status_code == 200, (path, response.text[:300])
     assert "Traceback" not in response.text and "invalid literal" not in response.text
+
+
+# --------------------------------------------------------------------------------------------
+# Read-only: the search page called memstore.search_memory, which refreshes the catalog first,
+# so a GET of /-/memstore/search wrote catalog.db (and waited for the store's catalog lock).
+
+
+def test_the_search_page_does_not_write_the_catalog(tmp_path):
+    write_small_session(tmp_path, "old", text="zebra crossing")
+    refresh_catalog(tmp_path)
+    ds = make_datasette(tmp_path)
+    write_small_session(tmp_path, "new", text="zebra stripes")  # the catalog does not have it yet
+    catalog = tmp_path / "catalog.db"
+
+    def state():
+        # (Opening a WAL database creates an empty -wal and a -shm; what counts is what they hold.)
+        wal = tmp_path / "catalog.db-wal"
+        files = (catalog.stat().st_size, catalog.stat().st_mtime_ns, wal.stat().st_size if wal.exists() else 0)
+        conn = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
+        try:
+            return files, conn.execute("SELECT group_concat(session_id) FROM sessions").fetchone()[0]
+        finally:
+            conn.close()
+
+    before = state()
+    html = fetch(ds, "/-/memstore/search?q=zebra")
+    found = fetch(ds, "/-/memstore/search.json?q=zebra").json()
+    assert html.status_code == 200 and "<mark>zebra</mark>" in html.text
+    assert found["engine"] == "bm25" and {r["session_id"] for r in found["results"]} == {"old"}
+    assert fetch(ds, "/-/memstore/search.json?q=zebra&session=old").json()["results"]
+    assert fetch(ds, "/-/memstore/search.json?q=zebra&session=new").json()["results"] == []
+    after = state()
+    assert after == before, (before, after)
+    # The search results name the log relative to the store, as the catalog does.
+    assert found["results"][0]["path"] == "sessions/old/events.jsonl"

@@ -231,7 +231,7 @@ async def search_view(datasette, request):
     limit = _int(args.get("limit"), data.SEARCH_LIMIT, 1, data.MAX_SEARCH_LIMIT)
 
     def run(conn: sqlite3.Connection) -> dict:
-        return data.search_data(state.root, query, urls, limit=limit, session_id=session_id,
+        return data.search_data(state.root, query, urls, limit=limit, session_id=session_id, conn=conn,
                                 fallback=lambda q, n, sid: data.fts_search(conn, q, n, sid))
 
     payload = await datasette.get_database(state.database).execute_fn(run)

@@ -402,27 +402,31 @@ MAX_QUERY_CHARS = 500
 
 
 def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int = SEARCH_LIMIT,
-                session_id: str = "", fallback: Optional[Callable[..., list[dict]]] = None) -> dict:
-    """BM25 search over every session (``memstore.search_memory``), each result with its
-    highlighted snippet and links to its session, turn and event. ``fallback(query, limit,
-    session_id)`` is used when ``search_memory`` is not available."""
+                session_id: str = "", conn: Optional[sqlite3.Connection] = None,
+                fallback: Optional[Callable[..., list[dict]]] = None) -> dict:
+    """BM25 search over every session, each result with its highlighted snippet and links to its
+    session, turn and event.
+
+    With ``conn`` (a connection to the catalog, read-only: the explorer's) the catalog's BM25
+    index is queried as it is, and nothing is written; without it ``memstore.search_memory``
+    runs, which refreshes the catalog first. ``fallback(query, limit, session_id)`` is used when
+    the BM25 search fails (a catalog without its index, say)."""
     query = query.strip()[:MAX_QUERY_CHARS]
     limit = min(max(1, limit), MAX_SEARCH_LIMIT)
     results: list[dict] = []
     engine = None
     if query:
-        import memstore
+        try:
+            if conn is not None:
+                results = bm25_search(conn, query, limit, session_id)
+            else:
+                from ..search import search_memory
 
-        search_memory = getattr(memstore, "search_memory", None)
-        if search_memory is not None:
-            try:
-                found = search_memory(root, query, max_results=limit, session_id=session_id or None)
-                engine = "bm25"
-                results = [{k: getattr(r, k, None) for k in ("chunk_id", "path", "start_line", "end_line", "score",
-                                                               "snippet", "source", "created_at", "session_id",
-                                                               "turn", "seq")} for r in found]
-            except (MemstoreError, sqlite3.Error) as exc:
-                logger.warning("explorer: search_memory failed (%s); falling back to FTS5", exc)
+                results = [{k: getattr(r, k, None) for k in _RESULT_KEYS}
+                           for r in search_memory(root, query, max_results=limit, session_id=session_id or None)]
+            engine = "bm25"
+        except (MemstoreError, sqlite3.Error) as exc:
+            logger.warning("explorer: BM25 search failed (%s); falling back to FTS5", exc)
         if engine is None and fallback is not None:
             engine = "fts5"
             results = fallback(query, limit, session_id)
@@ -436,6 +440,40 @@ def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int =
     return {"q": query, "session": session_id, "limit": limit, "engine": engine, "results": results,
             "links": {"json": urls.search(".json", q=query or None, session=session_id or None),
                       "chunks_table": urls.table("chunks", _search=query) if query else urls.table("chunks")}}
+
+
+_RESULT_KEYS = ("chunk_id", "path", "start_line", "end_line", "score", "snippet", "source", "created_at",
+                "session_id", "turn", "seq")
+
+
+def bm25_search(conn: sqlite3.Connection, query: str, limit: int, session_id: str = "") -> list[dict]:
+    """``search_memory``'s ranking (BM25 with the mild recency preference) over the catalog that
+    ``conn`` reads, without refreshing it first: reads only. ``path`` is the catalog's, relative
+    to the store."""
+    from ..search import SearchIndex, snippet as bm25_snippet, tokenize
+
+    tokens = tokenize(query)
+    if not tokens:
+        return []
+    where, params = ("session_id = ?", (session_id,)) if session_id else (None, ())
+    hits = SearchIndex(conn).search(query, limit, where=where, params=params)
+    if not hits:
+        return []
+    rows = {row["id"]: row for row in _rows(
+        conn, "SELECT id, chunk_id, path, start_line, end_line, source, created_at, session_id, turn, seq, text "
+              "FROM chunks WHERE id IN (SELECT value FROM json_each(?))", (orjson.dumps([doc for doc, _ in hits]).decode(),))}
+    wanted = set(tokens)
+    results = []
+    for doc, score in hits:
+        row = rows.get(doc)
+        if row is None:
+            continue
+        text = row.pop("text") or ""
+        row.pop("id")
+        row.update(start_line=row["start_line"] or 0, end_line=row["end_line"] or 0, score=score,
+                   snippet=bm25_snippet(text, wanted))
+        results.append({k: row.get(k) for k in _RESULT_KEYS})
+    return results
 
 
 def query_terms(query: str) -> list[str]:
@@ -462,7 +500,7 @@ def highlight_parts(text: str, terms: list[str]) -> list[dict]:
 
 
 def fts_search(conn: sqlite3.Connection, query: str, limit: int, session_id: str = "") -> list[dict]:
-    """Search the catalog's FTS5 index of chunks (the fallback before ``search_memory``): the
+    """Search the catalog's FTS5 index of chunks (the fallback when the BM25 index cannot be read): the
     query's words, each quoted, any of them; ranked by FTS5's bm25."""
     terms = query_terms(query)
     if not terms:
