@@ -91,3 +91,42 @@ def test_the_search_page_does_not_write_the_catalog(tmp_path):
     assert after == before, (before, after)
     # The search results name the log relative to the store, as the catalog does.
     assert found["results"][0]["path"] == "sessions/old/events.jsonl"
+
+
+# --------------------------------------------------------------------------------------------
+# Fast at scale: the session page read every turn from the first one it shows to the session's
+# last (reader.turns(since=first)) and kept a page of them: a 100,000-turn session's first page
+# built 100,000 Turn objects (0.6-0.8 s on the project's machine). It now reads one page.
+
+
+def test_a_session_page_reads_one_page_of_turns_not_the_whole_session(tmp_path, monkeypatch):
+    from memstore.explorer import Urls, data
+    from memstore.index import SessionIndex
+
+    with memstore.open_session(tmp_path, "long", durability="none") as log:
+        for _ in range(1_000):
+            log.append({"type": "turn.started"})
+            log.append({"type": "turn.completed", "usage": {"input_tokens": 1}})
+        log.append({"type": "turn.started"})  # an open turn, past what the index holds
+    read = []
+    turns, turn = SessionIndex.turns, SessionIndex.turn
+
+    def counting_turns(self, since=0):
+        rows = turns(self, since)
+        read.append(len(rows))
+        return rows
+
+    def counting_turn(self, number):
+        found = turn(self, number)
+        read.append(found is not None)
+        return found
+
+    monkeypatch.setattr(SessionIndex, "turns", counting_turns)
+    monkeypatch.setattr(SessionIndex, "turn", counting_turn)
+    for page, numbers in ((1, range(1, 101)), (5, range(401, 501)), (11, range(1001, 1002))):
+        read.clear()
+        payload = data.session_data(None, tmp_path, "long", Urls(), page=page)
+        assert [t["number"] for t in payload["turns"]] == list(numbers)
+        assert payload["pages"] == 11 and payload["turns"][-1]["status"] in ("completed", "open")
+        assert sum(read) <= 110, (page, sum(read))
+    assert payload["turns"][-1]["status"] == "open"

@@ -190,7 +190,8 @@ def session_data(conn: Optional[sqlite3.Connection], root: os.PathLike | str, se
         pages = max(1, math.ceil(count / per_page))
         page = min(max(1, page), pages)
         first = base + (page - 1) * per_page
-        turns = [t for t in reader.turns(since=first) if t.number < first + per_page]
+        # One lookup per turn shown: reader.turns(since=first) would read every later turn too.
+        turns = [t for t in map(reader.turn, range(first, min(first + per_page, last + 1))) if t is not None]
         directory = reader.directory
     turn_rows = []
     for t in turns:
