@@ -130,3 +130,21 @@ def test_a_session_page_reads_one_page_of_turns_not_the_whole_session(tmp_path, 
         assert payload["pages"] == 11 and payload["turns"][-1]["status"] in ("completed", "open")
         assert sum(read) <= 110, (page, sum(read))
     assert payload["turns"][-1]["status"] == "open"
+
+
+# --------------------------------------------------------------------------------------------
+# A 404 names what was asked: numbers of more than 16 digits were read as 0, so the page said
+# "no event with seq 0" for /events/99999999999999999999.
+
+
+def test_not_found_pages_name_the_number_asked_for(small):
+    _root, ds = small
+    big = "99999999999999999999"
+    event = fetch(ds, f"/-/memstore/sessions/s/events/{big}.json")
+    turn = fetch(ds, f"/-/memstore/sessions/s/turns/{big}.json")
+    assert event.status_code == turn.status_code == 404
+    assert big in event.json()["error"] and big in turn.json()["error"]
+    assert " 0 " not in event.json()["error"] + " " and " 0 " not in turn.json()["error"] + " "
+    assert fetch(ds, "/-/memstore/sessions/s/turns/" + "9" * 5000).status_code == 404
+    assert fetch(ds, "/-/memstore/sessions/s/events/" + "9" * 5000 + ".json").status_code == 404
+    assert fetch(ds, "/-/memstore/sessions/s/turns/0002.json").json()["number"] == 2

@@ -87,6 +87,13 @@ def _int(value: Optional[str], default: Optional[int], lo: int = 1, hi: int = da
     return min(max(lo, int(value)), hi)
 
 
+def _number(digits: str) -> int:
+    """A turn number or seq from the URL (ASCII digits, as the route matched them), as it is, so
+    a 404 names what was asked; the data functions check the range. Past 100 digits (int() of
+    thousands of digits is refused) it is simply too large."""
+    return int(digits) if len(digits) <= 100 else 2**64
+
+
 def _urls(datasette, state: ExplorerState) -> Urls:
     return Urls(datasette.setting("base_url") or "/", state.database)
 
@@ -194,7 +201,7 @@ async def turn_view(datasette, request):
     urls = _urls(datasette, state)
     try:
         session_id = unquote_id(request.url_vars["sid"])
-        number = _int(request.url_vars["n"], 0, 0, 2**53)
+        number = _number(request.url_vars["n"])
         start = _int(request.args.get("start"), None, 1, 2**53)
         payload = await _in_thread(data.turn_data, state.root, session_id, number, urls, start=start)
     except _NOT_FOUND as exc:
@@ -211,7 +218,7 @@ async def event_view(datasette, request):
     urls = _urls(datasette, state)
     try:
         session_id = unquote_id(request.url_vars["sid"])
-        seq = _int(request.url_vars["seq"], 0, 0, 2**53)
+        seq = _number(request.url_vars["seq"])
         payload = await _in_thread(data.event_data, state.root, session_id, seq, urls)
     except _NOT_FOUND as exc:
         return await _not_found(datasette, request, _message(exc), as_json)
