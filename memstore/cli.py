@@ -15,6 +15,7 @@ import click
 import orjson
 
 from . import errors
+from .events import MAX_SEQ
 
 
 def _echo_json(data) -> None:
@@ -287,9 +288,25 @@ def _require_store(root: str) -> None:
         raise _ExitWith(f"no store at {root} (no such directory; set --root or MEMSTORE_ROOT)", 2)
 
 
+class _PositiveNumber(click.ParamType):
+    """A whole number from 1 up, of any size (a turn past the store's largest is simply not
+    there; click's IntRange passed 20-digit numbers on to SQLite, which overflowed)."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = str(value)
+        else:
+            text = str(value).strip()
+        if not (text.isascii() and text.isdigit()) or int(text[:30]) == 0:
+            self.fail(f"{text[:40]!r} is not a whole number of 1 or more", param, ctx)
+        return int(text) if len(text) <= 30 else 10**30
+
+
 @cli.command("show")
 @click.argument("session")
-@click.option("--turn", "turn_number", type=click.IntRange(min=1), default=None,
+@click.option("--turn", "turn_number", type=_PositiveNumber(), default=None,
               help="Print this turn's events as JSON Lines.")
 @root_option
 @json_option
@@ -304,6 +321,8 @@ def show_command(session, turn_number, root, as_json):
         with read_session(root, session) as reader:
             manifest = reader.manifest
             if turn_number is not None:
+                if turn_number > MAX_SEQ:  # no turn is numbered past the largest seq
+                    raise errors.TurnNotFound(manifest.session_id, turn_number)
                 events = reader.reconstruct_turn(turn_number)
                 if as_json:
                     _echo_json(events)

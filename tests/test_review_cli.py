@@ -1,0 +1,65 @@
+"""Adversarial review of the command line: each test is a bug found by attacking the commands,
+kept so it stays fixed."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+import memstore
+from memstore.cli import cli
+
+
+def run(*args, input=None, env=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, env=env)
+
+
+def one_line_error(result, code: int, *needles: str) -> str:
+    """The command failed with ``code``, printed one line on stderr (no traceback, nothing on
+    stdout) that holds every needle; returns that line."""
+    assert result.exit_code == code, (result.exit_code, result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
+    assert result.stdout == "", result.stdout
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def json_error(result, code: int, *needles: str) -> dict:
+    """The command failed with ``code`` and printed ``{"error": ...}`` on stderr."""
+    assert result.exit_code == code, (result.exit_code, result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.stdout == "", result.stdout
+    data = json.loads(result.stderr)
+    assert data["exit_code"] == code
+    for needle in needles:
+        assert needle in data["error"], (needle, data)
+    return data
+
+
+def write_session(root, sid="s", turns=1):
+    with memstore.open_session(root, sid) as log:
+        for _ in range(turns):
+            log.append({"type": "turn.started"})
+            log.append({"type": "turn.completed", "usage": {}})
+
+
+def files_under(path) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, n), path) for d, dirs, names in os.walk(path) for n in dirs + names)
+
+
+# --------------------------------------------------------------------------------------------
+# show --turn with a number past SQLite's integers was an OverflowError traceback (exit 1).
+
+
+def test_show_a_turn_number_too_large_for_sqlite_is_a_turn_not_found(tmp_path):
+    write_session(tmp_path)
+    huge = "99999999999999999999"
+    one_line_error(run("show", "s", "--turn", huge, "--root", tmp_path), 1, f"turn {huge} not found")
+    json_error(run("show", "s", "--turn", huge, "--root", tmp_path, "--json"), 1, huge)
+    one_line_error(run("show", "s", "--turn", "9" * 5000, "--root", tmp_path), 1, "not found")
