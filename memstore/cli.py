@@ -47,7 +47,22 @@ json_option = click.option("--json", "as_json", is_flag=True, callback=_remember
 
 class _Group(click.Group):
     """Turns every error of the library into one clear line (or ``{"error": ...}`` with
-    ``--json``) and a meaningful exit code, never a traceback."""
+    ``--json``) and a meaningful exit code, never a traceback. Usage mistakes too: one line
+    that points at the command's --help, instead of click's usage block."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        argv = list(args)  # (click's parser consumes the list it is given)
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # plain `memstore`: the help
+        except click.UsageError as exc:  # a mistake in the group's own options
+            _report(_one_line(exc, info_name or "memstore"), _wants_json(argv))
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Kept to honour --json even when parsing the command fails before --json is processed.
+        ctx.meta["memstore.argv"] = list(args)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -55,12 +70,29 @@ class _Group(click.Group):
         except errors.MemstoreError as exc:
             error: click.ClickException = _ExitWith(str(exc), 1 if isinstance(
                 exc, (errors.TurnNotFound, errors.EventNotFound)) else 2)
+        except click.UsageError as exc:
+            error = _one_line(exc, ctx.command_path)
         except click.ClickException as exc:
             error = exc
-        if ctx.meta.get("memstore.json"):
-            click.echo(orjson.dumps({"error": error.format_message(), "exit_code": error.exit_code}).decode(), err=True)
-            sys.exit(error.exit_code)
-        raise error
+        _report(error, ctx.meta.get("memstore.json") or _wants_json(ctx.meta.get("memstore.argv", [])))
+
+
+def _one_line(exc: click.UsageError, command_path: str) -> click.ClickException:
+    """A usage error as one line that points at --help (click prints a usage block first)."""
+    where = exc.ctx.command_path if exc.ctx is not None else command_path
+    return _ExitWith(f"{exc.format_message()} (see '{where} --help')", exc.exit_code)
+
+
+def _wants_json(args) -> bool:
+    args = list(args)
+    return "--json" in args[:args.index("--") if "--" in args else len(args)]
+
+
+def _report(error: click.ClickException, as_json: bool):
+    if as_json:
+        click.echo(orjson.dumps({"error": error.format_message(), "exit_code": error.exit_code}).decode(), err=True)
+        sys.exit(error.exit_code)
+    raise error
 
 
 @click.group(cls=_Group)

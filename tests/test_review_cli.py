@@ -63,3 +63,33 @@ def test_show_a_turn_number_too_large_for_sqlite_is_a_turn_not_found(tmp_path):
     one_line_error(run("show", "s", "--turn", huge, "--root", tmp_path), 1, f"turn {huge} not found")
     json_error(run("show", "s", "--turn", huge, "--root", tmp_path, "--json"), 1, huge)
     one_line_error(run("show", "s", "--turn", "9" * 5000, "--root", tmp_path), 1, "not found")
+
+
+# --------------------------------------------------------------------------------------------
+# Usage mistakes: click printed four lines (usage, hint, blank, error), and ignored --json when
+# the mistake was in parsing (an unknown option, a bad value: --json was never processed).
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["show", "s", "--turn", "0"], "--turn"),
+    (["show", "s", "--turn", "abc"], "--turn"),
+    (["rebuild", "s", "--all"], "not both"),
+    (["rebuild"], "--all"),
+    (["sessions", "--bogus"], "--bogus"),
+    (["search"], "QUERY"),
+    (["nonsense-command"], "nonsense-command"),
+    (["demo", "--sessions", "2"], "--sessions"),
+])
+def test_usage_mistakes_are_one_line_and_honour_json(tmp_path, args, needle):
+    line = one_line_error(run(*args, "--root", tmp_path), 2, needle)
+    assert line.startswith("Error: ") and "--help" in line
+    json_error(run(*args, "--root", tmp_path, "--json"), 2, needle)
+    if args[0] != "nonsense-command":  # --json first, before the mistake
+        json_error(run(args[0], "--json", *args[1:], "--root", tmp_path), 2, needle)
+
+
+def test_a_mistake_in_the_groups_own_options_is_one_line_too(tmp_path):
+    one_line_error(run("--bogus", "sessions"), 2, "--bogus", "--help")
+    json_error(run("--json", "sessions", "--root", tmp_path), 2, "--json")
+    bare = run()
+    assert "Commands:" in bare.output and "Error" not in bare.output
