@@ -416,6 +416,7 @@ def pack_command(session, output, root, as_json):
     """Write an audit pack of SESSION: the SHA-256 and size of every file in it."""
     from .pack import write_audit_pack
 
+    _existing_session_dir(root, session)  # before the library creates derived/ for a session that is not there
     try:
         pack, path = write_audit_pack(root, session, output)
     except errors.MemstoreError as exc:
@@ -440,6 +441,7 @@ def verify_command(session, pack_path, root, as_json):
     """
     from .pack import default_pack_path, read_audit_pack, verify_audit_pack
 
+    _existing_session_dir(root, session)
     path = pack_path if pack_path is not None else default_pack_path(root, session)
     try:
         pack = read_audit_pack(path)

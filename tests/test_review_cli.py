@@ -93,3 +93,28 @@ def test_a_mistake_in_the_groups_own_options_is_one_line_too(tmp_path):
     json_error(run("--json", "sessions", "--root", tmp_path), 2, "--json")
     bare = run()
     assert "Commands:" in bare.output and "Error" not in bare.output
+
+
+# --------------------------------------------------------------------------------------------
+# pack of a missing session created <root>/sessions/<id>/derived/ (and the root itself) before
+# finding out there was no session; `pin` then took that empty directory for a session.
+
+
+def test_pack_and_verify_of_a_missing_session_create_nothing(tmp_path):
+    write_session(tmp_path, "real")
+    before = files_under(tmp_path)
+    for args in (["pack", "gone"], ["pack", "gone", "--output", tmp_path / "p.json"], ["verify", "gone"],
+                 ["verify", "gone", tmp_path / "p.json"], ["pack", "gone", "--json"], ["verify", "gone", "--json"]):
+        result = run(*args, "--root", tmp_path)
+        if "--json" in args:
+            json_error(result, 2, "no session 'gone'")
+        else:
+            one_line_error(result, 2, "no session 'gone'", str(tmp_path / "sessions" / "gone"))
+        assert files_under(tmp_path) == before, args
+    one_line_error(run("pin", "gone", "--root", tmp_path), 2, "no session 'gone'")
+    nowhere = tmp_path / "nowhere"
+    one_line_error(run("pack", "gone", "--root", nowhere), 2, "no session 'gone'")
+    assert not nowhere.exists()
+    # The real session still packs and verifies.
+    assert run("pack", "real", "--root", tmp_path).exit_code == 0
+    assert run("verify", "real", "--root", tmp_path).exit_code == 0
