@@ -117,6 +117,18 @@ class _ExitWith(click.ClickException):
         self.exit_code = exit_code
 
 
+def _session_ids(_ctx, _param, value):
+    """Session ids from the command line must be text: bytes the terminal could not decode reach
+    Python as lone surrogates, which no file name, log line or SQLite row can hold."""
+    for sid in (value,) if isinstance(value, str) else value or ():
+        try:
+            sid.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = sid.encode("utf-8", "backslashreplace").decode("utf-8")
+            raise _ExitWith(f"session id {shown!r} is not valid UTF-8", 2) from None
+    return value
+
+
 def _fail(exc: Exception, code: int = 2) -> "_ExitWith":
     return _ExitWith(str(exc), code)
 
@@ -189,7 +201,7 @@ def _print_turns(turns) -> None:
 
 
 @cli.command("append")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @click.argument("source", type=click.File("rb"), default="-")
 @root_option
 @click.option("--durability", type=click.Choice(["turn", "event", "none"]), default="turn", show_default=True)
@@ -234,7 +246,7 @@ def append_command(session, source, root, durability, max_events, as_json):
 
 
 @cli.command("rebuild")
-@click.argument("sessions", nargs=-1)
+@click.argument("sessions", nargs=-1, callback=_session_ids)
 @click.option("--all", "rebuild_all", is_flag=True, help="Rebuild every session under the root.")
 @root_option
 @json_option
@@ -337,7 +349,7 @@ class _PositiveNumber(click.ParamType):
 
 
 @cli.command("show")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @click.option("--turn", "turn_number", type=_PositiveNumber(), default=None,
               help="Print this turn's events as JSON Lines.")
 @root_option
@@ -379,7 +391,7 @@ def show_command(session, turn_number, root, as_json):
 
 
 @cli.command("progress")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @root_option
 @json_option
 def progress_command(session, root, as_json):
@@ -402,7 +414,7 @@ def progress_command(session, root, as_json):
 
 
 @cli.command("pack")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @click.option(
     "--output",
     "-o",
@@ -429,7 +441,7 @@ def pack_command(session, output, root, as_json):
 
 
 @cli.command("verify")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @click.argument("pack_path", metavar="[PACK]", required=False, type=click.Path(dir_okay=False, path_type=str))
 @root_option
 @json_option
@@ -477,7 +489,7 @@ def verify_command(session, pack_path, root, as_json):
 
 @cli.command("search")
 @click.argument("query")
-@click.option("--session", "session_id", default=None, help="Only this session.")
+@click.option("--session", "session_id", default=None, callback=_session_ids, help="Only this session.")
 @click.option("--since", default=None, help="Only events from this date (YYYY-MM-DD) or time on.")
 @click.option("--source", type=click.Choice(["event", "session"]), default=None,
               help="Only event text, or only memory facts.")
@@ -582,7 +594,8 @@ def import_command(paths, source, root, as_json):
               help="Keep at most this many removable (completed, unpinned, idle) sessions.")
 @click.option("--max-age-days", type=click.IntRange(min=0), default=30, show_default=True,
               help="Remove sessions whose last event is older; also marks idle active ones completed (0: no sweep).")
-@click.option("--preserve", "preserve", default=None, metavar="SESSION", help="Never touch this session.")
+@click.option("--preserve", "preserve", default=None, metavar="SESSION", callback=_session_ids,
+              help="Never touch this session.")
 @click.option("--apply", "apply_", is_flag=True, help="Remove for real (default: a dry run that only shows).")
 @json_option
 def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_json):
@@ -628,7 +641,7 @@ def _existing_session_dir(root, session):
 
 
 @cli.command("pin")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @click.option("--reason", default="", help="Why it is kept (recorded in retention-pin.json).")
 @root_option
 def pin_command(session, reason, root):
@@ -644,7 +657,7 @@ def pin_command(session, reason, root):
 
 
 @cli.command("unpin")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @root_option
 def unpin_command(session, root):
     """Unpin SESSION, so retention may remove it again."""
@@ -699,7 +712,7 @@ def migrate_command(root, remove_legacy, as_json):
 @cli.command("facts")
 @root_option
 @click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True)
-@click.option("--session", "session", default=None, help="Only this session's facts.")
+@click.option("--session", "session", default=None, callback=_session_ids, help="Only this session's facts.")
 @json_option
 def facts_command(root, limit, session, as_json):
     """List the grounded facts of the sessions' memory views (derived/memory.json), newest

@@ -118,3 +118,21 @@ def test_pack_and_verify_of_a_missing_session_create_nothing(tmp_path):
     # The real session still packs and verifies.
     assert run("pack", "real", "--root", tmp_path).exit_code == 0
     assert run("verify", "real", "--root", tmp_path).exit_code == 0
+
+
+# --------------------------------------------------------------------------------------------
+# A session id that is not valid UTF-8 (bytes the terminal could not decode reach Python as lone
+# surrogates) made append create the session directory and then die in SQLite with a
+# UnicodeEncodeError traceback.
+
+
+@pytest.mark.parametrize("command", ["append", "show", "pack", "verify", "rebuild", "progress", "pin"])
+def test_a_session_id_that_is_not_utf8_is_one_line_and_creates_nothing(tmp_path, command):
+    write_session(tmp_path, "real")
+    before = files_under(tmp_path)
+    bad = "caf\udce9"  # b"caf\xe9" decoded with surrogateescape, as Python decodes argv
+    result = run(command, bad, "--root", tmp_path, input='{"type": "turn.started"}\n')
+    one_line_error(result, 2, "UTF-8")
+    assert files_under(tmp_path) == before
+    json_error(run(command, bad, "--root", tmp_path, "--json", input=""), 2, "UTF-8") if command not in (
+        "pin",) else None
