@@ -125,7 +125,7 @@ def _session_ids(_ctx, _param, value):
             sid.encode("utf-8")
         except UnicodeEncodeError:
             shown = sid.encode("utf-8", "backslashreplace").decode("utf-8")
-            raise _ExitWith(f"session id {shown!r} is not valid UTF-8", 2) from None
+            raise _ExitWith(f"session id '{shown}' is not valid UTF-8", 2) from None
     return value
 
 
