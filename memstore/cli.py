@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict
+from typing import Optional
 
 import click
 import orjson
@@ -207,32 +208,52 @@ def _print_turns(turns) -> None:
 @click.option("--durability", type=click.Choice(["turn", "event", "none"]), default="turn", show_default=True)
 @click.option("--max-events", type=click.IntRange(min=0), default=10_000, show_default=True,
               help="Cap on the events kept (0: no cap).")
+@click.option("--atomic", is_flag=True,
+              help="Check every line against the event contract first; append all of them or none.")
 @json_option
-def append_command(session, source, root, durability, max_events, as_json):
+def append_command(session, source, root, durability, max_events, atomic, as_json):
     """Append events to SESSION from SOURCE (JSON Lines; default stdin).
 
     Each line is an event object ({"type": ...}) or a VT Code envelope ({"event": {...}}), whose
-    inner event is appended. Stops at the first invalid line (exit 2), keeping what came before.
+    inner event is appended. Stops at the first invalid line (exit 2), keeping what came before;
+    with --atomic, every line is checked before anything is written, and a bad line appends
+    nothing (the session is not even created).
     """
+    from .events import check_event, encode_record, utc_now
     from .log import open_session
 
+    def lines():
+        for number, line in enumerate(source, start=1):
+            if line.strip():
+                yield number, line
+
+    def parse(number: int, line: bytes, appended: Optional[int]):
+        after = "nothing appended" if appended is None else f"{plural(appended, 'event')} appended before it"
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise _ExitWith(f"line {number}: not JSON ({exc}); {after}", 2) from None
+        if isinstance(data, dict) and isinstance(data.get("event"), dict) and "type" not in data:
+            data = data["event"]
+        if appended is None:  # --atomic: what append checks, before anything is written
+            try:
+                check_event(data)
+                encode_record(1, utc_now(), data)
+            except errors.InvalidEvent as exc:
+                raise _ExitWith(f"line {number}: {exc}; {after}", 2) from None
+        return data
+
+    checked = [(number, parse(number, line, None)) for number, line in lines()] if atomic else None
     appended = 0
     last_seq = None
     try:
         with open_session(root, session, max_events=max_events, durability=durability) as log:
-            for number, line in enumerate(source, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    data = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    raise _ExitWith(f"line {number}: not JSON ({exc}); {appended} events appended before it", 2)
-                if isinstance(data, dict) and isinstance(data.get("event"), dict) and "type" not in data:
-                    data = data["event"]
+            for number, data in checked if checked is not None else (
+                    (number, parse(number, line, appended)) for number, line in lines()):
                 try:
                     last_seq = log.append(data)
                 except errors.InvalidEvent as exc:
-                    raise _ExitWith(f"line {number}: {exc}; {appended} events appended before it", 2) from exc
+                    raise _ExitWith(f"line {number}: {exc}; {plural(appended, 'event')} appended before it", 2) from exc
                 appended += 1
             manifest = log.manifest
     except errors.MemstoreError as exc:
@@ -241,8 +262,8 @@ def append_command(session, source, root, durability, max_events, as_json):
         _echo_json({"session_id": manifest.session_id, "appended": appended, "last_seq": last_seq,
                     "turn_count": manifest.turn_count, "event_count": manifest.event_count})
     else:
-        click.echo(f"appended {appended} events to {manifest.session_id!r} "
-                   f"({manifest.event_count} events, {manifest.turn_count} turns)")
+        click.echo(f"appended {plural(appended, 'event')} to {manifest.session_id!r} "
+                   f"({plural(manifest.event_count, 'event')}, {plural(manifest.turn_count, 'turn')})")
 
 
 @cli.command("rebuild")

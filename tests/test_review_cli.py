@@ -136,3 +136,43 @@ def test_a_session_id_that_is_not_utf8_is_one_line_and_creates_nothing(tmp_path,
     assert files_under(tmp_path) == before
     json_error(run(command, bad, "--root", tmp_path, "--json", input=""), 2, "UTF-8") if command not in (
         "pin",) else None
+
+
+# --------------------------------------------------------------------------------------------
+# append --atomic did not exist: a bad line in the middle of the input left the lines before it
+# appended. With --atomic every line is parsed and checked against the event contract first,
+# and nothing is written (not even the session directory) unless all of them pass.
+
+GOOD = ['{"type": "turn.started"}', '{"event": {"type": "item.completed", "item": {"id": "m", "type": "agent_message"}}}',
+        '{"type": "turn.completed", "usage": {"input_tokens": 3}}']
+
+
+@pytest.mark.parametrize("bad, needles", [
+    ('{"type": "turn.failed", "usage": {}}', ("line 3", "message")),
+    ('{"type": "turn.completed", "usage": {"input_tokens": -1}}', ("line 3", "usage")),
+    ('{"type": 7}', ("line 3", "'type'")),
+    ('[1, 2]', ("line 3", "JSON object")),
+    ('{"type": "turn.started"', ("line 3", "not JSON")),
+    ('{"type": "x", "n": 1e999}', ("line 3", "infinity")),
+])
+def test_append_atomic_checks_every_line_before_writing_anything(tmp_path, bad, needles):
+    lines = "\n".join(GOOD[:2] + [bad] + GOOD[2:]) + "\n"
+    line = one_line_error(run("append", "new", "--atomic", "--root", tmp_path, input=lines), 2, *needles)
+    assert "nothing appended" in line
+    assert not (tmp_path / "sessions").exists()
+    write_session(tmp_path, "old")
+    before = (tmp_path / "sessions" / "old" / "events.jsonl").read_bytes()
+    json_error(run("append", "old", "--atomic", "--json", "--root", tmp_path, input=lines), 2, *needles)
+    assert (tmp_path / "sessions" / "old" / "events.jsonl").read_bytes() == before
+    # Without --atomic the lines before the bad one are kept, and the error says how many.
+    result = run("append", "old", "--root", tmp_path, input=lines)
+    one_line_error(result, 2, *needles, "2 events appended before it")
+
+
+def test_append_atomic_appends_everything_when_every_line_passes(tmp_path):
+    result = run("append", "new", "--atomic", "--root", tmp_path, "--json", input="\n".join(GOOD) + "\n\n")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["appended"] == 3 and data["turn_count"] == 1 and data["last_seq"] == 3
+    with memstore.read_session(tmp_path, "new") as reader:
+        assert [e["type"] for e in reader.iter_events()] == ["turn.started", "item.completed", "turn.completed"]
