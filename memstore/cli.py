@@ -162,8 +162,8 @@ def demo_command(root, sessions, seed, as_json):
     if as_json:
         _echo_json(report.to_dict())
         return
-    click.echo(f"demo store in {root}: {len(report.written) + len(report.imported)} sessions written "
-               f"({report.events} events), {len(report.skipped)} already there")
+    click.echo(f"demo store in {root}: {plural(len(report.written) + len(report.imported), 'session')} written "
+               f"({plural(report.events, 'event')}), {len(report.skipped)} already there")
     root_arg = "" if root == ".memstore" else f" --root {root}"
     click.echo(f"next: memstore serve{root_arg}   (then open http://localhost:8001/-/memstore)")
 
@@ -403,8 +403,8 @@ def show_command(session, turn_number, root, as_json):
     if as_json:
         _echo_json({"manifest": manifest.to_dict(), "turns": [asdict(t) for t in turns]})
         return
-    click.echo(f"session {manifest.session_id!r}: {manifest.status}, {manifest.turn_count} turns, "
-               f"{manifest.event_count} events, updated {manifest.updated_at}")
+    click.echo(f"session {manifest.session_id!r}: {manifest.status}, {plural(manifest.turn_count, 'turn')}, "
+               f"{plural(manifest.event_count, 'event')}, updated {manifest.updated_at}")
     _print_turns(turns)
 
 
@@ -458,7 +458,7 @@ def pack_command(session, output, root, as_json):
         _echo_json({"path": str(path), "pack": pack.to_dict()})
     else:
         total = sum(entry.bytes for entry in pack.entries)
-        click.echo(f"wrote {path} ({len(pack.entries)} files, {total} bytes)")
+        click.echo(f"wrote {path} ({plural(len(pack.entries), 'file')}, {plural(total, 'byte')})")
 
 
 @cli.command("verify")
@@ -498,7 +498,7 @@ def verify_command(session, pack_path, root, as_json):
         for name in result.unaccounted:
             click.echo(f"unaccounted (informational): {name}")
         if result.verified:
-            click.echo(f"verified: {len(pack.entries)} files match")
+            click.echo(f"verified: {len(pack.entries)} {'file matches' if len(pack.entries) == 1 else 'files match'}")
         else:
             click.echo(f"NOT verified: {len(result.mismatches)} mismatched, {len(result.missing)} missing")
     if not result.verified:
@@ -600,10 +600,10 @@ def import_command(paths, source, root, as_json):
     for problem in report.problems:
         where = f"{problem.path}:{problem.line}" if problem.line else problem.path
         click.echo(f"{where}: {problem.reason}", err=True)
-    click.echo(f"imported {report.events_appended} events from {report.sources} sources: "
-               f"{report.sessions_created} sessions created, {report.sessions_updated} updated, "
+    click.echo(f"imported {plural(report.events_appended, 'event')} from {plural(report.sources, 'source')}: "
+               f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated, "
                f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
-               f"{report.lines_skipped} lines skipped, {len(report.problems)} problems")
+               f"{plural(report.lines_skipped, 'line')} skipped, {plural(len(report.problems), 'problem')}")
 
 
 # --- retention, pins, legacy migration, memory facts ---
@@ -636,7 +636,7 @@ def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_jso
         _echo_json(report.to_dict())
         return
     verb = "removed" if apply_ else "would remove"
-    click.echo(f"{verb} {report.count} session{'s' if report.count != 1 else ''} ({report.bytes} bytes)")
+    click.echo(f"{verb} {plural(report.count, 'session')} ({plural(report.bytes, 'byte')})")
     for r in report.removed:
         click.echo(f"  {r.directory:<40} {r.reason:<12} {r.bytes:>10} bytes  updated {r.updated_at}")
     if report.marked_abandoned:
@@ -716,14 +716,16 @@ def migrate_command(root, remove_legacy, as_json):
     if as_json:
         _echo_json(report.to_dict())
     else:
-        click.echo(f"imported {report.memory_imported} memory envelopes and {report.trajectory_imported} trajectory logs "
-                   f"({report.records_imported} records, {report.bytes_migrated} bytes): "
-                   f"{report.sessions_created} sessions created, {report.sessions_updated} updated; "
+        click.echo(f"imported {plural(report.memory_imported, 'memory envelope')} and "
+                   f"{plural(report.trajectory_imported, 'trajectory log')} "
+                   f"({plural(report.records_imported, 'record')}, {plural(report.bytes_migrated, 'byte')}): "
+                   f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated; "
                    f"{report.already_imported} already imported")
         for s in report.skipped:
             click.echo(f"not imported: {s.path}: {s.reason}")
         if report.legacy is not None:
-            click.echo(f"removed {len(report.legacy.removed)} legacy files ({report.legacy.bytes_freed} bytes)")
+            click.echo(f"removed {plural(len(report.legacy.removed), 'legacy file')} "
+                       f"({plural(report.legacy.bytes_freed, 'byte')})")
             for s in report.legacy.kept:
                 click.echo(f"kept: {s.path}: {s.reason}")
     if report.skipped:
@@ -830,8 +832,9 @@ def doctor_command(root, fix, as_json):
             state = "fixed" if p.fixed else ("run with --fix" if p.fixable and not fix else "not fixed")
             click.echo(f"{where}: {p.check}: {p.detail} [{state}]")
         if report.live:
-            click.echo(f"{len(report.live)} sessions are open in another process (their writers keep them current)")
-        verdict = "ok" if report.ok else f"{sum(not p.fixed for p in report.problems)} problems"
-        click.echo(f"{report.sessions} sessions checked: {verdict}")
+            click.echo(f"{plural(len(report.live), 'session')} open in another process "
+                       "(their writers keep them current)")
+        verdict = "ok" if report.ok else plural(sum(not p.fixed for p in report.problems), "problem")
+        click.echo(f"{plural(report.sessions, 'session')} checked: {verdict}")
     if not report.ok:
         sys.exit(1)

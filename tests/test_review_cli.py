@@ -176,3 +176,21 @@ def test_append_atomic_appends_everything_when_every_line_passes(tmp_path):
     assert data["appended"] == 3 and data["turn_count"] == 1 and data["last_seq"] == 3
     with memstore.read_session(tmp_path, "new") as reader:
         assert [e["type"] for e in reader.iter_events()] == ["turn.started", "item.completed", "turn.completed"]
+
+
+# --------------------------------------------------------------------------------------------
+# Counts are pluralized: show said "1 events", doctor "1 sessions checked: 1 problems".
+
+
+def test_counts_of_one_are_singular(tmp_path):
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append({"type": "turn.started"})
+    show = run("show", "s", "--root", tmp_path)
+    assert show.exit_code == 0 and "0 turns, 1 event," in show.stdout, show.stdout
+    doctor = run("doctor", "--root", tmp_path)  # no catalog yet: one problem
+    assert doctor.exit_code == 1 and "1 session checked: 1 problem" in doctor.stdout, doctor.stdout
+    assert "1 problems" not in doctor.stdout and "1 sessions" not in doctor.stdout
+    packed = run("pack", "s", "--root", tmp_path)
+    assert packed.exit_code == 0 and " 1 files" not in packed.stdout
+    verified = run("verify", "s", "--root", tmp_path)
+    assert verified.exit_code == 0 and "verified:" in verified.stdout and " 1 files" not in verified.stdout
