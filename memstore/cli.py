@@ -665,7 +665,8 @@ def _existing_session_dir(root, session):
 @click.argument("session", callback=_session_ids)
 @click.option("--reason", default="", help="Why it is kept (recorded in retention-pin.json).")
 @root_option
-def pin_command(session, reason, root):
+@json_option
+def pin_command(session, reason, root, as_json):
     """Pin SESSION: retention never removes it until `memstore unpin`."""
     from .retention import pin_session_retention
 
@@ -674,13 +675,17 @@ def pin_command(session, reason, root):
         path = pin_session_retention(directory, reason)
     except errors.MemstoreError as exc:
         raise _fail(exc) from exc
-    click.echo(f"pinned {session!r} ({path})")
+    if as_json:
+        _echo_json({"session_id": session, "pinned": True, "path": str(path)})
+    else:
+        click.echo(f"pinned {session!r} ({path})")
 
 
 @cli.command("unpin")
 @click.argument("session", callback=_session_ids)
 @root_option
-def unpin_command(session, root):
+@json_option
+def unpin_command(session, root, as_json):
     """Unpin SESSION, so retention may remove it again."""
     from .retention import unpin_session_retention
 
@@ -689,7 +694,10 @@ def unpin_command(session, root):
         removed = unpin_session_retention(directory)
     except errors.MemstoreError as exc:
         raise _fail(exc) from exc
-    click.echo(f"unpinned {session!r}" if removed else f"{session!r} was not pinned")
+    if as_json:
+        _echo_json({"session_id": session, "was_pinned": bool(removed)})
+    else:
+        click.echo(f"unpinned {session!r}" if removed else f"{session!r} was not pinned")
 
 
 @cli.command("migrate")
@@ -773,7 +781,8 @@ def facts_command(root, limit, session, as_json):
               help="Datasette metadata file (default: the project's metadata.yml).")
 @click.option("--plugins-dir", type=click.Path(exists=True, file_okay=False, path_type=str), default=None,
               help="Datasette plugins directory (default: the project's plugins/).")
-def serve_command(root, host, port, refresh_interval, metadata, plugins_dir):
+@json_option
+def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_json):
     """Explore the store in a browser: refresh its catalog and serve it with Datasette.
 
     Opens http://localhost:8001/-/memstore: sessions, turns, events, search, charts and SQL
@@ -793,9 +802,12 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir):
         kwargs["metadata"] = metadata
     if plugins_dir is not None:
         kwargs["plugins_dir"] = plugins_dir
-    with _progress_bar("refreshing the catalog", minimum=200) as progress:
+    with _progress_bar("refreshing the catalog", enabled=not as_json, minimum=200) as progress:
         def announce(url):
-            click.echo(f"memstore explorer on {url}  (store {root}; Ctrl-C to stop)", err=True)
+            if as_json:  # one JSON object on stdout, once the server is about to listen
+                _echo_json({"url": url, "root": root, "host": host, "port": port})
+            else:
+                click.echo(f"memstore explorer on {url}  (store {root}; Ctrl-C to stop)", err=True)
 
         try:
             server.serve(root, host=host, port=port, refresh_interval=refresh_interval, progress=progress,

@@ -134,8 +134,7 @@ def test_a_session_id_that_is_not_utf8_is_one_line_and_creates_nothing(tmp_path,
     result = run(command, bad, "--root", tmp_path, input='{"type": "turn.started"}\n')
     one_line_error(result, 2, "UTF-8")
     assert files_under(tmp_path) == before
-    json_error(run(command, bad, "--root", tmp_path, "--json", input=""), 2, "UTF-8") if command not in (
-        "pin",) else None
+    json_error(run(command, bad, "--root", tmp_path, "--json", input=""), 2, "UTF-8")
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,3 +193,38 @@ def test_counts_of_one_are_singular(tmp_path):
     assert packed.exit_code == 0 and " 1 files" not in packed.stdout
     verified = run("verify", "s", "--root", tmp_path)
     assert verified.exit_code == 0 and "verified:" in verified.stdout and " 1 files" not in verified.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# --json is honoured by every command: pin, unpin and serve had no --json at all.
+
+
+def test_every_command_takes_json():
+    missing = [name for name, command in cli.commands.items()
+               if "--json" not in {opt for p in command.params for opt in p.opts}]
+    assert missing == []
+
+
+def test_pin_and_unpin_json(tmp_path):
+    write_session(tmp_path, "s")
+    pinned = run("pin", "s", "--reason", "keep", "--root", tmp_path, "--json")
+    assert pinned.exit_code == 0, pinned.output
+    assert json.loads(pinned.stdout) == {"session_id": "s", "pinned": True,
+                                         "path": str(tmp_path / "sessions" / "s" / "retention-pin.json")}
+    assert json.loads(run("unpin", "s", "--root", tmp_path, "--json").stdout) == {"session_id": "s", "was_pinned": True}
+    assert json.loads(run("unpin", "s", "--root", tmp_path, "--json").stdout) == {"session_id": "s", "was_pinned": False}
+    json_error(run("pin", "gone", "--root", tmp_path, "--json"), 2, "no session 'gone'")
+
+
+def test_serve_json_announces_as_json_and_shows_no_progress(tmp_path, monkeypatch):
+    from memstore.explorer import server
+
+    calls = []
+    monkeypatch.setattr(server, "_run_server", lambda app, host, port: calls.append((host, port)))
+    write_session(tmp_path, "s")
+    result = run("serve", "--root", tmp_path, "--port", "0", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"url": "http://localhost:0/-/memstore", "root": str(tmp_path),
+                                         "host": "127.0.0.1", "port": 0}
+    assert result.stderr == "" and calls == [("127.0.0.1", 0)]
+    json_error(run("serve", "--root", tmp_path / "nothing", "--json"), 2, "memstore demo")
