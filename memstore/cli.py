@@ -168,21 +168,34 @@ def demo_command(root, sessions, seed, as_json):
     click.echo(f"next: memstore serve{root_arg}   (then open http://localhost:8001/-/memstore)")
 
 
+PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears
+
+
 class _progress_bar:
     """A click progress bar on stderr for ``progress(done, total)`` callbacks; shown only for
-    work of some length, and never in --json mode."""
+    long work (``minimum`` steps or more, still running after :data:`PROGRESS_DELAY` seconds),
+    and never in --json mode."""
 
     def __init__(self, label: str, enabled: bool = True, minimum: int = 2):
         self.label, self.enabled, self.minimum = label, enabled, minimum
         self.bar = None
         self.shown = 0
+        self.started = 0.0
 
     def __enter__(self):
+        import time
+
+        self.started = time.monotonic()
         return self.update
 
     def update(self, done: int, total: int) -> None:
         if not self.enabled or total < self.minimum:
             return
+        if self.bar is None:
+            import time
+
+            if done >= total or time.monotonic() - self.started < PROGRESS_DELAY:
+                return  # quick work (or already done): no bar
         if self.bar is None:
             self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
             self.bar.__enter__()
@@ -579,6 +592,8 @@ def import_command(paths, source, root, as_json):
 
     def progress(done, total):
         nonlocal bar, shown
+        if as_json:
+            return  # never a bar with --json
         if bar is None:
             if total < 16 << 20:
                 return  # short imports need no bar

@@ -228,3 +228,32 @@ def test_serve_json_announces_as_json_and_shows_no_progress(tmp_path, monkeypatc
                                          "host": "127.0.0.1", "port": 0}
     assert result.stderr == "" and calls == [("127.0.0.1", 0)]
     json_error(run("serve", "--root", tmp_path / "nothing", "--json"), 2, "memstore demo")
+
+
+# --------------------------------------------------------------------------------------------
+# Progress bars only on long work, never with --json: demo drew its bar for a run of a fraction
+# of a second, and import drew its bar on a long import even with --json.
+
+
+def test_progress_bars_only_on_long_work_and_never_with_json(tmp_path, monkeypatch):
+    import memstore.cli as cli_module
+    import memstore.importers as importers
+
+    quick = run("demo", "--sessions", "3", "--root", tmp_path / "a")
+    assert quick.exit_code == 0 and quick.stderr == "", quick.stderr
+    monkeypatch.setattr(cli_module, "PROGRESS_DELAY", 0.0)  # any work counts as long now
+    slow = run("demo", "--sessions", "3", "--root", tmp_path / "b")
+    assert slow.exit_code == 0 and "writing the demo store" in slow.stderr
+    as_json = run("demo", "--sessions", "3", "--root", tmp_path / "c", "--json")
+    assert as_json.exit_code == 0 and as_json.stderr == "" and json.loads(as_json.stdout)["sessions"] == 3
+
+    def big_import(root, paths, source, progress):
+        progress(0, 64 << 20)
+        progress(64 << 20, 64 << 20)
+        return importers.ImportReport()
+
+    monkeypatch.setattr(importers, "import_logs", big_import)
+    shown = run("import", tmp_path / "a", "--root", tmp_path / "d")
+    assert shown.exit_code == 0 and "importing" in shown.stderr
+    hidden = run("import", tmp_path / "a", "--root", tmp_path / "d", "--json")
+    assert hidden.exit_code == 0 and hidden.stderr == "" and json.loads(hidden.stdout)["events_appended"] == 0
