@@ -395,6 +395,7 @@ def show_command(session, turn_number, root, as_json):
     """
     from .reader import read_session
 
+    _require_store(root)
     try:
         with read_session(root, session) as reader:
             manifest = reader.manifest
@@ -435,6 +436,7 @@ def progress_command(session, root, as_json):
     """
     from .progress import load_progress, progress_path
 
+    _require_store(root)
     try:
         ledger = load_progress(root, session)
     except errors.MemstoreError as exc:
@@ -462,6 +464,7 @@ def pack_command(session, output, root, as_json):
     """Write an audit pack of SESSION: the SHA-256 and size of every file in it."""
     from .pack import write_audit_pack
 
+    _require_store(root)
     _existing_session_dir(root, session)  # before the library creates derived/ for a session that is not there
     try:
         pack, path = write_audit_pack(root, session, output)
@@ -487,6 +490,7 @@ def verify_command(session, pack_path, root, as_json):
     """
     from .pack import default_pack_path, read_audit_pack, verify_audit_pack
 
+    _require_store(root)
     _existing_session_dir(root, session)
     path = pack_path if pack_path is not None else default_pack_path(root, session)
     try:
@@ -642,6 +646,7 @@ def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_jso
     """
     from .retention import RetentionPolicy, apply_retention_preserving
 
+    _require_store(root)
     try:
         report = apply_retention_preserving(root, RetentionPolicy(max_sessions, max_age_days), preserve,
                                             dry_run=not apply_)
@@ -685,6 +690,7 @@ def pin_command(session, reason, root, as_json):
     """Pin SESSION: retention never removes it until `memstore unpin`."""
     from .retention import pin_session_retention
 
+    _require_store(root)
     directory = _existing_session_dir(root, session)
     try:
         path = pin_session_retention(directory, reason)
@@ -704,6 +710,7 @@ def unpin_command(session, root, as_json):
     """Unpin SESSION, so retention may remove it again."""
     from .retention import unpin_session_retention
 
+    _require_store(root)
     directory = _existing_session_dir(root, session)
     try:
         removed = unpin_session_retention(directory)
@@ -765,6 +772,7 @@ def facts_command(root, limit, session, as_json):
     sessions first."""
     from .memory_view import query_facts, session_memory_facts
 
+    _require_store(root)
     try:
         if session is not None:
             rows = [{"session_id": session, **f} for f in session_memory_facts(root, session)][:limit]

@@ -113,7 +113,7 @@ def test_pack_and_verify_of_a_missing_session_create_nothing(tmp_path):
         assert files_under(tmp_path) == before, args
     one_line_error(run("pin", "gone", "--root", tmp_path), 2, "no session 'gone'")
     nowhere = tmp_path / "nowhere"
-    one_line_error(run("pack", "gone", "--root", nowhere), 2, "no session 'gone'")
+    one_line_error(run("pack", "gone", "--root", nowhere), 2, "no store at")
     assert not nowhere.exists()
     # The real session still packs and verifies.
     assert run("pack", "real", "--root", tmp_path).exit_code == 0
@@ -257,3 +257,18 @@ def test_progress_bars_only_on_long_work_and_never_with_json(tmp_path, monkeypat
     assert shown.exit_code == 0 and "importing" in shown.stderr
     hidden = run("import", tmp_path / "a", "--root", tmp_path / "d", "--json")
     assert hidden.exit_code == 0 and hidden.stderr == "" and json.loads(hidden.stdout)["events_appended"] == 0
+
+
+# --------------------------------------------------------------------------------------------
+# A root that is not there: `sessions` said so, but retention reported "would remove 0
+# sessions", facts "no facts" and progress "no progress ledger", all as if the store were empty.
+
+
+@pytest.mark.parametrize("args", [["retention"], ["retention", "--apply"], ["facts"], ["facts", "--session", "s"],
+                                  ["progress", "s"], ["show", "s"], ["pack", "s"], ["verify", "s"],
+                                  ["pin", "s"], ["unpin", "s"], ["sessions"], ["search", "x"], ["rebuild", "--all"]])
+def test_a_root_that_is_not_there_is_an_error_and_stays_absent(tmp_path, args):
+    nowhere = tmp_path / "nowhere"
+    one_line_error(run(*args, "--root", nowhere), 2, f"no store at {nowhere}")
+    json_error(run(*args, "--root", nowhere, "--json"), 2, "no store at")
+    assert not nowhere.exists()
