@@ -148,3 +148,43 @@ def test_not_found_pages_name_the_number_asked_for(small):
     assert fetch(ds, "/-/memstore/sessions/s/turns/" + "9" * 5000).status_code == 404
     assert fetch(ds, "/-/memstore/sessions/s/events/" + "9" * 5000 + ".json").status_code == 404
     assert fetch(ds, "/-/memstore/sessions/s/turns/0002.json").json()["number"] == 2
+
+
+# --------------------------------------------------------------------------------------------
+# A session that cannot be read (an unreadable log, an I/O error) gave Datasette's 500 page,
+# whose message was the error's text: the absolute path of the file in the store.
+
+
+def test_an_unreadable_session_is_an_error_page_without_filesystem_paths(tmp_path, monkeypatch):
+    from memstore import logfile
+    from memstore.errors import StoreIOError
+
+    write_small_session(tmp_path)
+    refresh_catalog(tmp_path)
+    ds = make_datasette(tmp_path)
+
+    def denied(self, *args, **kwargs):
+        raise StoreIOError.from_os_error("open", self.path, PermissionError(13, "Permission denied"))
+
+    monkeypatch.setattr(logfile.LogFile, "open_readonly", denied)
+    for path in ("/-/memstore/sessions/s", "/-/memstore/sessions/s/turns/1", "/-/memstore/sessions/s/events/2"):
+        html, as_json = fetch(ds, path, path + ".json").values()
+        assert html.status_code == as_json.status_code == 500, path
+        assert str(tmp_path) not in html.text and str(tmp_path) not in as_json.text
+        assert "events.jsonl" not in html.text and "Traceback" not in html.text
+        assert "could not be read" in html.text and "<h1>Cannot read</h1>" in html.text
+        assert as_json.json()["error"] == "session 's' could not be read (see the server's log)"
+    assert fetch(ds, "/-/memstore.json").status_code == 200
+
+
+def test_an_unreadable_progress_ledger_does_not_show_its_path(tmp_path):
+    write_small_session(tmp_path)
+    ledger = tmp_path / "sessions" / "s" / "derived" / "progress.json"
+    ledger.parent.mkdir(exist_ok=True)
+    ledger.write_text("{broken")
+    refresh_catalog(tmp_path)
+    ds = make_datasette(tmp_path)
+    html, as_json = fetch(ds, "/-/memstore/sessions/s", "/-/memstore/sessions/s.json").values()
+    assert html.status_code == as_json.status_code == 200
+    assert as_json.json()["progress"] == {"error": "the progress ledger could not be read (see the server's log)"}
+    assert str(tmp_path) not in html.text and "progress.json" not in html.text

@@ -20,7 +20,8 @@ from typing import Any, Optional
 
 
 from ..catalog import CATALOG_FILE
-from ..errors import EventNotFound, InvalidSessionId, SessionNotFound, TurnNotFound, UnsafePathError
+from ..errors import (EventNotFound, InvalidSessionId, MemstoreError, SessionNotFound, TurnNotFound,
+                      UnsafePathError)
 from . import charts, data
 from .refresh import CatalogRefresher
 from .urls import PREFIX, Urls, unquote_id
@@ -98,15 +99,23 @@ def _urls(datasette, state: ExplorerState) -> Urls:
     return Urls(datasette.setting("base_url") or "/", state.database)
 
 
-async def _not_found(datasette, request, message: str, as_json: bool):
+async def _not_found(datasette, request, message: str, as_json: bool, status: int = 404):
     from datasette.utils.asgi import Response
 
     if as_json:
-        return Response.json({"ok": False, "error": message, "status": 404}, status=404)
-    html = await datasette.render_template(["memstore_error.html"], {"error": message, "status": 404,
+        return Response.json({"ok": False, "error": message, "status": status}, status=status)
+    html = await datasette.render_template(["memstore_error.html"], {"error": message, "status": status,
                                                                      "nav": _nav(datasette, request)},
                                            request=request)
-    return Response.html(html, status=404)
+    return Response.html(html, status=status)
+
+
+async def _unreadable(datasette, request, session_id: str, exc: MemstoreError, as_json: bool):
+    """A session that is there but cannot be read: a 500 that names the session, never the
+    file (the server's log has the whole error)."""
+    logger.warning("explorer: %s: %s", request.path, exc)
+    return await _not_found(datasette, request, f"session {session_id!r} could not be read (see the server's log)",
+                            as_json, status=500)
 
 
 async def _respond(datasette, request, template: str, payload: dict, as_json: bool, **extra):
@@ -188,6 +197,8 @@ async def session_view(datasette, request):
             lambda conn: data.session_data(conn, state.root, session_id, urls, page=page))
     except _NOT_FOUND as exc:
         return await _not_found(datasette, request, _message(exc), as_json)
+    except MemstoreError as exc:
+        return await _unreadable(datasette, request, session_id, exc, as_json)
     return await _respond(datasette, request, "memstore_session.html", payload, as_json,
                           chart=charts.turns_chart(payload["turns"]) if payload["turns"] else None)
 
@@ -206,6 +217,8 @@ async def turn_view(datasette, request):
         payload = await _in_thread(data.turn_data, state.root, session_id, number, urls, start=start)
     except _NOT_FOUND as exc:
         return await _not_found(datasette, request, _message(exc), as_json)
+    except MemstoreError as exc:
+        return await _unreadable(datasette, request, session_id, exc, as_json)
     return await _respond(datasette, request, "memstore_turn.html", payload, as_json)
 
 
@@ -222,6 +235,8 @@ async def event_view(datasette, request):
         payload = await _in_thread(data.event_data, state.root, session_id, seq, urls)
     except _NOT_FOUND as exc:
         return await _not_found(datasette, request, _message(exc), as_json)
+    except MemstoreError as exc:
+        return await _unreadable(datasette, request, session_id, exc, as_json)
     return await _respond(datasette, request, "memstore_event.html", payload, as_json)
 
 

@@ -258,8 +258,9 @@ def progress_of(root: os.PathLike | str, session_id: str) -> Optional[dict]:
     try:
         ledger = load_progress(root, session_id)
     except (InvalidProgress, MemstoreError) as exc:
+        # The log has what is wrong and where; the page only says that it is (no paths).
         logger.warning("explorer: progress ledger of %r unreadable: %s", session_id, exc)
-        return {"error": str(exc)}
+        return {"error": "the progress ledger could not be read (see the server's log)"}
     if ledger is None:
         return None
     data = ledger.to_dict()
