@@ -188,3 +188,33 @@ def test_an_unreadable_progress_ledger_does_not_show_its_path(tmp_path):
     assert html.status_code == as_json.status_code == 200
     assert as_json.json()["progress"] == {"error": "the progress ledger could not be read (see the server's log)"}
     assert str(tmp_path) not in html.text and "progress.json" not in html.text
+
+
+# --------------------------------------------------------------------------------------------
+# Huge outputs: the event page pretty-printed the whole envelope for every request even when
+# the page shows its first million characters only, and the .json carried the event three
+# times (line, envelope, pretty): a 50 MB command output made a 275 MB response and 1.3 GB of
+# memory. Past MAX_LINE_SHOWN the formatted copy is left out.
+
+
+def test_a_huge_event_is_not_pretty_printed_whole(tmp_path, monkeypatch):
+    from memstore.explorer import data
+
+    monkeypatch.setattr(data, "MAX_LINE_SHOWN", 20_000)
+    with memstore.open_session(tmp_path, "big") as log:
+        log.append({"type": "turn.started"})
+        log.append({"type": "item.completed", "item": {"id": "c", "type": "command_execution", "command": "yes",
+                                                       "aggregated_output": "y\n" * 100_000, "exit_code": 0}})
+        log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "short"}})
+        log.append({"type": "turn.completed", "usage": {}})
+    refresh_catalog(tmp_path)
+    ds = make_datasette(tmp_path)
+    big, small = fetch(ds, "/-/memstore/sessions/big/events/2.json", "/-/memstore/sessions/big/events/3.json").values()
+    assert big.status_code == small.status_code == 200
+    payload = big.json()
+    assert payload["line_truncated"] and payload["pretty"] is None
+    assert payload["envelope"]["event"]["item"]["aggregated_output"] == "y\n" * 100_000  # the JSON has it whole
+    assert len(big.content) < 2.8 * payload["length"]  # line and envelope (escaped), not a third copy
+    assert small.json()["pretty"].startswith("{\n") and not small.json()["line_truncated"]
+    html = fetch(ds, "/-/memstore/sessions/big/events/2").text
+    assert "the first 20,000 characters" in html and "y\\ny\\n" in html and len(html) < 60_000

@@ -237,7 +237,7 @@ async def event_view(datasette, request):
         return await _not_found(datasette, request, _message(exc), as_json)
     except MemstoreError as exc:
         return await _unreadable(datasette, request, session_id, exc, as_json)
-    return await _respond(datasette, request, "memstore_event.html", payload, as_json)
+    return await _respond(datasette, request, "memstore_event.html", payload, as_json, shown=data.MAX_LINE_SHOWN)
 
 
 @_read_only

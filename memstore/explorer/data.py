@@ -383,7 +383,9 @@ def event_data(root: os.PathLike | str, session_id: str, seq: int, urls: Urls) -
         "length": length,
         "line": text,
         "envelope": envelope,
-        "pretty": orjson.dumps(envelope, option=orjson.OPT_INDENT_2).decode() if envelope is not None else text,
+        # Formatted for reading only when the page shows the line whole (the JSON has the envelope).
+        "pretty": (None if len(text) > MAX_LINE_SHOWN else
+                   orjson.dumps(envelope, option=orjson.OPT_INDENT_2).decode() if envelope is not None else text),
         "line_truncated": len(text) > MAX_LINE_SHOWN,
         "display": display_event(event) if event is not None else None,
         "type": event.get("type") if event is not None else None,
