@@ -327,7 +327,8 @@ def rebuild_command(sessions, rebuild_all, root, as_json):
                            f"{plural(manifest.turn_count, 'turn')}, {manifest.status}")
     from .catalog import refresh_catalog
 
-    refresh_catalog(root)
+    if failures < len(sessions):  # nothing rebuilt, nothing to refresh (and nothing created)
+        refresh_catalog(root)
     if as_json:
         _echo_json(results)
     elif len(sessions) >= 20:
@@ -773,6 +774,8 @@ def facts_command(root, limit, session, as_json):
     from .memory_view import query_facts, session_memory_facts
 
     _require_store(root)
+    if session is not None:
+        _existing_session_dir(root, session)
     try:
         if session is not None:
             rows = [{"session_id": session, **f} for f in session_memory_facts(root, session)][:limit]

@@ -272,3 +272,24 @@ def test_a_root_that_is_not_there_is_an_error_and_stays_absent(tmp_path, args):
     one_line_error(run(*args, "--root", nowhere), 2, f"no store at {nowhere}")
     json_error(run(*args, "--root", nowhere, "--json"), 2, "no store at")
     assert not nowhere.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# A missing session is an error that creates nothing: rebuild of sessions that all failed still
+# refreshed the catalog (creating catalog.db and locks/), and facts --session answered "no facts".
+
+
+def test_rebuild_and_facts_of_a_missing_session_create_nothing(tmp_path):
+    (tmp_path / "store").mkdir()
+    store = tmp_path / "store"
+    one_line_error(run("rebuild", "gone", "--root", store), 2, "gone")
+    assert files_under(store) == []
+    json_error(run("facts", "--session", "gone", "--root", store, "--json"), 2, "no session 'gone'")
+    one_line_error(run("facts", "--session", "gone", "--root", store), 2, "no session 'gone'")
+    assert files_under(store) == []
+    write_session(store, "real")
+    mixed = run("rebuild", "real", "gone", "--root", store)
+    assert mixed.exit_code == 1 and "real: 2 events, 1 turn" in mixed.stdout and "gone" in mixed.stderr
+    assert (store / "catalog.db").exists()  # the one that rebuilt is in the catalog
+    facts = run("facts", "--session", "real", "--root", store)
+    assert facts.exit_code == 0 and facts.stdout == "no facts\n"
