@@ -435,6 +435,7 @@ def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int =
             engine = "fts5"
             results = fallback(query, limit, session_id)
     terms = query_terms(query)
+    words = " ".join(terms)  # what Datasette's FTS5 search can take (a query of quotes alone is an FTS5 error)
     for r in results:
         sid, turn, seq = r.get("session_id"), r.get("turn"), r.get("seq")
         r["snippet_parts"] = highlight_parts(r.get("snippet") or "", terms)
@@ -443,7 +444,7 @@ def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int =
         r["event_url"] = urls.event(sid, seq) if sid and isinstance(seq, int) else None
     return {"q": query, "session": session_id, "limit": limit, "engine": engine, "results": results,
             "links": {"json": urls.search(".json", q=query or None, session=session_id or None),
-                      "chunks_table": urls.table("chunks", _search=query) if query else urls.table("chunks")}}
+                      "chunks_table": urls.table("chunks", _search=words or None)}}
 
 
 _RESULT_KEYS = ("chunk_id", "path", "start_line", "end_line", "score", "snippet", "source", "created_at",
