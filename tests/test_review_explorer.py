@@ -235,3 +235,27 @@ def test_the_search_pages_link_to_the_chunks_table_always_works(small, q):
     link = page.json()["links"]["chunks_table"]
     response = fetch(ds, link.replace("/catalog/chunks", "/catalog/chunks.json", 1))
     assert response.status_code == 200, (q, link, response.text[:200])
+
+
+# --------------------------------------------------------------------------------------------
+# Never a file read outside the store: the session page read the progress ledger through a
+# symlinked derived/ directory (memory facts already refused one).
+
+
+def test_a_symlinked_derived_directory_is_not_followed_for_the_progress_ledger(tmp_path):
+    import shutil
+
+    from memstore.progress import ProgressLedger, save_progress
+
+    store, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    write_small_session(store)
+    save_progress(elsewhere, "s", ProgressLedger.new("s", "a goal from outside the store"))
+    derived = store / "sessions" / "s" / "derived"
+    shutil.rmtree(derived)
+    derived.symlink_to(elsewhere / "sessions" / "s" / "derived")
+    refresh_catalog(store)
+    ds = make_datasette(store)
+    html, as_json = fetch(ds, "/-/memstore/sessions/s", "/-/memstore/sessions/s.json").values()
+    assert html.status_code == as_json.status_code == 200
+    assert as_json.json()["progress"] is None and as_json.json()["facts"] == []
+    assert "from outside" not in html.text

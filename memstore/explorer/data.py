@@ -253,8 +253,11 @@ def session_data(conn: Optional[sqlite3.Connection], root: os.PathLike | str, se
 def progress_of(root: os.PathLike | str, session_id: str) -> Optional[dict]:
     """The session's progress ledger for display (``None`` when it has none; ``{"error": ...}``
     when it cannot be read)."""
+    from ..fsio import session_directory
     from ..progress import load_progress
 
+    if session_directory(root, session_id).joinpath("derived").is_symlink():
+        return None  # never read through a symlink out of the store (as memory facts do)
     try:
         ledger = load_progress(root, session_id)
     except (InvalidProgress, MemstoreError) as exc:
