@@ -259,3 +259,40 @@ def test_a_symlinked_derived_directory_is_not_followed_for_the_progress_ledger(t
     assert html.status_code == as_json.status_code == 200
     assert as_json.json()["progress"] is None and as_json.json()["facts"] == []
     assert "from outside" not in html.text
+
+
+# --------------------------------------------------------------------------------------------
+# metadata.yml: the index page's description linked to /-/memstore absolutely, which misses
+# Datasette's base_url (every other explorer link honours it).
+
+
+def raw_get(ds, raw_path: str) -> tuple[int, str]:
+    """GET ``raw_path`` through the ASGI app as a proxy would pass it (prefix included)."""
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "http_version": "1.1", "method": "GET", "scheme": "http", "root_path": "",
+             "path": raw_path, "raw_path": raw_path.encode("ascii"), "query_string": b"",
+             "headers": [(b"host", b"localhost")], "client": ("127.0.0.1", 1), "server": ("localhost", 80)}
+    asyncio.run(ds.app()(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    return start["status"], b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").decode()
+
+
+def test_every_explorer_link_honours_base_url(small):
+    import re
+    from urllib.parse import urljoin
+
+    root, _ds = small
+    ds = make_datasette(root, settings={"base_url": "/prefix/"})
+    for page in ("/prefix/", "/prefix/-/memstore", "/prefix/-/memstore/sessions/s", "/prefix/-/memstore/search?q=x"):
+        status, body = raw_get(ds, page.split("?")[0])
+        assert status == 200, page
+        for link in re.findall(r'(?:href|action)="([^"#]+)"', body):
+            if "memstore" in link:
+                assert urljoin("http://localhost" + page, link).startswith("http://localhost/prefix/"), (page, link)
