@@ -296,3 +296,46 @@ def test_every_explorer_link_honours_base_url(small):
         for link in re.findall(r'(?:href|action)="([^"#]+)"', body):
             if "memstore" in link:
                 assert urljoin("http://localhost" + page, link).startswith("http://localhost/prefix/"), (page, link)
+
+
+# --------------------------------------------------------------------------------------------
+# Concurrent refresh while browsing: the home page's queries (the count, the page of rows, the
+# totals) ran outside any transaction, so a refresh committing between two of them gave a page
+# whose count, rows and totals disagree. They now read one snapshot.
+
+
+def test_the_home_page_reads_one_snapshot_while_the_catalog_changes(tmp_path):
+    from memstore.explorer import Urls, data
+
+    for sid in ("a", "b"):
+        write_small_session(tmp_path, sid)
+    refresh_catalog(tmp_path)
+    catalog = tmp_path / "catalog.db"
+    writer = sqlite3.connect(catalog)
+
+    class RefreshedMidway:
+        """A read connection to the catalog; a 'refresh' commits right after its first query."""
+
+        def __init__(self):
+            self.conn = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
+            self.queries = 0
+
+        def execute(self, sql, params=()):
+            cursor = self.conn.execute(sql, params)
+            self.queries += sql.lstrip().upper().startswith("SELECT")
+            if self.queries == 1 and not getattr(self, "refreshed", False):
+                self.refreshed = True
+                writer.execute("INSERT INTO sessions (session_id, directory, status, turn_count, event_count, "
+                               "input_tokens, output_tokens) VALUES ('c', 'c', 'active', 1, 3, 10, 1)")
+                writer.commit()
+            return cursor
+
+        def __getattr__(self, name):
+            return getattr(self.conn, name)
+
+    conn = RefreshedMidway()
+    payload = data.home_data(conn, Urls())
+    assert conn.queries > 3
+    assert payload["matching"] == len(payload["sessions"]) == payload["totals"]["sessions"] == 2
+    assert not conn.conn.in_transaction  # the snapshot is released
+    writer.close()

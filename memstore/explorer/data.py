@@ -17,6 +17,7 @@ import math
 import os
 import re
 import sqlite3
+from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -66,6 +67,20 @@ def _rows(conn: sqlite3.Connection, sql: str, params: tuple = ()) -> list[dict]:
     return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
+@contextmanager
+def _snapshot(conn: sqlite3.Connection):
+    """One read transaction around a page's queries, so a catalog refresh committing between
+    two of them cannot make the page disagree with itself (a count, its rows, the totals)."""
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        if own and conn.in_transaction:
+            conn.execute("COMMIT")
+
+
 def _like(text: str) -> str:
     return "%" + re.sub(r"([\\%_])", r"\\\1", text) + "%"
 
@@ -95,6 +110,13 @@ def home_data(conn: sqlite3.Connection, urls: Urls, *, page: int = 1, sort: str 
         where.append("(session_id LIKE ? ESCAPE '\\' OR title LIKE ? ESCAPE '\\')")
         params += [_like(q), _like(q)]
     clause = f"WHERE {' AND '.join(where)}" if where else ""
+    with _snapshot(conn):
+        return _home_page(conn, urls, clause, params, page, sort, order, per_page,
+                          {"status": status, "agent": agent, "q": q, "sort": sort, "order": order})
+
+
+def _home_page(conn: sqlite3.Connection, urls: Urls, clause: str, params: list, page: int, sort: str, order: str,
+               per_page: int, filters: dict) -> dict:
     matching = conn.execute(f"SELECT count(*) FROM sessions {clause}", params).fetchone()[0]
     pages = max(1, math.ceil(matching / per_page))
     page = min(max(1, page), pages)
@@ -112,7 +134,6 @@ def home_data(conn: sqlite3.Connection, urls: Urls, *, page: int = 1, sort: str 
                          "coalesce(sum(output_tokens), 0) AS output_tokens, "
                          "coalesce(sum(status = 'active'), 0) AS active FROM sessions")[0]
     totals["cache_hit_rate"] = _cache_rate(totals["cached_input_tokens"], totals["input_tokens"])
-    filters = {"status": status, "agent": agent, "q": q, "sort": sort, "order": order}
 
     def page_url(n: int) -> str:
         return urls.home(page=n if n > 1 else None, **{k: v for k, v in filters.items()
@@ -205,20 +226,8 @@ def session_data(conn: Optional[sqlite3.Connection], root: os.PathLike | str, se
     activity: list[dict] = []
     files: list[dict] = []
     if conn is not None:
-        found = _rows(conn, f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE session_id = ?", (session_id,))
-        if found:
-            summary = found[0]
-            summary["cache_hit_rate"] = _cache_rate(summary["cached_input_tokens"], summary["input_tokens"])
-            activity = _rows(conn, "SELECT item_type, count(*) AS count, sum(coalesce(exit_code, 0) != 0 OR status IN "
-                                   "('failed', 'error', 'declined', 'permission_rejected', 'permission_cancelled', "
-                                   "'hook_denied', 'invalid_tool', 'cancelled')) AS failed FROM events "
-                                   "WHERE session_id = ? AND type = 'item.completed' GROUP BY item_type "
-                                   "ORDER BY count DESC", (session_id,))
-            files = _rows(conn, "SELECT path, count(*) AS changes, group_concat(DISTINCT kind) AS kinds, "
-                                "max(turn) AS last_turn FROM file_changes WHERE session_id = ? GROUP BY path "
-                                "ORDER BY changes DESC, path LIMIT 25", (session_id,))
-            for row in files:
-                row["url"] = urls.turn(session_id, row["last_turn"]) if row["last_turn"] is not None else None
+        with _snapshot(conn):
+            summary, activity, files = _session_catalog(conn, session_id, urls)
     filt = {"session_id": session_id}
     source = manifest.source if isinstance(manifest.source, dict) else {}
     parent = source.get("parent_session_id")
@@ -248,6 +257,29 @@ def session_data(conn: Optional[sqlite3.Connection], root: os.PathLike | str, se
             "parent": urls.session(parent) if isinstance(parent, str) and parent else None,
         },
     }
+
+
+def _session_catalog(conn: sqlite3.Connection, session_id: str, urls: Urls) -> tuple[Optional[dict], list, list]:
+    """The session's row in the catalog with its activity and changed files (``None, [], []``
+    when the catalog does not have it yet)."""
+    summary = None
+    activity: list[dict] = []
+    files: list[dict] = []
+    found = _rows(conn, f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE session_id = ?", (session_id,))
+    if found:
+        summary = found[0]
+        summary["cache_hit_rate"] = _cache_rate(summary["cached_input_tokens"], summary["input_tokens"])
+        activity = _rows(conn, "SELECT item_type, count(*) AS count, sum(coalesce(exit_code, 0) != 0 OR status IN "
+                               "('failed', 'error', 'declined', 'permission_rejected', 'permission_cancelled', "
+                               "'hook_denied', 'invalid_tool', 'cancelled')) AS failed FROM events "
+                               "WHERE session_id = ? AND type = 'item.completed' GROUP BY item_type "
+                               "ORDER BY count DESC", (session_id,))
+        files = _rows(conn, "SELECT path, count(*) AS changes, group_concat(DISTINCT kind) AS kinds, "
+                            "max(turn) AS last_turn FROM file_changes WHERE session_id = ? GROUP BY path "
+                            "ORDER BY changes DESC, path LIMIT 25", (session_id,))
+        for row in files:
+            row["url"] = urls.turn(session_id, row["last_turn"]) if row["last_turn"] is not None else None
+    return summary, activity, files
 
 
 def progress_of(root: os.PathLike | str, session_id: str) -> Optional[dict]:
