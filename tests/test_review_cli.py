@@ -293,3 +293,20 @@ def test_rebuild_and_facts_of_a_missing_session_create_nothing(tmp_path):
     assert (store / "catalog.db").exists()  # the one that rebuilt is in the catalog
     facts = run("facts", "--session", "real", "--root", store)
     assert facts.exit_code == 0 and facts.stdout == "no facts\n"
+
+
+# --------------------------------------------------------------------------------------------
+# serve --host with an IPv6 address announced http://:::8001/-/memstore, not a URL.
+
+
+def test_serve_announces_a_working_url_for_ipv6_hosts(tmp_path, monkeypatch):
+    from memstore.explorer import server
+
+    monkeypatch.setattr(server, "_run_server", lambda app, host, port: None)
+    monkeypatch.setattr(server, "check_port", lambda host, port: None)
+    write_session(tmp_path, "s")
+    for host, url in (("::", "http://[::]:8001/-/memstore"), ("fe80::1", "http://[fe80::1]:8001/-/memstore"),
+                      ("::1", "http://localhost:8001/-/memstore"), ("0.0.0.0", "http://0.0.0.0:8001/-/memstore")):
+        result = run("serve", "--root", tmp_path, "--host", host, "--json")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["url"] == url

@@ -98,7 +98,7 @@ def serve(root: os.PathLike | str, *, host: str = "127.0.0.1", port: int = 8001,
         refresher.last_refresh = time.monotonic()  # just refreshed
         refresher.start()
     if announce is not None:
-        shown = "localhost" if host in ("127.0.0.1", "::1") else host
+        shown = "localhost" if host in ("127.0.0.1", "::1") else f"[{host}]" if ":" in host else host
         announce(f"http://{shown}:{port}/-/memstore")
     try:
         _run_server(ds.app(), host, port)
