@@ -1,9 +1,10 @@
 """The ``memstore`` command line: a thin click shell over the library.
 
-Every command takes ``--root`` (or ``MEMSTORE_ROOT``) and, where it prints data, ``--json``;
-with ``--json`` an error is printed as ``{"error": ...}`` on stderr. Exit codes: 0 success, 1 a
-check that did not pass (or a turn or session that is not there), 2 usage errors, invalid input
-and errors reading or writing the store (the message names the path).
+Every command takes ``--root`` (or ``MEMSTORE_ROOT``) and ``--json``; with ``--json`` an error
+is printed as ``{"error": ..., "exit_code": ...}`` on stderr, else as one line. Exit codes: 0
+success, 1 a check that did not pass (or a turn that is not there), 2 usage errors, invalid
+input, a session or store that is not there, and errors reading or writing the store (the
+message names the path), as the README says.
 """
 
 from __future__ import annotations
