@@ -203,6 +203,8 @@ def test_every_command_takes_json():
     missing = [name for name, command in cli.commands.items()
                if "--json" not in {opt for p in command.params for opt in p.opts}]
     assert missing == []
+    for name, command in cli.commands.items():  # and --root, from MEMSTORE_ROOT too
+        assert [p.envvar for p in command.params if "--root" in p.opts] == ["MEMSTORE_ROOT"], name
 
 
 def test_pin_and_unpin_json(tmp_path):
