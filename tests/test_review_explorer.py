@@ -339,3 +339,18 @@ def test_the_home_page_reads_one_snapshot_while_the_catalog_changes(tmp_path):
     assert payload["matching"] == len(payload["sessions"]) == payload["totals"]["sessions"] == 2
     assert not conn.conn.in_transaction  # the snapshot is released
     writer.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Datasette's SQL: fts3_tokenizer() is allowed in a SELECT. One argument returns a pointer into
+# the server's memory; two arguments register a tokenizer at any address (SQLite's documented
+# hazard, which is why it is off by default in newer builds). The guard refuses the function.
+
+
+def test_sql_cannot_call_fts3_tokenizer(small):
+    _root, ds = small
+    for sql in ("select+fts3_tokenizer('simple')", "select+fts3_tokenizer('x',+x'4141414141414141')",
+                "select+hex(fts3_tokenizer('porter'))"):
+        response = fetch(ds, "/catalog.json?sql=" + sql)
+        assert response.status_code in (400, 403) and response.json()["ok"] is False, (sql, response.text[:200])
+    assert fetch(ds, "/catalog.json?sql=select+count(*)+from+chunks_fts+where+chunks_fts+match+'hello'").status_code == 200

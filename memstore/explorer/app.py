@@ -315,6 +315,10 @@ def _duration(ms: Optional[int]) -> str:
 
 _SQLITE_ATTACH = getattr(sqlite3, "SQLITE_ATTACH", 24)
 _SQLITE_DETACH = getattr(sqlite3, "SQLITE_DETACH", 25)
+_SQLITE_FUNCTION = getattr(sqlite3, "SQLITE_FUNCTION", 31)
+# fts3_tokenizer(name) returns a pointer into the process; fts3_tokenizer(name, pointer)
+# registers a tokenizer at any address. Nothing here needs either.
+_DENIED_FUNCTIONS = frozenset({"fts3_tokenizer", "load_extension"})
 
 
 def _authorizer(action, arg1, arg2, dbname, source):
@@ -322,12 +326,14 @@ def _authorizer(action, arg1, arg2, dbname, source):
     # attaching another file (a session index, or anything else on disk) to read it.
     if action in (_SQLITE_ATTACH, _SQLITE_DETACH):
         return sqlite3.SQLITE_DENY
+    if action == _SQLITE_FUNCTION and isinstance(arg2, str) and arg2.lower() in _DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK
 
 
 def guard_connection(conn: sqlite3.Connection, database: str, datasette) -> None:
     """Make Datasette's connections to a memstore catalog strictly read-only: ``query_only``,
-    and no ``ATTACH``."""
+    no ``ATTACH``, and no function that reaches past the database (``fts3_tokenizer``)."""
     db = datasette.databases.get(database)
     path = getattr(db, "path", None)
     if not path or Path(path).name != CATALOG_FILE:
