@@ -548,6 +548,8 @@ def search_command(query, session_id, since, source, max_results, no_recency, ro
     from .search import search_memory
 
     _require_store(root)
+    if session_id is not None:
+        _existing_session_dir(root, session_id)
     try:
         results = search_memory(root, query, max_results, source=source, session_id=session_id, since=since,
                                 recency=not no_recency)

@@ -312,3 +312,11 @@ def test_serve_announces_a_working_url_for_ipv6_hosts(tmp_path, monkeypatch):
         result = run("serve", "--root", tmp_path, "--host", host, "--json")
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)["url"] == url
+
+
+def test_search_in_a_missing_session_says_so(tmp_path):
+    write_session(tmp_path, "real")
+    one_line_error(run("search", "x", "--session", "gone", "--root", tmp_path), 2, "no session 'gone'")
+    json_error(run("search", "x", "--session", "gone", "--root", tmp_path, "--json"), 2, "no session 'gone'")
+    found = run("search", "x", "--session", "real", "--root", tmp_path)
+    assert found.exit_code == 0 and found.stdout == "no results\n"
