@@ -348,7 +348,7 @@ def sessions_command(root, limit, as_json):
     from .manifest import list_sessions
 
     _require_store(root)
-    summaries = list_sessions(root, limit)
+    summaries = _with_unlisted(root, list_sessions(root), limit)
     if as_json:
         _echo_json([asdict(s) for s in summaries])
         return
@@ -358,6 +358,41 @@ def sessions_command(root, limit, as_json):
     click.echo(f"{'session':<32} {'status':<10} {'turns':>5} {'events':>7}  updated")
     for s in summaries:
         click.echo(f"{s.session_id[:32]:<32} {s.status:<10} {s.turn_count:>5} {s.event_count:>7}  {s.updated_at}")
+
+
+def _with_unlisted(root: str, summaries: list, limit: Optional[int]) -> list:
+    """``summaries`` (from the manifests) plus the sessions whose manifest is missing or damaged,
+    read from their logs (the manifest is a view), newest first, at most ``limit``."""
+    import os
+
+    from .fsio import session_dir_name, sessions_root
+    from .logfile import EVENTS_FILE
+    from .manifest import SessionSummary
+    from .reader import read_session_dir
+
+    listed = set()
+    for s in summaries:
+        try:
+            listed.add(session_dir_name(s.session_id))
+        except errors.InvalidSessionId:
+            pass
+    try:
+        entries = list(os.scandir(sessions_root(root)))
+    except OSError:
+        entries = []
+    for entry in entries:
+        if entry.name in listed or entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+            continue
+        if not os.path.isfile(os.path.join(entry.path, EVENTS_FILE)):
+            continue  # not a session
+        try:
+            with read_session_dir(entry.path) as reader:
+                m = reader.manifest
+        except errors.MemstoreError:
+            continue
+        summaries.append(SessionSummary(m.session_id, m.turn_count, m.event_count, m.status, m.updated_at))
+    summaries.sort(key=lambda s: s.updated_at, reverse=True)
+    return summaries[:limit] if limit is not None else summaries
 
 
 def _require_store(root: str) -> None:

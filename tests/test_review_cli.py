@@ -320,3 +320,22 @@ def test_search_in_a_missing_session_says_so(tmp_path):
     json_error(run("search", "x", "--session", "gone", "--root", tmp_path, "--json"), 2, "no session 'gone'")
     found = run("search", "x", "--session", "real", "--root", tmp_path)
     assert found.exit_code == 0 and found.stdout == "no results\n"
+
+
+# --------------------------------------------------------------------------------------------
+# `sessions` left out every session whose manifest.json was missing or damaged, though the
+# manifest is a regenerable view: show, rebuild and the explorer all find such a session.
+
+
+def test_sessions_lists_a_session_whose_manifest_is_gone(tmp_path):
+    write_session(tmp_path, "kept", turns=1)
+    write_session(tmp_path, "bare", turns=2)
+    (tmp_path / "sessions" / "bare" / "manifest.json").unlink()
+    write_session(tmp_path, "garbled", turns=3)
+    (tmp_path / "sessions" / "garbled" / "manifest.json").write_text("{not json")
+    (tmp_path / "sessions" / "empty-dir").mkdir()  # no log: not a session
+    rows = json.loads(run("sessions", "--root", tmp_path, "--json").stdout)
+    assert {r["session_id"]: r["turn_count"] for r in rows} == {"kept": 1, "bare": 2, "garbled": 3}
+    text = run("sessions", "--root", tmp_path).stdout
+    assert "bare" in text and "garbled" in text and "empty-dir" not in text
+    assert len(json.loads(run("sessions", "--root", tmp_path, "--json", "--limit", "2").stdout)) == 2
