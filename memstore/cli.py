@@ -9,6 +9,7 @@ message names the path), as the README says.
 
 from __future__ import annotations
 
+import errno
 import sys
 from dataclasses import asdict
 from typing import Optional
@@ -76,6 +77,11 @@ class _Group(click.Group):
             error = _one_line(exc, ctx.command_path)
         except click.ClickException as exc:
             error = exc
+        except OSError as exc:  # one the library did not wrap: still one line, naming the file
+            if exc.errno == errno.EPIPE:
+                raise  # `memstore show S | head`: click ends quietly
+            where = f"{exc.filename}: " if exc.filename else ""
+            error = _ExitWith(f"{where}{exc.strerror or exc}", 2)
         _report(error, ctx.meta.get("memstore.json") or _wants_json(ctx.meta.get("memstore.argv", [])))
 
 
@@ -237,7 +243,16 @@ def append_command(session, source, root, durability, max_events, atomic, as_jso
     from .log import open_session
 
     def lines():
-        for number, line in enumerate(source, start=1):
+        number = 0
+        while True:
+            try:
+                line = source.readline()
+            except OSError as exc:
+                raise _ExitWith(f"read {source.name}: {exc.strerror or exc}"
+                                + (f" (after line {number})" if number else ""), 2) from None
+            if not line:
+                return
+            number += 1
             if line.strip():
                 yield number, line
 

@@ -339,3 +339,30 @@ def test_sessions_lists_a_session_whose_manifest_is_gone(tmp_path):
     text = run("sessions", "--root", tmp_path).stdout
     assert "bare" in text and "garbled" in text and "empty-dir" not in text
     assert len(json.loads(run("sessions", "--root", tmp_path, "--json", "--limit", "2").stdout)) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Unreadable input: append read its source line by line outside any error handling, so a read
+# that failed (EIO, a file on a failing disk; /proc/self/mem shows it) was an OSError traceback.
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_append_from_a_source_that_cannot_be_read_is_one_line(tmp_path, atomic):
+    args = ["append", "s", "/proc/self/mem", "--root", tmp_path] + (["--atomic"] if atomic else [])
+    if not os.path.exists("/proc/self/mem"):
+        pytest.skip("no /proc/self/mem here")
+    one_line_error(run(*args), 2, "/proc/self/mem", "Input/output error")
+    json_error(run(*args, "--json"), 2, "/proc/self/mem")
+    if atomic:
+        assert not (tmp_path / "sessions").exists()
+
+
+def test_an_os_error_the_library_did_not_wrap_is_one_line(tmp_path, monkeypatch):
+    import memstore.manifest as manifest
+
+    def failing(root, limit=None):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "sessions"))
+
+    monkeypatch.setattr(manifest, "list_sessions", failing)
+    one_line_error(run("sessions", "--root", tmp_path), 2, "Permission denied", str(tmp_path / "sessions"))
+    json_error(run("sessions", "--root", tmp_path, "--json"), 2, "Permission denied")
