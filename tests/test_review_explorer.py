@@ -354,3 +354,50 @@ def test_sql_cannot_call_fts3_tokenizer(small):
         response = fetch(ds, "/catalog.json?sql=" + sql)
         assert response.status_code in (400, 403) and response.json()["ok"] is False, (sql, response.text[:200])
     assert fetch(ds, "/catalog.json?sql=select+count(*)+from+chunks_fts+where+chunks_fts+match+'hello'").status_code == 200
+
+
+# --------------------------------------------------------------------------------------------
+# metadata.yml lost its `session` database when the catalog's was written: the README's
+# `datasette <root>/sessions/demo/index/session.db -m metadata.yml` ("documents every column and
+# has canned queries (failed turns, failed commands, tool usage, token usage)") showed neither.
+
+
+def test_metadata_still_documents_a_sessions_index_and_its_canned_queries(tmp_path):
+    from pathlib import Path
+
+    import yaml
+    from datasette.app import Datasette
+
+    from memstore.demo import write_demo_session
+
+    write_demo_session(tmp_path).close()
+    memstore.rebuild(tmp_path, "demo")  # event_details is derived lazily; a rebuild derives it all
+    db = tmp_path / "sessions" / "demo" / "index" / "session.db"
+    metadata = yaml.safe_load((Path(__file__).resolve().parent.parent / "metadata.yml").read_text())
+    session = metadata["databases"]["session"]
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name "
+                                        "NOT LIKE 'chunks_fts%' AND name NOT LIKE 'sqlite_%'")]
+    for name in names:
+        table = session["tables"].get(name)
+        assert table is not None and table.get("description"), name
+        if not table.get("hidden"):
+            columns = {r[1] for r in conn.execute(f"PRAGMA table_info([{name}])")}
+            assert set(table.get("columns", {})) == columns, (name, columns ^ set(table.get("columns", {})))
+            for facet in table.get("facets", []):
+                assert facet in columns, (name, facet)
+    conn.close()
+    ds = Datasette([str(db)], metadata=metadata)
+
+    async def run(paths):
+        return [await ds.client.get(p) for p in paths]
+
+    queries = ["failed_turns", "failed_commands", "tool_usage", "token_usage"]
+    assert set(queries) <= set(session["queries"])
+    responses = asyncio.run(run([f"/session/{q}.json?_shape=array" for q in session["queries"]]))
+    results = dict(zip(session["queries"], responses))
+    for name, response in results.items():
+        assert response.status_code == 200, (name, response.text[:300])
+    assert [r["number"] for r in results["failed_turns"].json()] == [1]
+    assert [r["command"] for r in results["failed_commands"].json()] == ["cargo test"]
+    assert len(results["token_usage"].json()) == 3 and results["tool_usage"].json()
