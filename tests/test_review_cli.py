@@ -366,3 +366,20 @@ def test_an_os_error_the_library_did_not_wrap_is_one_line(tmp_path, monkeypatch)
     monkeypatch.setattr(manifest, "list_sessions", failing)
     one_line_error(run("sessions", "--root", tmp_path), 2, "Permission denied", str(tmp_path / "sessions"))
     json_error(run("sessions", "--root", tmp_path, "--json"), 2, "Permission denied")
+
+
+# --------------------------------------------------------------------------------------------
+# serve --metadata with a file that is not a metadata mapping (bad YAML, a list, binary) was a
+# yaml / ValueError / UnicodeDecodeError traceback.
+
+
+@pytest.mark.parametrize("content", [b"a: [\n", b"- 1\n", b"\xff\xfe\x00", b""])
+def test_serve_with_a_bad_metadata_file_is_one_line(tmp_path, monkeypatch, content):
+    from memstore.explorer import server
+
+    monkeypatch.setattr(server, "_run_server", lambda app, host, port: None)
+    write_session(tmp_path, "s")
+    bad = tmp_path / "bad.yml"
+    bad.write_bytes(content)
+    one_line_error(run("serve", "--root", tmp_path, "--port", "0", "--metadata", bad), 2, str(bad), "metadata")
+    json_error(run("serve", "--root", tmp_path, "--port", "0", "--metadata", bad, "--json"), 2, "metadata")
