@@ -383,3 +383,26 @@ def test_serve_with_a_bad_metadata_file_is_one_line(tmp_path, monkeypatch, conte
     bad.write_bytes(content)
     one_line_error(run("serve", "--root", tmp_path, "--port", "0", "--metadata", bad), 2, str(bad), "metadata")
     json_error(run("serve", "--root", tmp_path, "--port", "0", "--metadata", bad, "--json"), 2, "metadata")
+
+
+# --------------------------------------------------------------------------------------------
+# doctor --fix left a catalog.db that SQLite cannot read as it was ("[not fixed]", exit 1),
+# though the catalog is a regenerable view: it is now set aside and rebuilt.
+
+
+def test_doctor_fix_rebuilds_a_catalog_sqlite_cannot_read(tmp_path):
+    import sqlite3
+
+    write_session(tmp_path, "s")
+    (tmp_path / "catalog.db").write_bytes(b"this is not a database" * 100)
+    checked = run("doctor", "--root", tmp_path)
+    assert checked.exit_code == 1 and "cannot be read" in checked.stdout
+    fixed = run("doctor", "--fix", "--root", tmp_path)
+    assert fixed.exit_code == 0, fixed.output
+    assert "[fixed]" in fixed.stdout
+    conn = sqlite3.connect(tmp_path / "catalog.db")
+    assert [r[0] for r in conn.execute("SELECT session_id FROM sessions")] == ["s"]
+    conn.close()
+    kept = list(tmp_path.glob("catalog.db.unreadable-*"))
+    assert len(kept) == 1 and kept[0].read_bytes().startswith(b"this is not a database")
+    assert run("doctor", "--root", tmp_path).exit_code == 0
