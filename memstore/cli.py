@@ -1,20 +1,24 @@
 """The ``memstore`` command line: a thin click shell over the library.
 
-Every command takes ``--root`` (or ``MEMSTORE_ROOT``) and, where it prints data, ``--json``;
-with ``--json`` an error is printed as ``{"error": ...}`` on stderr. Exit codes: 0 success, 1 a
-check that did not pass (or a turn or session that is not there), 2 usage errors, invalid input
-and errors reading or writing the store (the message names the path).
+Every command takes ``--root`` (or ``MEMSTORE_ROOT``) and ``--json``; with ``--json`` an error
+is printed as ``{"error": ..., "exit_code": ...}`` on stderr, else as one line. Exit codes: 0
+success, 1 a check that did not pass (or a turn that is not there), 2 usage errors, invalid
+input, a session or store that is not there, and errors reading or writing the store (the
+message names the path), as the README says.
 """
 
 from __future__ import annotations
 
+import errno
 import sys
 from dataclasses import asdict
+from typing import Optional
 
 import click
 import orjson
 
 from . import errors
+from .events import MAX_SEQ
 
 
 def _echo_json(data) -> None:
@@ -46,7 +50,22 @@ json_option = click.option("--json", "as_json", is_flag=True, callback=_remember
 
 class _Group(click.Group):
     """Turns every error of the library into one clear line (or ``{"error": ...}`` with
-    ``--json``) and a meaningful exit code, never a traceback."""
+    ``--json``) and a meaningful exit code, never a traceback. Usage mistakes too: one line
+    that points at the command's --help, instead of click's usage block."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        argv = list(args)  # (click's parser consumes the list it is given)
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # plain `memstore`: the help
+        except click.UsageError as exc:  # a mistake in the group's own options
+            _report(_one_line(exc, info_name or "memstore"), _wants_json(argv))
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Kept to honour --json even when parsing the command fails before --json is processed.
+        ctx.meta["memstore.argv"] = list(args)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -54,12 +73,34 @@ class _Group(click.Group):
         except errors.MemstoreError as exc:
             error: click.ClickException = _ExitWith(str(exc), 1 if isinstance(
                 exc, (errors.TurnNotFound, errors.EventNotFound)) else 2)
+        except click.UsageError as exc:
+            error = _one_line(exc, ctx.command_path)
         except click.ClickException as exc:
             error = exc
-        if ctx.meta.get("memstore.json"):
-            click.echo(orjson.dumps({"error": error.format_message(), "exit_code": error.exit_code}).decode(), err=True)
-            sys.exit(error.exit_code)
-        raise error
+        except OSError as exc:  # one the library did not wrap: still one line, naming the file
+            if exc.errno == errno.EPIPE:
+                raise  # `memstore show S | head`: click ends quietly
+            where = f"{exc.filename}: " if exc.filename else ""
+            error = _ExitWith(f"{where}{exc.strerror or exc}", 2)
+        _report(error, ctx.meta.get("memstore.json") or _wants_json(ctx.meta.get("memstore.argv", [])))
+
+
+def _one_line(exc: click.UsageError, command_path: str) -> click.ClickException:
+    """A usage error as one line that points at --help (click prints a usage block first)."""
+    where = exc.ctx.command_path if exc.ctx is not None else command_path
+    return _ExitWith(f"{exc.format_message()} (see '{where} --help')", exc.exit_code)
+
+
+def _wants_json(args) -> bool:
+    args = list(args)
+    return "--json" in args[:args.index("--") if "--" in args else len(args)]
+
+
+def _report(error: click.ClickException, as_json: bool):
+    if as_json:
+        click.echo(orjson.dumps({"error": error.format_message(), "exit_code": error.exit_code}).decode(), err=True)
+        sys.exit(error.exit_code)
+    raise error
 
 
 @click.group(cls=_Group)
@@ -82,6 +123,18 @@ class _ExitWith(click.ClickException):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def _session_ids(_ctx, _param, value):
+    """Session ids from the command line must be text: bytes the terminal could not decode reach
+    Python as lone surrogates, which no file name, log line or SQLite row can hold."""
+    for sid in (value,) if isinstance(value, str) else value or ():
+        try:
+            sid.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = sid.encode("utf-8", "backslashreplace").decode("utf-8")
+            raise _ExitWith(f"session id '{shown}' is not valid UTF-8", 2) from None
+    return value
 
 
 def _fail(exc: Exception, code: int = 2) -> "_ExitWith":
@@ -116,27 +169,40 @@ def demo_command(root, sessions, seed, as_json):
     if as_json:
         _echo_json(report.to_dict())
         return
-    click.echo(f"demo store in {root}: {len(report.written) + len(report.imported)} sessions written "
-               f"({report.events} events), {len(report.skipped)} already there")
+    click.echo(f"demo store in {root}: {plural(len(report.written) + len(report.imported), 'session')} written "
+               f"({plural(report.events, 'event')}), {len(report.skipped)} already there")
     root_arg = "" if root == ".memstore" else f" --root {root}"
     click.echo(f"next: memstore serve{root_arg}   (then open http://localhost:8001/-/memstore)")
 
 
+PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears
+
+
 class _progress_bar:
     """A click progress bar on stderr for ``progress(done, total)`` callbacks; shown only for
-    work of some length, and never in --json mode."""
+    long work (``minimum`` steps or more, still running after :data:`PROGRESS_DELAY` seconds),
+    and never in --json mode."""
 
     def __init__(self, label: str, enabled: bool = True, minimum: int = 2):
         self.label, self.enabled, self.minimum = label, enabled, minimum
         self.bar = None
         self.shown = 0
+        self.started = 0.0
 
     def __enter__(self):
+        import time
+
+        self.started = time.monotonic()
         return self.update
 
     def update(self, done: int, total: int) -> None:
         if not self.enabled or total < self.minimum:
             return
+        if self.bar is None:
+            import time
+
+            if done >= total or time.monotonic() - self.started < PROGRESS_DELAY:
+                return  # quick work (or already done): no bar
         if self.bar is None:
             self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
             self.bar.__enter__()
@@ -156,38 +222,67 @@ def _print_turns(turns) -> None:
 
 
 @cli.command("append")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @click.argument("source", type=click.File("rb"), default="-")
 @root_option
 @click.option("--durability", type=click.Choice(["turn", "event", "none"]), default="turn", show_default=True)
 @click.option("--max-events", type=click.IntRange(min=0), default=10_000, show_default=True,
               help="Cap on the events kept (0: no cap).")
+@click.option("--atomic", is_flag=True,
+              help="Check every line against the event contract first; append all of them or none.")
 @json_option
-def append_command(session, source, root, durability, max_events, as_json):
+def append_command(session, source, root, durability, max_events, atomic, as_json):
     """Append events to SESSION from SOURCE (JSON Lines; default stdin).
 
     Each line is an event object ({"type": ...}) or a VT Code envelope ({"event": {...}}), whose
-    inner event is appended. Stops at the first invalid line (exit 2), keeping what came before.
+    inner event is appended. Stops at the first invalid line (exit 2), keeping what came before;
+    with --atomic, every line is checked before anything is written, and a bad line appends
+    nothing (the session is not even created).
     """
+    from .events import check_event, encode_record, utc_now
     from .log import open_session
 
+    def lines():
+        number = 0
+        while True:
+            try:
+                line = source.readline()
+            except OSError as exc:
+                raise _ExitWith(f"read {source.name}: {exc.strerror or exc}"
+                                + (f" (after line {number})" if number else ""), 2) from None
+            if not line:
+                return
+            number += 1
+            if line.strip():
+                yield number, line
+
+    def parse(number: int, line: bytes, appended: Optional[int]):
+        after = "nothing appended" if appended is None else f"{plural(appended, 'event')} appended before it"
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise _ExitWith(f"line {number}: not JSON ({exc}); {after}", 2) from None
+        if isinstance(data, dict) and isinstance(data.get("event"), dict) and "type" not in data:
+            data = data["event"]
+        if appended is None:  # --atomic: what append checks, before anything is written
+            try:
+                check_event(data)
+                encode_record(1, utc_now(), data)
+            except errors.InvalidEvent as exc:
+                raise _ExitWith(f"line {number}: {exc}; {after}", 2) from None
+        return data
+
+    checked = [(number, parse(number, line, None)) for number, line in lines()] if atomic else None
     appended = 0
     last_seq = None
     try:
         with open_session(root, session, max_events=max_events, durability=durability) as log:
-            for number, line in enumerate(source, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    data = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    raise _ExitWith(f"line {number}: not JSON ({exc}); {appended} events appended before it", 2)
-                if isinstance(data, dict) and isinstance(data.get("event"), dict) and "type" not in data:
-                    data = data["event"]
+            for number, data in checked if checked is not None else (
+                    (number, parse(number, line, appended)) for number, line in lines()):
                 try:
                     last_seq = log.append(data)
                 except errors.InvalidEvent as exc:
-                    raise _ExitWith(f"line {number}: {exc}; {appended} events appended before it", 2) from exc
+                    raise _ExitWith(f"line {number}: {exc}; {plural(appended, 'event')} appended before it", 2) from exc
                 appended += 1
             manifest = log.manifest
     except errors.MemstoreError as exc:
@@ -196,12 +291,12 @@ def append_command(session, source, root, durability, max_events, as_json):
         _echo_json({"session_id": manifest.session_id, "appended": appended, "last_seq": last_seq,
                     "turn_count": manifest.turn_count, "event_count": manifest.event_count})
     else:
-        click.echo(f"appended {appended} events to {manifest.session_id!r} "
-                   f"({manifest.event_count} events, {manifest.turn_count} turns)")
+        click.echo(f"appended {plural(appended, 'event')} to {manifest.session_id!r} "
+                   f"({plural(manifest.event_count, 'event')}, {plural(manifest.turn_count, 'turn')})")
 
 
 @cli.command("rebuild")
-@click.argument("sessions", nargs=-1)
+@click.argument("sessions", nargs=-1, callback=_session_ids)
 @click.option("--all", "rebuild_all", is_flag=True, help="Rebuild every session under the root.")
 @root_option
 @json_option
@@ -248,7 +343,8 @@ def rebuild_command(sessions, rebuild_all, root, as_json):
                            f"{plural(manifest.turn_count, 'turn')}, {manifest.status}")
     from .catalog import refresh_catalog
 
-    refresh_catalog(root)
+    if failures < len(sessions):  # nothing rebuilt, nothing to refresh (and nothing created)
+        refresh_catalog(root)
     if as_json:
         _echo_json(results)
     elif len(sessions) >= 20:
@@ -267,7 +363,7 @@ def sessions_command(root, limit, as_json):
     from .manifest import list_sessions
 
     _require_store(root)
-    summaries = list_sessions(root, limit)
+    summaries = _with_unlisted(root, list_sessions(root), limit)
     if as_json:
         _echo_json([asdict(s) for s in summaries])
         return
@@ -279,6 +375,41 @@ def sessions_command(root, limit, as_json):
         click.echo(f"{s.session_id[:32]:<32} {s.status:<10} {s.turn_count:>5} {s.event_count:>7}  {s.updated_at}")
 
 
+def _with_unlisted(root: str, summaries: list, limit: Optional[int]) -> list:
+    """``summaries`` (from the manifests) plus the sessions whose manifest is missing or damaged,
+    read from their logs (the manifest is a view), newest first, at most ``limit``."""
+    import os
+
+    from .fsio import session_dir_name, sessions_root
+    from .logfile import EVENTS_FILE
+    from .manifest import SessionSummary
+    from .reader import read_session_dir
+
+    listed = set()
+    for s in summaries:
+        try:
+            listed.add(session_dir_name(s.session_id))
+        except errors.InvalidSessionId:
+            pass
+    try:
+        entries = list(os.scandir(sessions_root(root)))
+    except OSError:
+        entries = []
+    for entry in entries:
+        if entry.name in listed or entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+            continue
+        if not os.path.isfile(os.path.join(entry.path, EVENTS_FILE)):
+            continue  # not a session
+        try:
+            with read_session_dir(entry.path) as reader:
+                m = reader.manifest
+        except errors.MemstoreError:
+            continue
+        summaries.append(SessionSummary(m.session_id, m.turn_count, m.event_count, m.status, m.updated_at))
+    summaries.sort(key=lambda s: s.updated_at, reverse=True)
+    return summaries[:limit] if limit is not None else summaries
+
+
 def _require_store(root: str) -> None:
     """A command that reads a store refuses a root that is not one, in one clear line."""
     import os
@@ -287,9 +418,25 @@ def _require_store(root: str) -> None:
         raise _ExitWith(f"no store at {root} (no such directory; set --root or MEMSTORE_ROOT)", 2)
 
 
+class _PositiveNumber(click.ParamType):
+    """A whole number from 1 up, of any size (a turn past the store's largest is simply not
+    there; click's IntRange passed 20-digit numbers on to SQLite, which overflowed)."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = str(value)
+        else:
+            text = str(value).strip()
+        if not (text.isascii() and text.isdigit()) or int(text[:30]) == 0:
+            self.fail(f"{text[:40]!r} is not a whole number of 1 or more", param, ctx)
+        return int(text) if len(text) <= 30 else 10**30
+
+
 @cli.command("show")
-@click.argument("session")
-@click.option("--turn", "turn_number", type=click.IntRange(min=1), default=None,
+@click.argument("session", callback=_session_ids)
+@click.option("--turn", "turn_number", type=_PositiveNumber(), default=None,
               help="Print this turn's events as JSON Lines.")
 @root_option
 @json_option
@@ -300,10 +447,13 @@ def show_command(session, turn_number, root, as_json):
     """
     from .reader import read_session
 
+    _require_store(root)
     try:
         with read_session(root, session) as reader:
             manifest = reader.manifest
             if turn_number is not None:
+                if turn_number > MAX_SEQ:  # no turn is numbered past the largest seq
+                    raise errors.TurnNotFound(manifest.session_id, turn_number)
                 events = reader.reconstruct_turn(turn_number)
                 if as_json:
                     _echo_json(events)
@@ -319,8 +469,8 @@ def show_command(session, turn_number, root, as_json):
     if as_json:
         _echo_json({"manifest": manifest.to_dict(), "turns": [asdict(t) for t in turns]})
         return
-    click.echo(f"session {manifest.session_id!r}: {manifest.status}, {manifest.turn_count} turns, "
-               f"{manifest.event_count} events, updated {manifest.updated_at}")
+    click.echo(f"session {manifest.session_id!r}: {manifest.status}, {plural(manifest.turn_count, 'turn')}, "
+               f"{plural(manifest.event_count, 'event')}, updated {manifest.updated_at}")
     _print_turns(turns)
 
 
@@ -328,7 +478,7 @@ def show_command(session, turn_number, root, as_json):
 
 
 @cli.command("progress")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @root_option
 @json_option
 def progress_command(session, root, as_json):
@@ -338,6 +488,7 @@ def progress_command(session, root, as_json):
     """
     from .progress import load_progress, progress_path
 
+    _require_store(root)
     try:
         ledger = load_progress(root, session)
     except errors.MemstoreError as exc:
@@ -351,7 +502,7 @@ def progress_command(session, root, as_json):
 
 
 @cli.command("pack")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @click.option(
     "--output",
     "-o",
@@ -365,6 +516,8 @@ def pack_command(session, output, root, as_json):
     """Write an audit pack of SESSION: the SHA-256 and size of every file in it."""
     from .pack import write_audit_pack
 
+    _require_store(root)
+    _existing_session_dir(root, session)  # before the library creates derived/ for a session that is not there
     try:
         pack, path = write_audit_pack(root, session, output)
     except errors.MemstoreError as exc:
@@ -373,11 +526,11 @@ def pack_command(session, output, root, as_json):
         _echo_json({"path": str(path), "pack": pack.to_dict()})
     else:
         total = sum(entry.bytes for entry in pack.entries)
-        click.echo(f"wrote {path} ({len(pack.entries)} files, {total} bytes)")
+        click.echo(f"wrote {path} ({plural(len(pack.entries), 'file')}, {plural(total, 'byte')})")
 
 
 @cli.command("verify")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @click.argument("pack_path", metavar="[PACK]", required=False, type=click.Path(dir_okay=False, path_type=str))
 @root_option
 @json_option
@@ -389,6 +542,8 @@ def verify_command(session, pack_path, root, as_json):
     """
     from .pack import default_pack_path, read_audit_pack, verify_audit_pack
 
+    _require_store(root)
+    _existing_session_dir(root, session)
     path = pack_path if pack_path is not None else default_pack_path(root, session)
     try:
         pack = read_audit_pack(path)
@@ -412,7 +567,7 @@ def verify_command(session, pack_path, root, as_json):
         for name in result.unaccounted:
             click.echo(f"unaccounted (informational): {name}")
         if result.verified:
-            click.echo(f"verified: {len(pack.entries)} files match")
+            click.echo(f"verified: {len(pack.entries)} {'file matches' if len(pack.entries) == 1 else 'files match'}")
         else:
             click.echo(f"NOT verified: {len(result.mismatches)} mismatched, {len(result.missing)} missing")
     if not result.verified:
@@ -424,7 +579,7 @@ def verify_command(session, pack_path, root, as_json):
 
 @cli.command("search")
 @click.argument("query")
-@click.option("--session", "session_id", default=None, help="Only this session.")
+@click.option("--session", "session_id", default=None, callback=_session_ids, help="Only this session.")
 @click.option("--since", default=None, help="Only events from this date (YYYY-MM-DD) or time on.")
 @click.option("--source", type=click.Choice(["event", "session"]), default=None,
               help="Only event text, or only memory facts.")
@@ -443,6 +598,8 @@ def search_command(query, session_id, since, source, max_results, no_recency, ro
     from .search import search_memory
 
     _require_store(root)
+    if session_id is not None:
+        _existing_session_dir(root, session_id)
     try:
         results = search_memory(root, query, max_results, source=source, session_id=session_id, since=since,
                                 recency=not no_recency)
@@ -493,6 +650,8 @@ def import_command(paths, source, root, as_json):
 
     def progress(done, total):
         nonlocal bar, shown
+        if as_json:
+            return  # never a bar with --json
         if bar is None:
             if total < 16 << 20:
                 return  # short imports need no bar
@@ -514,10 +673,10 @@ def import_command(paths, source, root, as_json):
     for problem in report.problems:
         where = f"{problem.path}:{problem.line}" if problem.line else problem.path
         click.echo(f"{where}: {problem.reason}", err=True)
-    click.echo(f"imported {report.events_appended} events from {report.sources} sources: "
-               f"{report.sessions_created} sessions created, {report.sessions_updated} updated, "
+    click.echo(f"imported {plural(report.events_appended, 'event')} from {plural(report.sources, 'source')}: "
+               f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated, "
                f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
-               f"{report.lines_skipped} lines skipped, {len(report.problems)} problems")
+               f"{plural(report.lines_skipped, 'line')} skipped, {plural(len(report.problems), 'problem')}")
 
 
 # --- retention, pins, legacy migration, memory facts ---
@@ -529,7 +688,8 @@ def import_command(paths, source, root, as_json):
               help="Keep at most this many removable (completed, unpinned, idle) sessions.")
 @click.option("--max-age-days", type=click.IntRange(min=0), default=30, show_default=True,
               help="Remove sessions whose last event is older; also marks idle active ones completed (0: no sweep).")
-@click.option("--preserve", "preserve", default=None, metavar="SESSION", help="Never touch this session.")
+@click.option("--preserve", "preserve", default=None, metavar="SESSION", callback=_session_ids,
+              help="Never touch this session.")
 @click.option("--apply", "apply_", is_flag=True, help="Remove for real (default: a dry run that only shows).")
 @json_option
 def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_json):
@@ -540,6 +700,7 @@ def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_jso
     """
     from .retention import RetentionPolicy, apply_retention_preserving
 
+    _require_store(root)
     try:
         report = apply_retention_preserving(root, RetentionPolicy(max_sessions, max_age_days), preserve,
                                             dry_run=not apply_)
@@ -549,7 +710,7 @@ def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_jso
         _echo_json(report.to_dict())
         return
     verb = "removed" if apply_ else "would remove"
-    click.echo(f"{verb} {report.count} session{'s' if report.count != 1 else ''} ({report.bytes} bytes)")
+    click.echo(f"{verb} {plural(report.count, 'session')} ({plural(report.bytes, 'byte')})")
     for r in report.removed:
         click.echo(f"  {r.directory:<40} {r.reason:<12} {r.bytes:>10} bytes  updated {r.updated_at}")
     if report.marked_abandoned:
@@ -575,34 +736,44 @@ def _existing_session_dir(root, session):
 
 
 @cli.command("pin")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @click.option("--reason", default="", help="Why it is kept (recorded in retention-pin.json).")
 @root_option
-def pin_command(session, reason, root):
+@json_option
+def pin_command(session, reason, root, as_json):
     """Pin SESSION: retention never removes it until `memstore unpin`."""
     from .retention import pin_session_retention
 
+    _require_store(root)
     directory = _existing_session_dir(root, session)
     try:
         path = pin_session_retention(directory, reason)
     except errors.MemstoreError as exc:
         raise _fail(exc) from exc
-    click.echo(f"pinned {session!r} ({path})")
+    if as_json:
+        _echo_json({"session_id": session, "pinned": True, "path": str(path)})
+    else:
+        click.echo(f"pinned {session!r} ({path})")
 
 
 @cli.command("unpin")
-@click.argument("session")
+@click.argument("session", callback=_session_ids)
 @root_option
-def unpin_command(session, root):
+@json_option
+def unpin_command(session, root, as_json):
     """Unpin SESSION, so retention may remove it again."""
     from .retention import unpin_session_retention
 
+    _require_store(root)
     directory = _existing_session_dir(root, session)
     try:
         removed = unpin_session_retention(directory)
     except errors.MemstoreError as exc:
         raise _fail(exc) from exc
-    click.echo(f"unpinned {session!r}" if removed else f"{session!r} was not pinned")
+    if as_json:
+        _echo_json({"session_id": session, "was_pinned": bool(removed)})
+    else:
+        click.echo(f"unpinned {session!r}" if removed else f"{session!r} was not pinned")
 
 
 @cli.command("migrate")
@@ -629,14 +800,16 @@ def migrate_command(root, remove_legacy, as_json):
     if as_json:
         _echo_json(report.to_dict())
     else:
-        click.echo(f"imported {report.memory_imported} memory envelopes and {report.trajectory_imported} trajectory logs "
-                   f"({report.records_imported} records, {report.bytes_migrated} bytes): "
-                   f"{report.sessions_created} sessions created, {report.sessions_updated} updated; "
+        click.echo(f"imported {plural(report.memory_imported, 'memory envelope')} and "
+                   f"{plural(report.trajectory_imported, 'trajectory log')} "
+                   f"({plural(report.records_imported, 'record')}, {plural(report.bytes_migrated, 'byte')}): "
+                   f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated; "
                    f"{report.already_imported} already imported")
         for s in report.skipped:
             click.echo(f"not imported: {s.path}: {s.reason}")
         if report.legacy is not None:
-            click.echo(f"removed {len(report.legacy.removed)} legacy files ({report.legacy.bytes_freed} bytes)")
+            click.echo(f"removed {plural(len(report.legacy.removed), 'legacy file')} "
+                       f"({plural(report.legacy.bytes_freed, 'byte')})")
             for s in report.legacy.kept:
                 click.echo(f"kept: {s.path}: {s.reason}")
     if report.skipped:
@@ -646,13 +819,16 @@ def migrate_command(root, remove_legacy, as_json):
 @cli.command("facts")
 @root_option
 @click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True)
-@click.option("--session", "session", default=None, help="Only this session's facts.")
+@click.option("--session", "session", default=None, callback=_session_ids, help="Only this session's facts.")
 @json_option
 def facts_command(root, limit, session, as_json):
     """List the grounded facts of the sessions' memory views (derived/memory.json), newest
     sessions first."""
     from .memory_view import query_facts, session_memory_facts
 
+    _require_store(root)
+    if session is not None:
+        _existing_session_dir(root, session)
     try:
         if session is not None:
             rows = [{"session_id": session, **f} for f in session_memory_facts(root, session)][:limit]
@@ -684,7 +860,8 @@ def facts_command(root, limit, session, as_json):
               help="Datasette metadata file (default: the project's metadata.yml).")
 @click.option("--plugins-dir", type=click.Path(exists=True, file_okay=False, path_type=str), default=None,
               help="Datasette plugins directory (default: the project's plugins/).")
-def serve_command(root, host, port, refresh_interval, metadata, plugins_dir):
+@json_option
+def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_json):
     """Explore the store in a browser: refresh its catalog and serve it with Datasette.
 
     Opens http://localhost:8001/-/memstore: sessions, turns, events, search, charts and SQL
@@ -704,9 +881,12 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir):
         kwargs["metadata"] = metadata
     if plugins_dir is not None:
         kwargs["plugins_dir"] = plugins_dir
-    with _progress_bar("refreshing the catalog", minimum=200) as progress:
+    with _progress_bar("refreshing the catalog", enabled=not as_json, minimum=200) as progress:
         def announce(url):
-            click.echo(f"memstore explorer on {url}  (store {root}; Ctrl-C to stop)", err=True)
+            if as_json:  # one JSON object on stdout, once the server is about to listen
+                _echo_json({"url": url, "root": root, "host": host, "port": port})
+            else:
+                click.echo(f"memstore explorer on {url}  (store {root}; Ctrl-C to stop)", err=True)
 
         try:
             server.serve(root, host=host, port=port, refresh_interval=refresh_interval, progress=progress,
@@ -743,8 +923,9 @@ def doctor_command(root, fix, as_json):
             state = "fixed" if p.fixed else ("run with --fix" if p.fixable and not fix else "not fixed")
             click.echo(f"{where}: {p.check}: {p.detail} [{state}]")
         if report.live:
-            click.echo(f"{len(report.live)} sessions are open in another process (their writers keep them current)")
-        verdict = "ok" if report.ok else f"{sum(not p.fixed for p in report.problems)} problems"
-        click.echo(f"{report.sessions} sessions checked: {verdict}")
+            click.echo(f"{plural(len(report.live), 'session')} open in another process "
+                       "(their writers keep them current)")
+        verdict = "ok" if report.ok else plural(sum(not p.fixed for p in report.problems), "problem")
+        click.echo(f"{plural(report.sessions, 'session')} checked: {verdict}")
     if not report.ok:
         sys.exit(1)

@@ -40,7 +40,7 @@ def test_append_stops_at_the_first_invalid_line_and_keeps_the_rest(tmp_path):
     lines = '{"type": "turn.started"}\n{"type": 5}\n{"type": "note"}\n'
     result = CliRunner().invoke(cli, ["append", "s", "--root", str(tmp_path)], input=lines)
     assert result.exit_code == 2
-    assert "line 2" in result.output and "1 events appended" in result.output
+    assert "line 2" in result.output and "1 event appended" in result.output
     with memstore.open_session(tmp_path, "s") as log:
         assert list(log.iter_events()) == [{"type": "turn.started"}]
     result = CliRunner().invoke(cli, ["append", "s", "--root", str(tmp_path)], input="not json\n")

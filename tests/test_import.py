@@ -463,7 +463,7 @@ def test_cli_imports_paths_and_reports(tmp_path):
     assert "0 sessions created, 0 updated, 0 regenerated, 4 unchanged" in result.stdout
     assert result.stderr == ""  # unchanged sources are not parsed again, so their problems are not repeated
     result = runner.invoke(cli, ["import", str(CODEX_0104), "--root", str(tmp_path / "other")])
-    assert result.exit_code == 0 and "1 sessions created" in result.stdout
+    assert result.exit_code == 0 and "1 session created" in result.stdout
     assert f"{CODEX_0104}:46: unknown event_msg type future_event_kind" in result.stderr
 
 

@@ -347,7 +347,7 @@ def test_cli_migrate_reports_and_removes_legacy(tmp_path):
     runner = CliRunner()
     result = runner.invoke(cli, ["migrate", "--root", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "imported 1 memory envelopes and 1 trajectory logs (2 records" in result.output
+    assert "imported 1 memory envelope and 1 trajectory log (2 records" in result.output
     assert "2 sessions created" in result.output
     result = runner.invoke(cli, ["migrate", "--root", str(tmp_path), "--remove-legacy", "--json"])
     assert result.exit_code == 0

@@ -20,7 +20,8 @@ from typing import Any, Optional
 
 
 from ..catalog import CATALOG_FILE
-from ..errors import EventNotFound, InvalidSessionId, SessionNotFound, TurnNotFound, UnsafePathError
+from ..errors import (EventNotFound, InvalidSessionId, MemstoreError, SessionNotFound, TurnNotFound,
+                      UnsafePathError)
 from . import charts, data
 from .refresh import CatalogRefresher
 from .urls import PREFIX, Urls, unquote_id
@@ -81,24 +82,40 @@ def state_of(datasette) -> Optional[ExplorerState]:
 
 
 def _int(value: Optional[str], default: Optional[int], lo: int = 1, hi: int = data.MAX_PAGE) -> Optional[int]:
-    if value is None or not value.isdigit() or len(value) > 16:
+    # ASCII digits only: str.isdigit() also accepts "²" and "①", which int() refuses.
+    if value is None or not value.isascii() or not value.isdigit() or len(value) > 16:
         return default
     return min(max(lo, int(value)), hi)
+
+
+def _number(digits: str) -> int:
+    """A turn number or seq from the URL (ASCII digits, as the route matched them), as it is, so
+    a 404 names what was asked; the data functions check the range. Past 100 digits (int() of
+    thousands of digits is refused) it is simply too large."""
+    return int(digits) if len(digits) <= 100 else 2**64
 
 
 def _urls(datasette, state: ExplorerState) -> Urls:
     return Urls(datasette.setting("base_url") or "/", state.database)
 
 
-async def _not_found(datasette, request, message: str, as_json: bool):
+async def _not_found(datasette, request, message: str, as_json: bool, status: int = 404):
     from datasette.utils.asgi import Response
 
     if as_json:
-        return Response.json({"ok": False, "error": message, "status": 404}, status=404)
-    html = await datasette.render_template(["memstore_error.html"], {"error": message, "status": 404,
+        return Response.json({"ok": False, "error": message, "status": status}, status=status)
+    html = await datasette.render_template(["memstore_error.html"], {"error": message, "status": status,
                                                                      "nav": _nav(datasette, request)},
                                            request=request)
-    return Response.html(html, status=404)
+    return Response.html(html, status=status)
+
+
+async def _unreadable(datasette, request, session_id: str, exc: MemstoreError, as_json: bool):
+    """A session that is there but cannot be read: a 500 that names the session, never the
+    file (the server's log has the whole error)."""
+    logger.warning("explorer: %s: %s", request.path, exc)
+    return await _not_found(datasette, request, f"session {session_id!r} could not be read (see the server's log)",
+                            as_json, status=500)
 
 
 async def _respond(datasette, request, template: str, payload: dict, as_json: bool, **extra):
@@ -180,6 +197,8 @@ async def session_view(datasette, request):
             lambda conn: data.session_data(conn, state.root, session_id, urls, page=page))
     except _NOT_FOUND as exc:
         return await _not_found(datasette, request, _message(exc), as_json)
+    except MemstoreError as exc:
+        return await _unreadable(datasette, request, session_id, exc, as_json)
     return await _respond(datasette, request, "memstore_session.html", payload, as_json,
                           chart=charts.turns_chart(payload["turns"]) if payload["turns"] else None)
 
@@ -193,11 +212,13 @@ async def turn_view(datasette, request):
     urls = _urls(datasette, state)
     try:
         session_id = unquote_id(request.url_vars["sid"])
-        number = _int(request.url_vars["n"], 0, 0, 2**53)
+        number = _number(request.url_vars["n"])
         start = _int(request.args.get("start"), None, 1, 2**53)
         payload = await _in_thread(data.turn_data, state.root, session_id, number, urls, start=start)
     except _NOT_FOUND as exc:
         return await _not_found(datasette, request, _message(exc), as_json)
+    except MemstoreError as exc:
+        return await _unreadable(datasette, request, session_id, exc, as_json)
     return await _respond(datasette, request, "memstore_turn.html", payload, as_json)
 
 
@@ -210,11 +231,13 @@ async def event_view(datasette, request):
     urls = _urls(datasette, state)
     try:
         session_id = unquote_id(request.url_vars["sid"])
-        seq = _int(request.url_vars["seq"], 0, 0, 2**53)
+        seq = _number(request.url_vars["seq"])
         payload = await _in_thread(data.event_data, state.root, session_id, seq, urls)
     except _NOT_FOUND as exc:
         return await _not_found(datasette, request, _message(exc), as_json)
-    return await _respond(datasette, request, "memstore_event.html", payload, as_json)
+    except MemstoreError as exc:
+        return await _unreadable(datasette, request, session_id, exc, as_json)
+    return await _respond(datasette, request, "memstore_event.html", payload, as_json, shown=data.MAX_LINE_SHOWN)
 
 
 @_read_only
@@ -230,7 +253,7 @@ async def search_view(datasette, request):
     limit = _int(args.get("limit"), data.SEARCH_LIMIT, 1, data.MAX_SEARCH_LIMIT)
 
     def run(conn: sqlite3.Connection) -> dict:
-        return data.search_data(state.root, query, urls, limit=limit, session_id=session_id,
+        return data.search_data(state.root, query, urls, limit=limit, session_id=session_id, conn=conn,
                                 fallback=lambda q, n, sid: data.fts_search(conn, q, n, sid))
 
     payload = await datasette.get_database(state.database).execute_fn(run)
@@ -292,6 +315,10 @@ def _duration(ms: Optional[int]) -> str:
 
 _SQLITE_ATTACH = getattr(sqlite3, "SQLITE_ATTACH", 24)
 _SQLITE_DETACH = getattr(sqlite3, "SQLITE_DETACH", 25)
+_SQLITE_FUNCTION = getattr(sqlite3, "SQLITE_FUNCTION", 31)
+# fts3_tokenizer(name) returns a pointer into the process; fts3_tokenizer(name, pointer)
+# registers a tokenizer at any address. Nothing here needs either.
+_DENIED_FUNCTIONS = frozenset({"fts3_tokenizer", "load_extension"})
 
 
 def _authorizer(action, arg1, arg2, dbname, source):
@@ -299,12 +326,14 @@ def _authorizer(action, arg1, arg2, dbname, source):
     # attaching another file (a session index, or anything else on disk) to read it.
     if action in (_SQLITE_ATTACH, _SQLITE_DETACH):
         return sqlite3.SQLITE_DENY
+    if action == _SQLITE_FUNCTION and isinstance(arg2, str) and arg2.lower() in _DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK
 
 
 def guard_connection(conn: sqlite3.Connection, database: str, datasette) -> None:
     """Make Datasette's connections to a memstore catalog strictly read-only: ``query_only``,
-    and no ``ATTACH``."""
+    no ``ATTACH``, and no function that reaches past the database (``fts3_tokenizer``)."""
     db = datasette.databases.get(database)
     path = getattr(db, "path", None)
     if not path or Path(path).name != CATALOG_FILE:

@@ -17,6 +17,7 @@ import math
 import os
 import re
 import sqlite3
+from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -66,6 +67,20 @@ def _rows(conn: sqlite3.Connection, sql: str, params: tuple = ()) -> list[dict]:
     return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
+@contextmanager
+def _snapshot(conn: sqlite3.Connection):
+    """One read transaction around a page's queries, so a catalog refresh committing between
+    two of them cannot make the page disagree with itself (a count, its rows, the totals)."""
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        if own and conn.in_transaction:
+            conn.execute("COMMIT")
+
+
 def _like(text: str) -> str:
     return "%" + re.sub(r"([\\%_])", r"\\\1", text) + "%"
 
@@ -95,6 +110,13 @@ def home_data(conn: sqlite3.Connection, urls: Urls, *, page: int = 1, sort: str 
         where.append("(session_id LIKE ? ESCAPE '\\' OR title LIKE ? ESCAPE '\\')")
         params += [_like(q), _like(q)]
     clause = f"WHERE {' AND '.join(where)}" if where else ""
+    with _snapshot(conn):
+        return _home_page(conn, urls, clause, params, page, sort, order, per_page,
+                          {"status": status, "agent": agent, "q": q, "sort": sort, "order": order})
+
+
+def _home_page(conn: sqlite3.Connection, urls: Urls, clause: str, params: list, page: int, sort: str, order: str,
+               per_page: int, filters: dict) -> dict:
     matching = conn.execute(f"SELECT count(*) FROM sessions {clause}", params).fetchone()[0]
     pages = max(1, math.ceil(matching / per_page))
     page = min(max(1, page), pages)
@@ -112,7 +134,6 @@ def home_data(conn: sqlite3.Connection, urls: Urls, *, page: int = 1, sort: str 
                          "coalesce(sum(output_tokens), 0) AS output_tokens, "
                          "coalesce(sum(status = 'active'), 0) AS active FROM sessions")[0]
     totals["cache_hit_rate"] = _cache_rate(totals["cached_input_tokens"], totals["input_tokens"])
-    filters = {"status": status, "agent": agent, "q": q, "sort": sort, "order": order}
 
     def page_url(n: int) -> str:
         return urls.home(page=n if n > 1 else None, **{k: v for k, v in filters.items()
@@ -190,7 +211,8 @@ def session_data(conn: Optional[sqlite3.Connection], root: os.PathLike | str, se
         pages = max(1, math.ceil(count / per_page))
         page = min(max(1, page), pages)
         first = base + (page - 1) * per_page
-        turns = [t for t in reader.turns(since=first) if t.number < first + per_page]
+        # One lookup per turn shown: reader.turns(since=first) would read every later turn too.
+        turns = [t for t in map(reader.turn, range(first, min(first + per_page, last + 1))) if t is not None]
         directory = reader.directory
     turn_rows = []
     for t in turns:
@@ -204,20 +226,8 @@ def session_data(conn: Optional[sqlite3.Connection], root: os.PathLike | str, se
     activity: list[dict] = []
     files: list[dict] = []
     if conn is not None:
-        found = _rows(conn, f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE session_id = ?", (session_id,))
-        if found:
-            summary = found[0]
-            summary["cache_hit_rate"] = _cache_rate(summary["cached_input_tokens"], summary["input_tokens"])
-            activity = _rows(conn, "SELECT item_type, count(*) AS count, sum(coalesce(exit_code, 0) != 0 OR status IN "
-                                   "('failed', 'error', 'declined', 'permission_rejected', 'permission_cancelled', "
-                                   "'hook_denied', 'invalid_tool', 'cancelled')) AS failed FROM events "
-                                   "WHERE session_id = ? AND type = 'item.completed' GROUP BY item_type "
-                                   "ORDER BY count DESC", (session_id,))
-            files = _rows(conn, "SELECT path, count(*) AS changes, group_concat(DISTINCT kind) AS kinds, "
-                                "max(turn) AS last_turn FROM file_changes WHERE session_id = ? GROUP BY path "
-                                "ORDER BY changes DESC, path LIMIT 25", (session_id,))
-            for row in files:
-                row["url"] = urls.turn(session_id, row["last_turn"]) if row["last_turn"] is not None else None
+        with _snapshot(conn):
+            summary, activity, files = _session_catalog(conn, session_id, urls)
     filt = {"session_id": session_id}
     source = manifest.source if isinstance(manifest.source, dict) else {}
     parent = source.get("parent_session_id")
@@ -249,16 +259,43 @@ def session_data(conn: Optional[sqlite3.Connection], root: os.PathLike | str, se
     }
 
 
+def _session_catalog(conn: sqlite3.Connection, session_id: str, urls: Urls) -> tuple[Optional[dict], list, list]:
+    """The session's row in the catalog with its activity and changed files (``None, [], []``
+    when the catalog does not have it yet)."""
+    summary = None
+    activity: list[dict] = []
+    files: list[dict] = []
+    found = _rows(conn, f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions WHERE session_id = ?", (session_id,))
+    if found:
+        summary = found[0]
+        summary["cache_hit_rate"] = _cache_rate(summary["cached_input_tokens"], summary["input_tokens"])
+        activity = _rows(conn, "SELECT item_type, count(*) AS count, sum(coalesce(exit_code, 0) != 0 OR status IN "
+                               "('failed', 'error', 'declined', 'permission_rejected', 'permission_cancelled', "
+                               "'hook_denied', 'invalid_tool', 'cancelled')) AS failed FROM events "
+                               "WHERE session_id = ? AND type = 'item.completed' GROUP BY item_type "
+                               "ORDER BY count DESC", (session_id,))
+        files = _rows(conn, "SELECT path, count(*) AS changes, group_concat(DISTINCT kind) AS kinds, "
+                            "max(turn) AS last_turn FROM file_changes WHERE session_id = ? GROUP BY path "
+                            "ORDER BY changes DESC, path LIMIT 25", (session_id,))
+        for row in files:
+            row["url"] = urls.turn(session_id, row["last_turn"]) if row["last_turn"] is not None else None
+    return summary, activity, files
+
+
 def progress_of(root: os.PathLike | str, session_id: str) -> Optional[dict]:
     """The session's progress ledger for display (``None`` when it has none; ``{"error": ...}``
     when it cannot be read)."""
+    from ..fsio import session_directory
     from ..progress import load_progress
 
+    if session_directory(root, session_id).joinpath("derived").is_symlink():
+        return None  # never read through a symlink out of the store (as memory facts do)
     try:
         ledger = load_progress(root, session_id)
     except (InvalidProgress, MemstoreError) as exc:
+        # The log has what is wrong and where; the page only says that it is (no paths).
         logger.warning("explorer: progress ledger of %r unreadable: %s", session_id, exc)
-        return {"error": str(exc)}
+        return {"error": "the progress ledger could not be read (see the server's log)"}
     if ledger is None:
         return None
     data = ledger.to_dict()
@@ -381,7 +418,9 @@ def event_data(root: os.PathLike | str, session_id: str, seq: int, urls: Urls) -
         "length": length,
         "line": text,
         "envelope": envelope,
-        "pretty": orjson.dumps(envelope, option=orjson.OPT_INDENT_2).decode() if envelope is not None else text,
+        # Formatted for reading only when the page shows the line whole (the JSON has the envelope).
+        "pretty": (None if len(text) > MAX_LINE_SHOWN else
+                   orjson.dumps(envelope, option=orjson.OPT_INDENT_2).decode() if envelope is not None else text),
         "line_truncated": len(text) > MAX_LINE_SHOWN,
         "display": display_event(event) if event is not None else None,
         "type": event.get("type") if event is not None else None,
@@ -402,31 +441,36 @@ MAX_QUERY_CHARS = 500
 
 
 def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int = SEARCH_LIMIT,
-                session_id: str = "", fallback: Optional[Callable[..., list[dict]]] = None) -> dict:
-    """BM25 search over every session (``memstore.search_memory``), each result with its
-    highlighted snippet and links to its session, turn and event. ``fallback(query, limit,
-    session_id)`` is used when ``search_memory`` is not available."""
+                session_id: str = "", conn: Optional[sqlite3.Connection] = None,
+                fallback: Optional[Callable[..., list[dict]]] = None) -> dict:
+    """BM25 search over every session, each result with its highlighted snippet and links to its
+    session, turn and event.
+
+    With ``conn`` (a connection to the catalog, read-only: the explorer's) the catalog's BM25
+    index is queried as it is, and nothing is written; without it ``memstore.search_memory``
+    runs, which refreshes the catalog first. ``fallback(query, limit, session_id)`` is used when
+    the BM25 search fails (a catalog without its index, say)."""
     query = query.strip()[:MAX_QUERY_CHARS]
     limit = min(max(1, limit), MAX_SEARCH_LIMIT)
     results: list[dict] = []
     engine = None
     if query:
-        import memstore
+        try:
+            if conn is not None:
+                results = bm25_search(conn, query, limit, session_id)
+            else:
+                from ..search import search_memory
 
-        search_memory = getattr(memstore, "search_memory", None)
-        if search_memory is not None:
-            try:
-                found = search_memory(root, query, max_results=limit, session_id=session_id or None)
-                engine = "bm25"
-                results = [{k: getattr(r, k, None) for k in ("chunk_id", "path", "start_line", "end_line", "score",
-                                                               "snippet", "source", "created_at", "session_id",
-                                                               "turn", "seq")} for r in found]
-            except (MemstoreError, sqlite3.Error) as exc:
-                logger.warning("explorer: search_memory failed (%s); falling back to FTS5", exc)
+                results = [{k: getattr(r, k, None) for k in _RESULT_KEYS}
+                           for r in search_memory(root, query, max_results=limit, session_id=session_id or None)]
+            engine = "bm25"
+        except (MemstoreError, sqlite3.Error) as exc:
+            logger.warning("explorer: BM25 search failed (%s); falling back to FTS5", exc)
         if engine is None and fallback is not None:
             engine = "fts5"
             results = fallback(query, limit, session_id)
     terms = query_terms(query)
+    words = " ".join(terms)  # what Datasette's FTS5 search can take (a query of quotes alone is an FTS5 error)
     for r in results:
         sid, turn, seq = r.get("session_id"), r.get("turn"), r.get("seq")
         r["snippet_parts"] = highlight_parts(r.get("snippet") or "", terms)
@@ -435,7 +479,41 @@ def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int =
         r["event_url"] = urls.event(sid, seq) if sid and isinstance(seq, int) else None
     return {"q": query, "session": session_id, "limit": limit, "engine": engine, "results": results,
             "links": {"json": urls.search(".json", q=query or None, session=session_id or None),
-                      "chunks_table": urls.table("chunks", _search=query) if query else urls.table("chunks")}}
+                      "chunks_table": urls.table("chunks", _search=words or None)}}
+
+
+_RESULT_KEYS = ("chunk_id", "path", "start_line", "end_line", "score", "snippet", "source", "created_at",
+                "session_id", "turn", "seq")
+
+
+def bm25_search(conn: sqlite3.Connection, query: str, limit: int, session_id: str = "") -> list[dict]:
+    """``search_memory``'s ranking (BM25 with the mild recency preference) over the catalog that
+    ``conn`` reads, without refreshing it first: reads only. ``path`` is the catalog's, relative
+    to the store."""
+    from ..search import SearchIndex, snippet as bm25_snippet, tokenize
+
+    tokens = tokenize(query)
+    if not tokens:
+        return []
+    where, params = ("session_id = ?", (session_id,)) if session_id else (None, ())
+    hits = SearchIndex(conn).search(query, limit, where=where, params=params)
+    if not hits:
+        return []
+    rows = {row["id"]: row for row in _rows(
+        conn, "SELECT id, chunk_id, path, start_line, end_line, source, created_at, session_id, turn, seq, text "
+              "FROM chunks WHERE id IN (SELECT value FROM json_each(?))", (orjson.dumps([doc for doc, _ in hits]).decode(),))}
+    wanted = set(tokens)
+    results = []
+    for doc, score in hits:
+        row = rows.get(doc)
+        if row is None:
+            continue
+        text = row.pop("text") or ""
+        row.pop("id")
+        row.update(start_line=row["start_line"] or 0, end_line=row["end_line"] or 0, score=score,
+                   snippet=bm25_snippet(text, wanted))
+        results.append({k: row.get(k) for k in _RESULT_KEYS})
+    return results
 
 
 def query_terms(query: str) -> list[str]:
@@ -462,7 +540,7 @@ def highlight_parts(text: str, terms: list[str]) -> list[dict]:
 
 
 def fts_search(conn: sqlite3.Connection, query: str, limit: int, session_id: str = "") -> list[dict]:
-    """Search the catalog's FTS5 index of chunks (the fallback before ``search_memory``): the
+    """Search the catalog's FTS5 index of chunks (the fallback when the BM25 index cannot be read): the
     query's words, each quoted, any of them; ranked by FTS5's bm25."""
     terms = query_terms(query)
     if not terms:

@@ -189,6 +189,27 @@ def _fix_permissions(directory: Path) -> None:
             os.chmod(path, 0o600)
 
 
+def _set_aside(root: Path, path: Path) -> None:
+    """Move a catalog SQLite cannot read out of the way (kept beside it, as torn tails are), so
+    the refresh that follows builds a new one: the catalog is a view of the sessions."""
+    import time
+
+    from ..lock import store_lock
+
+    aside = path.with_name(f"{path.name}.unreadable-{int(time.time())}")
+    with store_lock(root, "catalog"):
+        try:
+            os.replace(path, aside)
+            for suffix in ("-wal", "-shm"):
+                try:
+                    os.unlink(f"{path}{suffix}")
+                except FileNotFoundError:
+                    pass
+        except OSError as exc:
+            raise StoreIOError.from_os_error("set aside", path, exc) from exc
+    logger.warning("doctor: %s could not be read; kept as %s, and a new catalog is built", path, aside)
+
+
 def _check_catalog(root: Path, report: DoctorReport, seen: dict, fix: bool) -> None:
     path = catalog_path(root)
     found: list[Problem] = []
@@ -199,6 +220,7 @@ def _check_catalog(root: Path, report: DoctorReport, seen: dict, fix: bool) -> N
         found.append(p)
 
     rows: dict[str, tuple] = {}
+    unreadable = False
     if not path.is_file():
         if seen:
             problem("catalog.db does not exist")
@@ -212,6 +234,10 @@ def _check_catalog(root: Path, report: DoctorReport, seen: dict, fix: bool) -> N
                 conn.close()
         except sqlite3.Error as exc:
             problem(f"catalog.db cannot be read: {exc}")
+            # Only a file that is not (or no longer) a database is set aside by --fix, never one
+            # that is merely busy.
+            unreadable = getattr(exc, "sqlite_errorname", "") in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or (
+                "not a database" in str(exc) or "malformed" in str(exc))
     if path.is_file() and not found:
         for name, (session_id, manifest) in seen.items():
             row = rows.get(name)
@@ -224,6 +250,8 @@ def _check_catalog(root: Path, report: DoctorReport, seen: dict, fix: bool) -> N
             problem(f"the catalog lists {rows[name][0]!r}, which is no longer in the store", rows[name][0])
     if fix and found:
         try:
+            if unreadable:
+                _set_aside(root, path)
             refreshed = refresh_catalog(root)
         except MemstoreError as exc:
             logger.warning("doctor: catalog refresh failed: %s", exc)

@@ -28,13 +28,22 @@ PLUGIN_FILE = "memstore_explorer.py"
 
 
 def load_metadata(path: os.PathLike | str) -> dict:
-    """Parse a Datasette metadata file (YAML or JSON)."""
+    """Parse a Datasette metadata file (YAML or JSON); :class:`StoreIOError` (one line, naming
+    the file) when it cannot be read or is not a mapping."""
     import yaml
 
-    text = Path(path).read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise StoreIOError.from_os_error("read metadata", path, exc) from exc
+    except UnicodeDecodeError as exc:
+        raise StoreIOError("read metadata", path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        raise StoreIOError("read metadata", path, f"not valid YAML{at}") from exc
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a metadata mapping")
+        raise StoreIOError("read metadata", path, "not a metadata mapping (a YAML or JSON object)")
     return data
 
 
@@ -90,6 +99,8 @@ def serve(root: os.PathLike | str, *, host: str = "127.0.0.1", port: int = 8001,
     root = Path(root)
     if not (root / "sessions").is_dir() and not catalog_path(root).is_file():
         raise StoreIOError("serve", root, "no memstore store here (no sessions/); run `memstore demo` or pass --root")
+    if metadata is not None:
+        load_metadata(metadata)  # a bad file fails here, before the catalog is refreshed
     check_port(host, port)
     refresh_catalog(root, progress=progress)
     refresher = CatalogRefresher(root, refresh_interval) if refresh_interval > 0 else None
@@ -98,7 +109,7 @@ def serve(root: os.PathLike | str, *, host: str = "127.0.0.1", port: int = 8001,
         refresher.last_refresh = time.monotonic()  # just refreshed
         refresher.start()
     if announce is not None:
-        shown = "localhost" if host in ("127.0.0.1", "::1") else host
+        shown = "localhost" if host in ("127.0.0.1", "::1") else f"[{host}]" if ":" in host else host
         announce(f"http://{shown}:{port}/-/memstore")
     try:
         _run_server(ds.app(), host, port)
