@@ -368,7 +368,6 @@ def write_audit_pack(
     ``derived/audit-pack.json``; return ``(pack, path)``. ``output``'s directory must exist."""
     if output is None:
         path = default_pack_path(root, session_id)
-        ensure_private_dir(path.parent)
     else:
         path = Path(output)
         if not path.parent.is_dir():
@@ -378,7 +377,10 @@ def write_audit_pack(
     target = os.path.join(os.path.realpath(path.parent), path.name)
     inside = os.path.commonpath([session_dir, target]) == session_dir
     exclude = [Path(os.path.relpath(target, session_dir)).as_posix()] if inside else []
+    # Made before anything is created: a session that is not there gets no derived/ directory.
     pack = create_audit_pack(root, session_id, exclude=exclude)
+    if output is None:
+        ensure_private_dir(path.parent)
     atomic_write(path, pack.to_json())
     return pack, path
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 import orjson
 
-from .errors import InvalidProgress, MemstoreError
+from .errors import InvalidProgress, MemstoreError, UnsafePathError
 from .events import utc_now
 from .fsio import atomic_write, ensure_private_dir, read_no_follow, session_directory
 
@@ -362,6 +362,10 @@ def load_progress(root: os.PathLike | str, session_id: str) -> Optional[Progress
     ``InvalidProgress``; both name the file.
     """
     path = progress_path(root, session_id)
+    # As saving does: a session or derived/ directory that is a symlink could lead out of the store.
+    for directory in (path.parent.parent, path.parent):
+        if directory.is_symlink():
+            raise UnsafePathError("read progress", directory, "is a symlink; refusing to follow it")
     data = read_no_follow(path)
     if data is None:
         return None

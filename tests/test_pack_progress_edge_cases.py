@@ -131,3 +131,31 @@ def test_verify_error_for_an_unsafe_entry_names_the_pack_file(tmp_path):
     result = CliRunner().invoke(cli, ["verify", "s1", "--root", str(tmp_path)])
     assert result.exit_code == 2
     assert str(path) in result.output
+
+
+def test_a_pack_of_a_missing_session_creates_nothing(tmp_path):
+    """A pack of a session that is not there is an error naming the path, and leaves no
+    ``sessions/<id>/derived/`` behind (which retention and pin would take for a session)."""
+    root = tmp_path / "store"
+    with pytest.raises(StoreIOError) as info:
+        write_audit_pack(root, "nosuch")
+    assert "nosuch" in str(info.value)
+    assert not root.exists()
+
+
+def test_loading_a_ledger_through_a_symlinked_derived_directory_is_refused(tmp_path):
+    """``derived/`` as a symlink would read a ledger from outside the store: refused, naming it."""
+    session_dir = make_session(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "progress.json").write_bytes(b"{}")
+    derived = progress_path(tmp_path, "s1").parent
+    if derived.exists():
+        import shutil
+
+        shutil.rmtree(derived)
+    derived.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(StoreIOError) as info:
+        load_progress(tmp_path, "s1")
+    assert str(derived) in str(info.value) and "symlink" in str(info.value)
+    assert session_dir.exists()
