@@ -94,3 +94,23 @@ def test_catalog_page_lists_the_canned_queries(store):
     html = asyncio.run(ds.client.get("/catalog")).text
     for query in catalog_meta()["queries"].values():
         assert query["title"] in html
+
+
+def test_an_installed_package_carries_the_metadata_and_the_plugin():
+    """``memstore serve`` must work from a regular (non-editable) install: the defaults point
+    inside the package, at the project's own files, and the package data ships them."""
+    import tomllib
+
+    from memstore.explorer import server
+
+    package = Path(server.__file__).parent
+    project = METADATA.parent
+    assert server.DEFAULT_METADATA.parent == package
+    assert server.DEFAULT_METADATA.read_bytes() == METADATA.read_bytes()
+    plugin = server.DEFAULT_PLUGINS_DIR / server.PLUGIN_FILE
+    assert server.DEFAULT_PLUGINS_DIR.parent == package
+    assert plugin.read_bytes() == (project / "plugins" / server.PLUGIN_FILE).read_bytes()
+    shipped = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    patterns = shipped["memstore.explorer"]
+    assert any(server.DEFAULT_METADATA in package.glob(p) for p in patterns)
+    assert any(plugin in package.glob(p) for p in patterns)

@@ -21,9 +21,11 @@ from .refresh import DEFAULT_INTERVAL, CatalogRefresher
 
 logger = logging.getLogger("memstore")
 
-_PROJECT = Path(__file__).resolve().parents[2]
-DEFAULT_METADATA = _PROJECT / "metadata.yml"
-DEFAULT_PLUGINS_DIR = _PROJECT / "plugins"
+# The project's metadata.yml and plugins/ ship inside the package (as symlinks to them in a
+# checkout, as copies in a wheel), so a regular install serves the same explorer.
+_HERE = Path(__file__).parent
+DEFAULT_METADATA = _HERE / "metadata.yml"
+DEFAULT_PLUGINS_DIR = _HERE / "plugins"
 PLUGIN_FILE = "memstore_explorer.py"
 
 

@@ -1,0 +1,1 @@
+../../../plugins/memstore_explorer.py
