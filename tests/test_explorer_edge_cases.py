@@ -401,3 +401,33 @@ def test_metadata_still_documents_a_sessions_index_and_its_canned_queries(tmp_pa
     assert [r["number"] for r in results["failed_turns"].json()] == [1]
     assert [r["command"] for r in results["failed_commands"].json()] == ["cargo test"]
     assert len(results["token_usage"].json()) == 3 and results["tool_usage"].json()
+
+
+@pytest.mark.parametrize("path", ["/\\evil.com/", "//evil.com/", "/\\\\evil.com/x/"])
+def test_no_redirect_leads_to_another_site(small, path):
+    """Datasette 0.65 answers ``/\\evil.com/`` with ``Location: /\\evil.com``, which a browser
+    follows to ``//evil.com``. The request goes through the ASGI app as a server hands it over
+    (raw path; an HTTP client would escape the backslash)."""
+    _, ds = small
+    messages = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        messages.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "headers": [(b"host", b"localhost")], "http_version": "1.1", "scheme": "http",
+             "server": ("127.0.0.1", 8001), "client": ("127.0.0.1", 5000), "root_path": ""}
+    asyncio.run(ds.app()(scope, receive, send))
+    start = messages[0]
+    location = dict(start.get("headers", [])).get(b"location", b"")
+    assert start["status"] == 404, (start["status"], location)
+    assert not location
+
+
+def test_ordinary_trailing_slashes_still_redirect(small):
+    _, ds = small
+    response = fetch(ds, "/catalog/")
+    assert response.status_code == 302 and response.headers["location"] == "/catalog"

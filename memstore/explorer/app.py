@@ -343,11 +343,18 @@ def guard_connection(conn: sqlite3.Connection, database: str, datasette) -> None
 
 
 def refresh_wrapper(datasette):
-    """An ASGI wrapper that pokes the store's refresher on every request (it never waits)."""
+    """An ASGI wrapper that pokes the store's refresher on every request (it never waits), and
+    answers 404 to paths starting ``//`` or ``/\\``: Datasette 0.65 redirects ``/\\evil.com/`` to
+    ``/\\evil.com``, which browsers follow to ``//evil.com``, another site."""
 
     def wrap(app):
         async def wrapped(scope, receive, send):
             if scope.get("type") == "http":
+                if scope.get("path", "")[1:2] in ("/", "\\"):
+                    await send({"type": "http.response.start", "status": 404,
+                                "headers": [(b"content-type", b"text/plain; charset=utf-8")]})
+                    await send({"type": "http.response.body", "body": b"Not found"})
+                    return
                 state = _states.get(datasette)
                 if state is not None and state.refresher is not None:
                     state.refresher.poke()
