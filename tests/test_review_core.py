@@ -1,0 +1,96 @@
+"""Adversarial review of the write path: each test proves a bug that was found (and then fixed)
+in the agent's path, the publisher, the deriver, recovery or the cap."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import memstore
+import memstore.recovery
+import support
+
+TURN_STARTED = {"type": "turn.started"}
+TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
+
+
+def session_dir(root, sid="s"):
+    return memstore.session_directory(root, sid)
+
+
+def log_records(root, sid="s"):
+    return [json.loads(line) for line in (session_dir(root, sid) / "events.jsonl").read_bytes().splitlines()]
+
+
+def rebuilt_index(root, sid="s"):
+    """The index rows a rebuild from the log alone gives."""
+    memstore.rebuild(root, sid, refresh=False)
+    return support.read_index(session_dir(root, sid))
+
+
+# --------------------------------------------------------------------------------------------
+# Recovery
+
+
+def test_a_rescan_interrupted_between_its_batches_still_never_reuses_a_torn_seq(tmp_path, monkeypatch):
+    """A rescan commits in batches so that an interrupted one resumes where it stopped; the
+    resumed scan must still honour the seqs the rescan had to skip (those of a torn tail it cut,
+    and those the old metadata counted): a seq handed out once is never handed out again."""
+    with memstore.open_session(tmp_path, "s") as log:
+        for _ in range(3):
+            log.append(TURN_STARTED)
+            log.append(TURN_COMPLETED)
+    path = session_dir(tmp_path) / "events.jsonl"
+    with open(path, "ab") as f:  # a writer killed mid-write of seq 7
+        f.write(b'{"schema_version":"0.18.0","seq":7,"ts":"2026-01-01T00:00:00.000Z","event":{"type":"turn.st')
+    (session_dir(tmp_path) / "index" / "session.db").unlink()  # the next open rescans
+
+    real_commit = _interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path)
+    with pytest.raises(memstore.StoreIOError, match="killed"):
+        memstore.open_session(tmp_path, "s")
+    monkeypatch.setattr(memstore.recovery, "_commit_scan", real_commit)
+
+    with memstore.open_session(tmp_path, "s") as log:
+        seq = log.append(TURN_STARTED)
+    assert seq == 8, "seq 7 was written (the torn tail kept beside the log holds it)"
+
+
+def _interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path):
+    monkeypatch.setattr(memstore.recovery, "SCAN_BATCH_EVENTS", 2)
+    real_commit = memstore.recovery._commit_scan
+    commits = []
+
+    def killed_after_the_first_batch(*args, **kwargs):
+        if commits:
+            raise memstore.StoreIOError("update index", path, "killed")
+        commits.append(1)
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(memstore.recovery, "_commit_scan", killed_after_the_first_batch)
+    return real_commit
+
+
+def test_a_resumed_rescan_keeps_a_status_set_outside_the_log(tmp_path, monkeypatch):
+    """Retention marked the session completed in manifest.json; a rescan keeps that status
+    against the records the old metadata covered. Interrupted and resumed, it must too."""
+    with memstore.open_session(tmp_path, "s") as log:
+        for _ in range(3):
+            log.append(TURN_STARTED)
+            log.append(TURN_COMPLETED)
+    manifest_path = session_dir(tmp_path) / "manifest.json"
+    manifest = json.loads(manifest_path.read_bytes())
+    manifest["status"] = "completed"  # what retention's abandoned sweep writes
+    manifest_path.write_text(json.dumps(manifest))
+    (session_dir(tmp_path) / "index" / "session.db").unlink()
+
+    real_commit = _interrupt_the_next_rescan_after_its_first_batch(monkeypatch, manifest_path)
+    with pytest.raises(memstore.StoreIOError, match="killed"):
+        memstore.open_session(tmp_path, "s")
+    monkeypatch.setattr(memstore.recovery, "_commit_scan", real_commit)
+
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.manifest.status == "completed"
