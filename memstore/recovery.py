@@ -63,8 +63,7 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         start = saved.manifest.persisted_file_len
         kept = log.repair_tail(start)
         if log.length > start or kept is not None:
-            # The cut bytes may hold seqs handed out but never acknowledged: never reuse them.
-            scan(session, start, reset=False, seq_floor=torn_seq_floor(kept) if kept is not None else 0)
+            _catch_up(session, start, on_disk)
     else:
         base = scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
         # The rescan writes a new index file: deleting the old rows would only cost time and
@@ -76,6 +75,24 @@ def recover(session: "_Session", force_rescan: bool) -> None:
     session.publish_manifest(wait=True)
     if marker is not None:
         clear_marker(session.dir)
+
+
+def _catch_up(session: "_Session", start: int, on_disk: Optional[Manifest]) -> None:
+    """Index the log past ``start``, what the index covers, as a rescan would have.
+
+    That includes resuming a rescan interrupted between its batches: its floors (the seqs of
+    torn tails, the old metadata's ``next_seq`` and the status it kept against the records it
+    covered) are applied only when it ends, and ``manifest.json``, published only then, is
+    still the old metadata (it covers more than the index does)."""
+    # The torn tails kept beside the log (one cut just now, or by the interrupted rescan) hold
+    # seqs handed out but never acknowledged: never reuse them.
+    seq_floor = torn_seq_floor(*session.log.torn_files())
+    status_floor = 0
+    if on_disk is not None and on_disk.persisted_file_len > start:
+        seq_floor = max(seq_floor, on_disk.next_seq)
+        session.state.manifest.status = on_disk.status
+        status_floor = on_disk.persisted_file_len
+    scan(session, start, reset=False, status_floor=status_floor, seq_floor=seq_floor)
 
 
 def covers_prefix(session: "_Session", saved: "SavedState") -> bool:
