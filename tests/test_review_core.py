@@ -94,3 +94,32 @@ def test_a_resumed_rescan_keeps_a_status_set_outside_the_log(tmp_path, monkeypat
 
     with memstore.open_session(tmp_path, "s") as log:
         assert log.manifest.status == "completed"
+
+
+# --------------------------------------------------------------------------------------------
+# complete()
+
+
+def test_complete_publishes_its_updated_at_to_the_index_too(tmp_path):
+    """complete() bumps updated_at and flushes: the index row (what read_session, the catalog
+    and the next open read) must say the same as manifest.json."""
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED, ts="2026-01-01T00:00:00.000Z")
+        log.append(TURN_COMPLETED, ts="2026-01-01T00:00:01.000Z")
+        log.complete()
+        bumped = log.manifest.updated_at
+        assert bumped > "2026-01-01T00:00:01.000Z"
+    on_disk = json.loads((session_dir(tmp_path) / "manifest.json").read_bytes())
+    assert on_disk["updated_at"] == bumped
+    with memstore.read_session(tmp_path, "s") as reader:
+        assert reader.manifest.updated_at == bumped
+
+
+def test_complete_never_moves_updated_at_backwards(tmp_path):
+    """An import may append events from a clock ahead of this one; updated_at only moves
+    forward, so complete() must not set it back (a rebuild would move it forward again)."""
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED, ts="2099-01-01T00:00:00.000Z")
+        log.append(TURN_COMPLETED, ts="2099-01-01T00:00:01.000Z")
+        log.complete()
+        assert log.manifest.updated_at == "2099-01-01T00:00:01.000Z"
