@@ -302,13 +302,14 @@ class _Session:
         else:
             self.publisher.submit(batch)
 
-    def flush(self, *, sync: bool = True) -> None:
+    def flush(self, *, sync: bool = True, index: bool = False) -> None:
         """Write, sync (unless ``sync`` is false) and index everything, publish the manifest,
-        and wait until the publisher is done."""
+        and wait until the publisher is done. With ``index`` the manifest row is committed to
+        the index even if no record changed it (``complete()`` changed the state itself)."""
         with self.lock:
             self.check_usable()
             self.write_out(sync=sync)
-            if self.pending or self.state.dirty or self.unpublished:
+            if index or self.pending or self.state.dirty or self.unpublished:
                 self.publish()
                 self.publisher.drain()
             else:
@@ -475,8 +476,11 @@ class SessionLog:
         s = self._live()
         with s.lock:
             s.check_usable()
-            s.state.manifest.updated_at = ev.utc_now()
-            s.flush()
+            manifest = s.state.manifest
+            now = ev.utc_now()
+            if now > manifest.updated_at:  # only forward: an import may have logged later times
+                manifest.updated_at = now
+            s.flush(index=True)
 
     def close(self) -> None:
         """Flush and release this handle; the last handle closes the files and the lock."""
