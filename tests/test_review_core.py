@@ -123,3 +123,52 @@ def test_complete_never_moves_updated_at_backwards(tmp_path):
         log.append(TURN_COMPLETED, ts="2099-01-01T00:00:01.000Z")
         log.complete()
         assert log.manifest.updated_at == "2099-01-01T00:00:01.000Z"
+
+
+# --------------------------------------------------------------------------------------------
+# Handles dropped without close()
+
+
+def run_script(script: str, *args, timeout: float = 30) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the script hung (killed after {timeout} s); stderr: {exc.stderr!r}")
+
+
+def test_a_handle_collected_in_the_publishers_thread_does_not_deadlock_it(tmp_path):
+    """The cyclic garbage collector runs in whichever thread allocates, the publisher's
+    included. When it collects the session's last handle there, releasing the handle must not
+    make the publisher wait for itself (the last release stops the publisher, which waits for
+    the batch the publisher is committing)."""
+    result = run_script("""
+        import gc, os, sys, threading
+        import memstore
+        from memstore.index import SessionIndex
+
+        gc.disable()
+        dropped, collected = threading.Event(), threading.Event()
+        real_commit = SessionIndex.commit_rows
+
+        def commit_rows(self, *args, **kwargs):
+            if threading.current_thread().name == "memstore-publisher":
+                dropped.wait(5)
+                gc.collect()  # what an allocation there may trigger
+                collected.set()
+            return real_commit(self, *args, **kwargs)
+
+        SessionIndex.commit_rows = commit_rows
+        agent = [memstore.open_session(sys.argv[1], "s")]
+        agent.append(agent)  # an agent's object graph holding the handle in a reference cycle
+        agent[0].append({"type": "turn.started"})
+        agent[0].append({"type": "turn.completed", "usage": {}})
+        del agent  # dropped without close(), while the publisher commits the turn
+        dropped.set()
+        if not collected.wait(5):
+            print("the publisher is stuck", flush=True)
+            os._exit(3)
+        with memstore.open_session(sys.argv[1], "s") as log:  # after the release
+            print("reopened", log.turn_count)
+    """, tmp_path, timeout=20)
+    assert result.returncode == 0 and "reopened 1" in result.stdout, result.stderr
