@@ -16,6 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Optional
 
+from . import registry
 from .index import BatchRecord, derived_tables
 
 if TYPE_CHECKING:
@@ -136,6 +137,7 @@ class Deriver:
         self._stop.set()
 
     def _run(self) -> None:
+        registry.mark_background_thread()
         session = self.session
         while not self._stop.is_set():
             self._wake.wait()

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from . import registry
 from .fsio import atomic_write
 from .manifest import MANIFEST_FILE, summary_cache
 
@@ -107,6 +108,7 @@ class Publisher:
                 self._pending, self._held, self._error = batch, True, exc
 
     def _run(self) -> None:
+        registry.mark_background_thread()
         while True:
             with self._cond:
                 while (self._pending is None or self._held) and not self._stopping:
