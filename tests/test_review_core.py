@@ -172,3 +172,44 @@ def test_a_handle_collected_in_the_publishers_thread_does_not_deadlock_it(tmp_pa
             print("reopened", log.turn_count)
     """, tmp_path, timeout=20)
     assert result.returncode == 0 and "reopened 1" in result.stdout, result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# The cap and a failing index
+
+
+def test_an_index_failure_does_not_fail_appends_past_the_cap(tmp_path, monkeypatch):
+    """A failed index transaction is reported by the next flush and never fails an append, the
+    cap's included: before, every append past the cap raised the index's error, saying
+    ``durable=False`` of an event that was in the buffer all the same, so a caller that retried
+    it wrote it twice."""
+    from memstore.index import SessionIndex
+
+    log = memstore.open_session(tmp_path, "s", max_events=4)
+    log.append(TURN_STARTED)
+    log.append(TURN_COMPLETED)
+    real_commit = SessionIndex.commit_rows
+
+    def full_disk(self, *args, **kwargs):
+        raise memstore.StoreIOError("update index", self.path, "database or disk is full")
+
+    monkeypatch.setattr(SessionIndex, "commit_rows", full_disk)
+    log.append(TURN_STARTED)
+    log.append(TURN_COMPLETED)
+    seqs = []
+    for event in (TURN_STARTED, {"type": "item.completed", "item": {"type": "agent_message", "text": "hi"}}):
+        try:
+            seqs.append(log.append(event))
+        except memstore.MemstoreError as exc:
+            # (A caller is told to append again an event whose error says it is not durable.)
+            pytest.fail(f"an append past the cap failed on the index's error, durable={exc.durable}, "
+                        f"but its event is in the buffer, to be written: {exc}")
+    with pytest.raises(memstore.StoreIOError, match="disk is full"):
+        log.flush()
+    monkeypatch.setattr(SessionIndex, "commit_rows", real_commit)
+    log.append(TURN_COMPLETED)  # the cap runs again, now that the index works
+    log.close()
+    assert seqs == [5, 6]
+    assert [r["seq"] for r in log_records(tmp_path) if "event" in r] == [5, 6, 7]
+    live = support.read_index(session_dir(tmp_path))
+    assert rebuilt_index(tmp_path) == live
