@@ -177,12 +177,17 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     manifest = state.manifest
     if manifest.event_count < session.cap_retry_at:
         return  # the eviction hook failed at the last crossing: wait for the next one
-    session.publisher.drain()  # the turns handed to the publisher are in the index now
+    if not _index_caught_up(session):  # the turns handed to the publisher are in the index now
+        return
     open_turn = state.open_turn.number if state.open_turn is not None else None
     plan = plan_cap_eviction(_turn_spans(session), manifest.event_count, max_events, open_turn)
     if plan is None:
         return
-    session.flush()
+    session.write_out(sync=True)
+    if session.pending or state.dirty or session.unpublished:
+        session.publish()
+    if not _index_caught_up(session):
+        return
     log = session.log
     cut = plan.truncate_offset
     if cut > log.length:
@@ -237,6 +242,20 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     session.cap_failures = 0
     session.publish_manifest(wait=True)
     clear_marker(session.dir)
+
+
+def _index_caught_up(session: "_Session") -> bool:
+    """Wait for the publisher; whether the index now holds everything written. A failed index
+    transaction is not the append's failure (the event is in the log or the buffer; the next
+    flush reports it): the cap then waits until the index works again."""
+    if session.publisher.failing:
+        return False  # tried again at the next turn boundary, in the publisher's thread
+    try:
+        session.publisher.drain()
+    except Exception as exc:  # noqa: BLE001 - kept by the publisher, raised by the next flush
+        logger.warning("the cap of %s waits for its index, which failed: %s", session.log.path, exc)
+        return False
+    return True
 
 
 def _events(records: Iterator[ev.Record]) -> Iterator[dict]:

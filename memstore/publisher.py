@@ -149,6 +149,12 @@ class Publisher:
             summary_cache.invalidate(self.manifest_path)
             self.published = batch.manifest_json
 
+    @property
+    def failing(self) -> bool:
+        """Whether a failed batch waits to be tried again."""
+        with self._cond:
+            return self._held
+
     def drain(self) -> None:
         """Wait until every submitted batch is committed and published (trying a failed one
         again first); raise the error if it fails again."""
