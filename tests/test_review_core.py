@@ -213,3 +213,39 @@ def test_an_index_failure_does_not_fail_appends_past_the_cap(tmp_path, monkeypat
     assert [r["seq"] for r in log_records(tmp_path) if "event" in r] == [5, 6, 7]
     live = support.read_index(session_dir(tmp_path))
     assert rebuilt_index(tmp_path) == live
+
+
+# --------------------------------------------------------------------------------------------
+# Incremental index == rebuild
+
+
+def _turn_models(root, sid="s"):
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{session_dir(root, sid) / 'index' / 'session.db'}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT number, model, error FROM turns ORDER BY number").fetchall()
+    finally:
+        conn.close()
+
+
+def test_the_turn_state_machine_reads_what_was_written_not_the_callers_objects(tmp_path):
+    """An agent may pass enum members (``str`` enums, or plain ones whose value is a string):
+    they are written as their value, and a rebuild reads that value back. The append path must
+    index the same turn rows (the model was lost before)."""
+    import enum
+
+    class Model(str, enum.Enum):
+        GPT = "gpt-5"
+
+    class Plain(enum.Enum):
+        CLAUDE = "claude-4"
+
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append({"type": "turn.started", "model": Model.GPT})
+        log.append({"type": "turn.completed", "usage": {}})
+        log.append({"type": "turn.started", "model": Plain.CLAUDE})
+        log.append({"type": "turn.completed", "usage": {}, "model": Plain.CLAUDE})
+    live = _turn_models(tmp_path)
+    memstore.rebuild(tmp_path, "s", refresh=False)
+    assert live == _turn_models(tmp_path) == [(1, "gpt-5", None), (2, "claude-4", None)]
