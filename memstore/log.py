@@ -24,6 +24,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Optional
 
+import orjson
+
 from . import events as ev
 from . import registry
 from .cap import (
@@ -56,6 +58,8 @@ BULK_INDEX_BYTES = 1 << 20
 DURABILITY_POLICIES = ("turn", "event", "none")
 
 _check_event = ev.check_event
+_LIFECYCLE_KINDS = ev.LIFECYCLE_KINDS
+_loads = orjson.loads
 _utc_now = ev.utc_now
 _encode_record = ev.encode_record
 # SQLite connections a forked child inherited: closing them (even by garbage collection) could
@@ -216,6 +220,10 @@ class _Session:
                 line = _encode_record(seq, ts, event, self.log_head(manifest.retained_turn_base))
             else:
                 line = _encode_record(seq, ts, event)
+            if kind in _LIFECYCLE_KINDS:
+                # The state machine reads what was written, as a rescan will, not the caller's
+                # objects (an enum member is written as its value; a rescan sees a str).
+                event = _loads(line)["event"]
             size = len(line)
             buffer += line
             manifest.next_seq = seq + 1
