@@ -249,3 +249,21 @@ def test_the_turn_state_machine_reads_what_was_written_not_the_callers_objects(t
     live = _turn_models(tmp_path)
     memstore.rebuild(tmp_path, "s", refresh=False)
     assert live == _turn_models(tmp_path) == [(1, "gpt-5", None), (2, "claude-4", None)]
+
+
+# --------------------------------------------------------------------------------------------
+# Torn tails
+
+
+def test_a_seq_inside_a_torn_events_payload_is_not_taken_for_its_envelopes(tmp_path):
+    """The seqs a torn tail held are never given again; only the envelopes' seqs count, not a
+    "seq" key of the event itself (a tool's output, say), or the session's numbering jumps."""
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED)
+        log.append(TURN_COMPLETED)
+    with open(session_dir(tmp_path) / "events.jsonl", "ab") as f:  # killed mid-write of seq 3
+        f.write(b'{"schema_version":"0.18.0","seq":3,"ts":"2026-01-01T00:00:00.000Z","event":{"type":"item.completed",'
+                b'"item":{"type":"tool_output","output":{"seq":1700000000000000,"rows":[1,2')
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.append(TURN_STARTED) == 4
+    assert rebuilt_index(tmp_path)["manifest"]["next_seq"] == 5
