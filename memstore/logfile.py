@@ -302,10 +302,12 @@ def torn_seq_floor(*paths: Path) -> int:
         except OSError as exc:
             logger.warning("could not read torn bytes %s for their seqs: %s", path, exc)
             continue
-        for match in _SEQ.finditer(data):
-            seq = int(match.group(1))
-            if seq <= ev.MAX_SEQ:
-                floor = max(floor, seq + 1)
+        for line in data.split(b"\n"):
+            # Only the envelope's seq: its keys come before the event (memstore writes them so),
+            # and the event may hold "seq" keys of its own.
+            match = _SEQ.search(line.split(b'"event":', 1)[0])
+            if match is not None and int(match.group(1)) <= ev.MAX_SEQ:
+                floor = max(floor, int(match.group(1)) + 1)
     return floor
 
 
