@@ -267,3 +267,35 @@ def test_a_seq_inside_a_torn_events_payload_is_not_taken_for_its_envelopes(tmp_p
     with memstore.open_session(tmp_path, "s") as log:
         assert log.append(TURN_STARTED) == 4
     assert rebuilt_index(tmp_path)["manifest"]["next_seq"] == 5
+
+
+def test_a_manifest_failure_after_a_cap_rewrite_does_not_fail_the_append(tmp_path, monkeypatch):
+    """manifest.json is a view like the index: failing to publish it after a cap rewrite that
+    succeeded is reported by the next flush, not raised by the append (which said nothing of
+    whether the rewrite happened), and leaves no stale rewrite marker behind."""
+    import memstore.publisher
+
+    log = memstore.open_session(tmp_path, "s", max_events=4)
+    for _ in range(2):
+        log.append(TURN_STARTED)
+        log.append(TURN_COMPLETED)
+    log.flush()
+    real_write = memstore.publisher.atomic_write
+
+    def full_disk(path, *args, **kwargs):
+        raise memstore.StoreIOError("write", path, "no space left on device")
+
+    monkeypatch.setattr(memstore.publisher, "atomic_write", full_disk)
+    log.append(TURN_STARTED)  # the fifth event: the cap evicts the first turn
+    assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5]
+    assert not (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
+    with pytest.raises(memstore.StoreIOError, match="no space"):
+        log.flush()
+    monkeypatch.setattr(memstore.publisher, "atomic_write", real_write)
+    log.append(TURN_COMPLETED)
+    log.close()
+    assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5, 6]
+    on_disk = json.loads((session_dir(tmp_path) / "manifest.json").read_bytes())
+    live = support.read_index(session_dir(tmp_path))
+    assert {k: on_disk[k] for k in support.MANIFEST_COUNTERS} == live["manifest"]
+    assert rebuilt_index(tmp_path) == live
