@@ -240,22 +240,20 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
         session.failed = exc
         raise
     session.cap_failures = 0
-    session.publish_manifest(wait=True)
+    # The index describes the rewritten log: the marker has served. The manifest follows from
+    # the publisher's thread; should it fail, the next flush reports it (a view, not the append).
+    session.publish_manifest()
     clear_marker(session.dir)
 
 
 def _index_caught_up(session: "_Session") -> bool:
-    """Wait for the publisher; whether the index now holds everything written. A failed index
-    transaction is not the append's failure (the event is in the log or the buffer; the next
-    flush reports it): the cap then waits until the index works again."""
-    if session.publisher.failing:
-        return False  # tried again at the next turn boundary, in the publisher's thread
-    try:
-        session.publisher.drain()
-    except Exception as exc:  # noqa: BLE001 - kept by the publisher, raised by the next flush
-        logger.warning("the cap of %s waits for its index, which failed: %s", session.log.path, exc)
-        return False
-    return True
+    """Wait for the publisher's index transactions; whether the index now holds everything
+    written. A failed index transaction is not the append's failure (the event is in the log
+    or the buffer; the next flush reports it): the cap then waits until the index works."""
+    if session.publisher.index_caught_up():
+        return True
+    logger.debug("the cap of %s waits for its index, which failed (retried at the next turn)", session.log.path)
+    return False
 
 
 def _events(records: Iterator[ev.Record]) -> Iterator[dict]:

@@ -149,11 +149,16 @@ class Publisher:
             summary_cache.invalidate(self.manifest_path)
             self.published = batch.manifest_json
 
-    @property
-    def failing(self) -> bool:
-        """Whether a failed batch waits to be tried again."""
+    def index_caught_up(self) -> bool:
+        """Wait until the index holds every batch submitted (their manifests may still be on
+        their way); return whether it does: ``False`` when a failed index transaction waits to
+        be tried again (at the next submit or drain, not here)."""
         with self._cond:
-            return self._held
+            while not self._held and (self._busy or (self._pending is not None and self._pending.manifest_row is not None)):
+                if self._thread is None or not self._thread.is_alive():
+                    break
+                self._cond.wait()
+            return self._pending is None or self._pending.manifest_row is None
 
     def drain(self) -> None:
         """Wait until every submitted batch is committed and published (trying a failed one
