@@ -299,3 +299,26 @@ def test_a_manifest_failure_after_a_cap_rewrite_does_not_fail_the_append(tmp_pat
     live = support.read_index(session_dir(tmp_path))
     assert {k: on_disk[k] for k in support.MANIFEST_COUNTERS} == live["manifest"]
     assert rebuilt_index(tmp_path) == live
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile metadata
+
+
+def test_a_hostile_manifest_cannot_make_a_session_claim_another_sessions_id(tmp_path):
+    """A rescan keeps what the old manifest says that the log cannot (created_at, a status set
+    outside the log), but not an id that names another session's directory: manifest.json,
+    ``memstore sessions`` and the eviction summaries would list two sessions "victim"."""
+    with memstore.open_session(tmp_path, "victim") as log:
+        log.append(TURN_STARTED)
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED)
+    manifest_path = session_dir(tmp_path) / "manifest.json"
+    manifest = json.loads(manifest_path.read_bytes())
+    manifest["session_id"] = "victim"
+    manifest_path.write_text(json.dumps(manifest))
+    (session_dir(tmp_path) / "index" / "session.db").unlink()  # the next open rescans
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.manifest.session_id == "s"
+    assert json.loads(manifest_path.read_bytes())["session_id"] == "s"
+    assert sorted(s.session_id for s in memstore.list_sessions(tmp_path)) == ["s", "victim"]
