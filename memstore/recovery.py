@@ -174,7 +174,9 @@ def _prefix_removed(session: "_Session", saved: Optional["SavedState"], removed:
 def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: Optional["SavedState"]) -> None:
     known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
     manifest = Manifest(
-        session_id=known[0].session_id if known else session.session_id,
+        # The id this session was opened by (it names this directory, and no other id does):
+        # an old manifest's may name another session.
+        session_id=session.session_id,
         # From the log alone these start empty: the scan takes them from the records' times.
         created_at=known[0].created_at if known else "",
         updated_at=known[0].updated_at if known else "",
