@@ -322,3 +322,58 @@ def test_a_hostile_manifest_cannot_make_a_session_claim_another_sessions_id(tmp_
         assert log.manifest.session_id == "s"
     assert json.loads(manifest_path.read_bytes())["session_id"] == "s"
     assert sorted(s.session_id for s in memstore.list_sessions(tmp_path)) == ["s", "victim"]
+
+
+# --------------------------------------------------------------------------------------------
+# fork()
+
+
+def test_an_inherited_handle_refuses_in_a_forked_child_even_if_a_thread_held_its_lock(tmp_path):
+    """A forked child gets the parent's locks in the state they were in, and the threads that
+    held them do not exist there. A handle inherited while some thread of the parent held the
+    session's lock (the deriver does, whenever the agent is idle; the publisher holds the index
+    lock and the summary cache's) must refuse in the child, not hang it for ever."""
+    result = run_script("""
+        import os, signal, sys, threading
+        import memstore
+        from memstore.manifest import summary_cache
+
+        root = sys.argv[1]
+        log = memstore.open_session(root, "s")
+        log.append({"type": "turn.started"})
+        log.append({"type": "turn.completed", "usage": {}})
+        held, release = threading.Event(), threading.Event()
+
+        def busy_thread():
+            with log._s.lock, log._s.index_lock, summary_cache._lock:
+                held.set()
+                release.wait()
+
+        thread = threading.Thread(target=busy_thread)
+        thread.start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(5)  # a hang ends the child with SIGALRM
+            try:
+                log.append({"type": "turn.started"})
+            except memstore.MemstoreError as exc:
+                print("refused:", type(exc).__name__, flush=True)
+            try:
+                log.flush()
+            except memstore.MemstoreError as exc:
+                print("refused:", type(exc).__name__, flush=True)
+            print("manifest:", log.manifest.event_count, flush=True)
+            print("sessions:", [s.session_id for s in memstore.list_sessions(root)], flush=True)
+            log.close()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        release.set()
+        thread.join()
+        log.close()
+        print("child status", status, flush=True)
+    """, tmp_path, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "child status 0" in result.stdout, result.stdout
+    assert result.stdout.count("refused: SessionBusyError") == 2, result.stdout
+    assert "manifest: 2" in result.stdout and "sessions: ['s']" in result.stdout, result.stdout
