@@ -350,6 +350,9 @@ class _Session:
             f"session {self.session_id!r} was opened by the parent of this forked process; open it again here"
         )
         self.inherited = True
+        # The threads that may have held these locks at the fork do not exist here.
+        self.lock = threading.RLock()
+        self.index_lock = threading.Lock()
         self.log.close()
         self.liveness.forget()
         self.publisher.forget()

@@ -197,6 +197,8 @@ class Publisher:
             self._stopping = False
 
     def forget(self) -> None:
-        """In a forked child: the thread does not exist there."""
+        """In a forked child: the thread does not exist there (nor do the locks it held)."""
+        self._cond = threading.Condition()
         self._thread = None
         self._pending = None
+        self._busy = False

