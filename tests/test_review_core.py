@@ -377,3 +377,28 @@ def test_an_inherited_handle_refuses_in_a_forked_child_even_if_a_thread_held_its
     assert "child status 0" in result.stdout, result.stdout
     assert result.stdout.count("refused: ") == 2, result.stdout
     assert "manifest: 2" in result.stdout and "sessions: ['s']" in result.stdout, result.stdout
+
+
+def test_an_error_after_a_cap_rewrite_says_the_event_is_durable(tmp_path, monkeypatch):
+    """``durable`` must say whether the event reached the log. After a cap rewrite the log is
+    shorter than where the event was appended: an error raised after the rewrite (here the
+    index transaction fails) said ``durable=False`` of an event written, synced and kept, and a
+    caller that appended it again (on a reopened handle: this one failed closed) logged it twice."""
+    from memstore.index import SessionIndex
+
+    log = memstore.open_session(tmp_path, "s", max_events=4)
+    for _ in range(2):
+        log.append(TURN_STARTED)
+        log.append(TURN_COMPLETED)
+
+    def failing_evict(self, *args, **kwargs):
+        raise memstore.StoreIOError("update index", self.path, "database or disk is full")
+
+    monkeypatch.setattr(SessionIndex, "evict", failing_evict)
+    with pytest.raises(memstore.StoreIOError) as info:
+        log.append(TURN_STARTED)  # the fifth event: the cap rewrites the log
+    monkeypatch.undo()
+    assert info.value.seq == 5
+    assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5]
+    assert info.value.durable is True
+    log.close()
