@@ -225,6 +225,7 @@ class _Session:
                 # objects (an enum member is written as its value; a rescan sees a str).
                 event = _loads(line)["event"]
             size = len(line)
+            written_at = log.written + len(buffer) + size  # written once log.written gets here
             buffer += line
             manifest.next_seq = seq + 1
             if seq == 1:
@@ -262,7 +263,7 @@ class _Session:
                 # Say whether the event is in the log already: a caller that retries an event
                 # that is would write it twice.
                 exc.seq = seq
-                exc.durable = self.log.length >= start + size
+                exc.durable = self.log.written >= written_at
                 raise
         return seq
 

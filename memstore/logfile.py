@@ -45,6 +45,9 @@ class LogFile:
         self.buffer = bytearray()
         self.tail = b""
         self.unsynced = False
+        # Bytes written through this object, ever: unlike ``length`` it never moves back (a cap
+        # rewrite shortens the file), so it tells whether a given append has been written.
+        self.written = 0
 
     # -- descriptors -----------------------------------------------------------------------
 
@@ -250,6 +253,7 @@ class LogFile:
                                    self.path, exc)
                 raise
             self.length += len(buffer)
+            self.written += len(buffer)
             self.tail = (self.tail + buffer[-TAIL_BYTES:])[-TAIL_BYTES:]
             del buffer[:]
             self.unsynced = True
