@@ -402,3 +402,32 @@ def test_an_error_after_a_cap_rewrite_says_the_event_is_durable(tmp_path, monkey
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5]
     assert info.value.durable is True
     log.close()
+
+
+# --------------------------------------------------------------------------------------------
+# close()
+
+
+def test_a_close_interrupted_while_it_waits_for_the_deriver_still_releases_the_session(tmp_path, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt) can land while close() joins the session's deriver thread.
+    The close must still close the files and release the liveness lock: it had already taken
+    the session out of the registry, so the next open in this process found its own lock
+    held and raised SessionBusyError for as long as the process lived."""
+    import memstore.deriver
+
+    log = memstore.open_session(tmp_path, "s")
+    log.append(TURN_STARTED)
+    log.append(TURN_COMPLETED)  # starts the deriver
+    real_stop = memstore.deriver.Deriver.stop
+
+    def interrupted_stop(self):
+        real_stop(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(memstore.deriver.Deriver, "stop", interrupted_stop)
+    with pytest.raises(KeyboardInterrupt):
+        log.close()
+    monkeypatch.undo()
+    assert not memstore.is_live(session_dir(tmp_path))
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.turn_count == 1
