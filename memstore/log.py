@@ -387,16 +387,24 @@ class _Session:
             if registry.drop_handle(self):
                 # Out of the registry and marked closing: an open of this session waits until
                 # the files and the liveness lock are released, without holding up other sessions.
+                # Each step runs whatever interrupts the one before (Ctrl-C while a join
+                # waits): the session is out of the registry, so nothing else would release
+                # its files and lock.
                 try:
                     self.ready = False
-                    if self.deriver is not None:
-                        self.deriver.stop()
                     try:
-                        self.publisher.stop()
-                    except BaseException as exc:
-                        error = error or exc
-                    self._close_files()
-                    self.liveness.release()
+                        if self.deriver is not None:
+                            self.deriver.stop()
+                    finally:
+                        try:
+                            self.publisher.stop()
+                        except BaseException as exc:
+                            error = error or exc
+                        finally:
+                            try:
+                                self._close_files()
+                            finally:
+                                self.liveness.release()
                 finally:
                     registry.closed(self)
             if error is not None:
