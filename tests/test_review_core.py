@@ -431,3 +431,36 @@ def test_a_close_interrupted_while_it_waits_for_the_deriver_still_releases_the_s
     assert not memstore.is_live(session_dir(tmp_path))
     with memstore.open_session(tmp_path, "s") as log:
         assert log.turn_count == 1
+
+
+def test_catching_up_after_a_cap_rewrite_does_not_take_a_stale_manifests_status(tmp_path, monkeypatch):
+    """The catch-up of a resumed rescan takes manifest.json's status for the records it
+    covered; a manifest.json from before a cap rewrite counts offsets of the old log and its
+    status is older than the index's. (The cap's manifest follows from the publisher's thread:
+    a writer killed meanwhile leaves such a manifest.json behind.)"""
+    import memstore.publisher
+    from memstore.index import SessionIndex
+
+    log = memstore.open_session(tmp_path, "s", max_events=6)
+    log.append(TURN_STARTED)
+    log.append({"type": "item.completed", "item": {"type": "agent_message", "text": "x" * 2000}})
+    log.append(TURN_COMPLETED)
+    log.append(TURN_STARTED)
+    log.append(TURN_COMPLETED)
+    log.append({"type": "thread.completed", "thread_id": "t", "session_id": "s", "subtype": "success",
+                "outcome_code": "ok", "usage": {}, "num_turns": 2})
+    log.flush()
+    assert json.loads((session_dir(tmp_path) / "manifest.json").read_bytes())["status"] == "completed"
+
+    def full_disk(*args, **kwargs):
+        raise memstore.StoreIOError("write", "manifest.json", "no space left on device")
+
+    monkeypatch.setattr(memstore.publisher, "atomic_write", full_disk)
+    log.append(TURN_STARTED)  # the session is active again, and the cap evicts turn 1
+    monkeypatch.setattr(SessionIndex, "commit_rows", full_disk)
+    log.append(TURN_COMPLETED)
+    with pytest.raises(memstore.StoreIOError):
+        log.close()  # (as a writer killed here: the index is behind the log)
+    monkeypatch.undo()
+    with memstore.open_session(tmp_path, "s") as log:
+        assert (log.turn_count, log.manifest.status) == (3, "active")
