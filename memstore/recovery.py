@@ -88,10 +88,15 @@ def _catch_up(session: "_Session", start: int, on_disk: Optional[Manifest]) -> N
     # seqs handed out but never acknowledged: never reuse them.
     seq_floor = torn_seq_floor(*session.log.torn_files())
     status_floor = 0
+    manifest = session.state.manifest
     if on_disk is not None and on_disk.persisted_file_len > start:
-        seq_floor = max(seq_floor, on_disk.next_seq)
-        session.state.manifest.status = on_disk.status
-        status_floor = on_disk.persisted_file_len
+        seq_floor = max(seq_floor, on_disk.next_seq)  # a seq is a seq, whatever the offsets
+        # Its offsets count this log only if no cap rewrite came between (a rewrite always
+        # moves the first turn's number): one from before the rewrite, whose manifest the
+        # publisher had not written yet, knows an older status than the index.
+        if on_disk.retained_turn_base == manifest.retained_turn_base:
+            manifest.status = on_disk.status
+            status_floor = on_disk.persisted_file_len
     scan(session, start, reset=False, status_floor=status_floor, seq_floor=seq_floor)
 
 
