@@ -464,3 +464,40 @@ def test_catching_up_after_a_cap_rewrite_does_not_take_a_stale_manifests_status(
     monkeypatch.undo()
     with memstore.open_session(tmp_path, "s") as log:
         assert (log.turn_count, log.manifest.status) == (3, "active")
+
+
+def test_a_cap_rewrite_waits_until_manifest_json_describes_the_log_it_rewrites(tmp_path):
+    """A rescan guided by the rewrite marker keeps manifest.json's status for the records it
+    covered: that manifest must describe the log as the rewrite found it. This review's first
+    change to the cap waited only for the index transactions, so with manifest.json failing
+    the rewrite went ahead, and a writer killed during it came back with a status the session
+    had left. (The cap now waits, without failing the append, until the views are current.)"""
+    result = run_script("""
+        import os, sys
+        import memstore, memstore.publisher
+        from memstore.index import SessionIndex
+
+        log = memstore.open_session(sys.argv[1], "s", max_events=6)
+        log.append({"type": "turn.started"})
+        log.append({"type": "item.completed", "item": {"type": "agent_message", "text": "x" * 2000}})
+        log.append({"type": "turn.completed", "usage": {}})
+        log.append({"type": "turn.started"})
+        log.append({"type": "turn.completed", "usage": {}})
+        log.append({"type": "thread.completed", "thread_id": "t", "session_id": "s", "subtype": "success",
+                    "outcome_code": "ok", "usage": {}, "num_turns": 2})
+        log.flush()
+
+        def full_disk(path, *args, **kwargs):
+            raise memstore.StoreIOError("write", path, "no space left on device")
+
+        def killed(*args, **kwargs):
+            os._exit(0)  # SIGKILL between the log's replacement and the index's eviction
+
+        memstore.publisher.atomic_write = full_disk
+        SessionIndex.evict = killed
+        log.append({"type": "turn.started"})  # active again, and over the cap
+        os._exit(0)
+    """, tmp_path, timeout=30)
+    assert result.returncode == 0, result.stderr
+    with memstore.open_session(tmp_path, "s") as log:
+        assert (log.turn_count, log.manifest.status, log.manifest.in_turn) == (2, "active", True)
