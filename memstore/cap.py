@@ -177,7 +177,7 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     manifest = state.manifest
     if manifest.event_count < session.cap_retry_at:
         return  # the eviction hook failed at the last crossing: wait for the next one
-    if not _index_caught_up(session):  # the turns handed to the publisher are in the index now
+    if not _views_caught_up(session):  # the turns handed to the publisher are in the index now
         return
     open_turn = state.open_turn.number if state.open_turn is not None else None
     plan = plan_cap_eviction(_turn_spans(session), manifest.event_count, max_events, open_turn)
@@ -186,7 +186,7 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     session.write_out(sync=True)
     if session.pending or state.dirty or session.unpublished:
         session.publish()
-    if not _index_caught_up(session):
+    if not _views_caught_up(session):
         return
     log = session.log
     cut = plan.truncate_offset
@@ -246,14 +246,20 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     clear_marker(session.dir)
 
 
-def _index_caught_up(session: "_Session") -> bool:
-    """Wait for the publisher's index transactions; whether the index now holds everything
-    written. A failed index transaction is not the append's failure (the event is in the log
-    or the buffer; the next flush reports it): the cap then waits until the index works."""
-    if session.publisher.index_caught_up():
-        return True
-    logger.debug("the cap of %s waits for its index, which failed (retried at the next turn)", session.log.path)
-    return False
+def _views_caught_up(session: "_Session") -> bool:
+    """Wait for the publisher; whether the index and manifest.json now describe everything
+    written (a rescan after a rewrite killed midway keeps what manifest.json says against the
+    records it covered, so it must be as new as the rewrite). A failure there is not the
+    append's (the event is in the log or the buffer; the next flush reports it): the cap waits
+    until the views work again."""
+    if session.publisher.failing:
+        return False  # tried again at the next turn boundary, in the publisher's thread
+    try:
+        session.publisher.drain()
+    except Exception as exc:  # noqa: BLE001 - kept by the publisher, raised by the next flush
+        logger.warning("the cap of %s waits for its views, which failed: %s", session.log.path, exc)
+        return False
+    return True
 
 
 def _events(records: Iterator[ev.Record]) -> Iterator[dict]:

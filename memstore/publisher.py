@@ -149,16 +149,11 @@ class Publisher:
             summary_cache.invalidate(self.manifest_path)
             self.published = batch.manifest_json
 
-    def index_caught_up(self) -> bool:
-        """Wait until the index holds every batch submitted (their manifests may still be on
-        their way); return whether it does: ``False`` when a failed index transaction waits to
-        be tried again (at the next submit or drain, not here)."""
+    @property
+    def failing(self) -> bool:
+        """Whether a failed batch waits to be tried again (at the next submit or drain)."""
         with self._cond:
-            while not self._held and (self._busy or (self._pending is not None and self._pending.manifest_row is not None)):
-                if self._thread is None or not self._thread.is_alive():
-                    break
-                self._cond.wait()
-            return self._pending is None or self._pending.manifest_row is None
+            return self._held
 
     def drain(self) -> None:
         """Wait until every submitted batch is committed and published (trying a failed one

@@ -282,10 +282,12 @@ def test_a_manifest_failure_after_a_cap_rewrite_does_not_fail_the_append(tmp_pat
     log.flush()
     real_write = memstore.publisher.atomic_write
 
-    def full_disk(path, *args, **kwargs):
-        raise memstore.StoreIOError("write", path, "no space left on device")
+    def full_disk_after_the_rewrite(path, data, *args, **kwargs):
+        if json.loads(data)["retained_turn_base"] > 1:
+            raise memstore.StoreIOError("write", path, "no space left on device")
+        return real_write(path, data, *args, **kwargs)
 
-    monkeypatch.setattr(memstore.publisher, "atomic_write", full_disk)
+    monkeypatch.setattr(memstore.publisher, "atomic_write", full_disk_after_the_rewrite)
     log.append(TURN_STARTED)  # the fifth event: the cap evicts the first turn
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5]
     assert not (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
