@@ -240,10 +240,12 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
         session.failed = exc
         raise
     session.cap_failures = 0
-    # The index describes the rewritten log: the marker has served. The manifest follows from
-    # the publisher's thread; should it fail, the next flush reports it (a view, not the append).
+    # The marker goes last, once manifest.json describes the rewritten log. Should the manifest
+    # fail, the next flush reports it (a view, not the append), and the marker stays: the next
+    # open rescans if the log is still the rewritten one, and drops it otherwise.
     session.publish_manifest()
-    clear_marker(session.dir)
+    if _views_caught_up(session):
+        clear_marker(session.dir)
 
 
 def _views_caught_up(session: "_Session") -> bool:
