@@ -505,3 +505,23 @@ def test_a_cap_rewrite_waits_until_manifest_json_describes_the_log_it_rewrites(t
     assert result.returncode == 0, result.stderr
     with memstore.open_session(tmp_path, "s") as log:
         assert (log.turn_count, log.manifest.status, log.manifest.in_turn) == (2, "active", True)
+
+
+def test_a_manifest_next_seq_at_the_limit_cannot_hand_out_a_seq_the_log_cannot_keep(tmp_path):
+    """Seqs above MAX_SEQ are not trusted when read back (a rescan renumbers them). A manifest
+    whose next_seq is MAX_SEQ + 1 was trusted as a floor, so the next append was acknowledged
+    with a seq that the next open gave another number."""
+    import shutil
+
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED)
+        log.append(TURN_COMPLETED)
+    manifest_path = session_dir(tmp_path) / "manifest.json"
+    manifest = json.loads(manifest_path.read_bytes())
+    manifest["next_seq"] = memstore.events.MAX_SEQ + 1
+    manifest_path.write_text(json.dumps(manifest))
+    shutil.rmtree(session_dir(tmp_path) / "index")
+    with memstore.open_session(tmp_path, "s") as log:
+        seq = log.append(TURN_STARTED)
+    with memstore.open_session(tmp_path, "s") as log:
+        assert [r.seq for r in log.iter_records()] == [1, 2, seq]
