@@ -59,6 +59,7 @@ DURABILITY_POLICIES = ("turn", "event", "none")
 
 _check_event = ev.check_event
 _LIFECYCLE_KINDS = ev.LIFECYCLE_KINDS
+_MAX_SEQ = ev.MAX_SEQ
 _loads = orjson.loads
 _utc_now = ev.utc_now
 _encode_record = ev.encode_record
@@ -211,6 +212,9 @@ class _Session:
             state = self.state
             manifest = state.manifest
             seq = manifest.next_seq
+            if seq > _MAX_SEQ:  # only a log edited to claim the last seqs gets here
+                raise MemstoreError(f"{self.events_path}: no sequence number is left (its records claim the last "
+                                    f"ones, up to {_MAX_SEQ}); nothing was written")
             if ts is None:
                 ts = _utc_now()
             log = self.log

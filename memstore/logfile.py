@@ -310,7 +310,7 @@ def torn_seq_floor(*paths: Path) -> int:
             # Only the envelope's seq: its keys come before the event (memstore writes them so),
             # and the event may hold "seq" keys of its own.
             match = _SEQ.search(line.split(b'"event":', 1)[0])
-            if match is not None and int(match.group(1)) <= ev.MAX_SEQ:
+            if match is not None and int(match.group(1)) < ev.SEQ_FLOOR_MAX:
                 floor = max(floor, int(match.group(1)) + 1)
     return floor
 

@@ -90,7 +90,7 @@ def _catch_up(session: "_Session", start: int, on_disk: Optional[Manifest]) -> N
     status_floor = 0
     manifest = session.state.manifest
     if on_disk is not None and on_disk.persisted_file_len > start:
-        seq_floor = max(seq_floor, on_disk.next_seq)  # a seq is a seq, whatever the offsets
+        seq_floor = max(seq_floor, _believed_floor(on_disk.next_seq))  # whatever the offsets
         # Its offsets count this log only if no cap rewrite came between (a rewrite always
         # moves the first turn's number): one from before the rewrite, whose manifest the
         # publisher had not written yet, knows an older status than the index.
@@ -98,6 +98,11 @@ def _catch_up(session: "_Session", start: int, on_disk: Optional[Manifest]) -> N
             manifest.status = on_disk.status
             status_floor = on_disk.persisted_file_len
     scan(session, start, reset=False, status_floor=status_floor, seq_floor=seq_floor)
+
+
+def _believed_floor(next_seq: int) -> int:
+    """A next_seq that metadata claims, as a floor: ignored if it leaves no room to count on."""
+    return next_seq if next_seq <= ev.SEQ_FLOOR_MAX else 0
 
 
 def covers_prefix(session: "_Session", saved: "SavedState") -> bool:
@@ -201,7 +206,7 @@ def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: 
     status_floor = known[0].persisted_file_len if known else 0
     # Seqs handed out for bytes a torn-tail repair cut (kept beside the log), and any the old
     # metadata counted past the log (a log the cap emptied keeps none), are never reused.
-    seq_floor = max([torn_seq_floor(*session.log.torn_files())] + [m.next_seq for m in known])
+    seq_floor = max([torn_seq_floor(*session.log.torn_files())] + [_believed_floor(m.next_seq) for m in known])
     scan(session, 0, reset=True, status_floor=status_floor, seq_floor=seq_floor)
 
 

@@ -525,3 +525,16 @@ def test_a_manifest_next_seq_at_the_limit_cannot_hand_out_a_seq_the_log_cannot_k
         seq = log.append(TURN_STARTED)
     with memstore.open_session(tmp_path, "s") as log:
         assert [r.seq for r in log.iter_records()] == [1, 2, seq]
+
+
+def test_a_log_claiming_the_last_seq_refuses_appends_rather_than_hand_out_an_unreadable_one(tmp_path):
+    directory = tmp_path / "sessions" / "s"
+    directory.mkdir(parents=True)
+    last = memstore.events.MAX_SEQ
+    (directory / "events.jsonl").write_bytes(
+        b'{"schema_version":"0.18.0","seq":%d,"event":{"type":"turn.started"}}\n' % last)
+    with memstore.open_session(tmp_path, "s") as log:
+        with pytest.raises(memstore.MemstoreError, match="no sequence number is left"):
+            log.append(TURN_COMPLETED)
+        assert [r.seq for r in log.iter_records()] == [last]
+    assert len(log_records(tmp_path)) == 1
