@@ -538,3 +538,32 @@ def test_a_log_claiming_the_last_seq_refuses_appends_rather_than_hand_out_an_unr
             log.append(TURN_COMPLETED)
         assert [r.seq for r in log.iter_records()] == [last]
     assert len(log_records(tmp_path)) == 1
+
+
+def test_an_eviction_hook_that_appends_to_its_session_cannot_recurse_or_corrupt_it(tmp_path):
+    """The eviction hook runs inside the cap rewrite, under the session's lock. One that logs
+    into the session (a natural thing to write) re-entered the cap from its own append, again
+    and again: hundreds of copies of its event landed in the log until the recursion limit, and
+    the failures' back-off disabled the cap for a million events. An append there is refused
+    (the rewrite is between two states of the log); the agent's events are all kept, once."""
+    holder = {}
+
+    def hook(session_dir, session_id, events):
+        holder["log"].append({"type": "note", "text": f"evicted {sum(1 for _ in events)} events"})
+
+    log = memstore.open_session(tmp_path, "s", max_events=6, on_evict=hook)
+    holder["log"] = log
+    appended = 0
+    for _ in range(5):
+        for event in (TURN_STARTED, TURN_COMPLETED):
+            try:
+                log.append(event)
+            except memstore.CapEvictionError as exc:
+                assert exc.durable
+            appended += 1
+    log.close()
+    records = log_records(tmp_path)
+    assert len(records) == appended == log.event_count, "the hook's appends were logged"
+    assert [r["event"]["type"] for r in records].count("note") == 0
+    live = support.read_index(session_dir(tmp_path))
+    assert rebuilt_index(tmp_path) == live
