@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 import orjson
 
 from . import events as ev
-from .errors import CapEvictionError, StoreIOError
+from .errors import CapEvictionError, MemstoreError, StoreIOError
 from .fsio import atomic_write, ensure_private_dir, fsync_dir, open_private_append, write_all
 from .manifest import CapRewriteMarker, clear_marker, new_generation, write_marker
 
@@ -35,6 +35,10 @@ EVICTION_SUMMARY_FILES = 10
 EVICTION_LOG = "eviction-summaries.jsonl"
 
 EvictionHook = Callable[[Path, str, Iterable[dict]], object]
+
+
+class HookRunning(MemstoreError):
+    """The session was used from inside its own eviction hook."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,10 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     base = plan.first_kept_turn if plan.first_kept_turn is not None else manifest.turn_count + 1
     head, skip, grown = _retained_head(session, cut, base)
     hook = on_evict if on_evict is not None else write_eviction_summary
+    # The hook runs under the session's lock, between two states of the log: what it would do
+    # to the session from here (an append re-entering the cap) is refused until it returns.
+    running = HookRunning(f"{log.path} is inside its cap rewrite: the eviction hook cannot use the session")
+    session.failed = running
     try:
         hook(session.dir, manifest.session_id, _events(log.records(0, cut)))
     except Exception as exc:
@@ -209,6 +217,9 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
         raise CapEvictionError(
             f"eviction summary hook failed for {log.path}; the log was left intact: {exc}"
         ) from exc
+    finally:
+        if session.failed is running:
+            session.failed = None
     delta = len(head) - skip
     new_len = log.length - cut + delta
     write_marker(session.dir, CapRewriteMarker(log.length, new_len, base))

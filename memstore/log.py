@@ -30,6 +30,7 @@ from . import events as ev
 from . import registry
 from .cap import (
     CapPlan,
+    HookRunning,
     EvictionHook,
     cap_low_water,
     enforce_cap,
@@ -195,6 +196,8 @@ class _Session:
 
     def check_usable(self) -> None:
         if self.failed is not None:
+            if isinstance(self.failed, HookRunning):
+                raise HookRunning(str(self.failed))
             raise LogFailedError(
                 f"an earlier operation on {self.events_path} failed ({self.failed}); close every handle "
                 "of this session and open it again (the log on disk is valid)"
