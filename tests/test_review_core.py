@@ -567,3 +567,20 @@ def test_an_eviction_hook_that_appends_to_its_session_cannot_recurse_or_corrupt_
     assert [r["event"]["type"] for r in records].count("note") == 0
     live = support.read_index(session_dir(tmp_path))
     assert rebuilt_index(tmp_path) == live
+
+
+def test_a_status_retention_published_is_committed_to_the_index_by_the_next_open(tmp_path):
+    """An open adopts the status (and times) that retention wrote into manifest.json; the
+    index row must say the same afterwards, or manifest.json and the index disagree after the
+    close (readers then depend on manifest.json's counters matching to see the status)."""
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED)
+        log.append(TURN_COMPLETED)
+    manifest_path = session_dir(tmp_path) / "manifest.json"
+    manifest = json.loads(manifest_path.read_bytes())
+    manifest["status"] = "completed"  # what retention's abandoned sweep writes
+    manifest_path.write_text(json.dumps(manifest))
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.manifest.status == "completed"
+    on_disk = json.loads(manifest_path.read_bytes())
+    assert {k: on_disk[k] for k in support.MANIFEST_COUNTERS} == support.read_index(session_dir(tmp_path))["manifest"]
