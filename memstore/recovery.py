@@ -48,15 +48,17 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         and covers_prefix(session, saved)
         and session.index.is_consistent(saved.manifest)
     )
+    adopted = False
     if fast and on_disk is not None and on_disk.persisted_file_len == saved.manifest.persisted_file_len:
         mine, theirs = saved.manifest, on_disk
         if (mine.turn_count, mine.event_count, mine.in_turn, mine.retained_turn_base) != (
             theirs.turn_count, theirs.event_count, theirs.in_turn, theirs.retained_turn_base
         ):
             fast = False
-        else:
+        elif (mine.status, mine.created_at, mine.updated_at) != (theirs.status, theirs.created_at, theirs.updated_at):
             # Retention may have marked the session completed; keep what it published.
             mine.status, mine.created_at, mine.updated_at = theirs.status, theirs.created_at, theirs.updated_at
+            adopted = True
     if fast:
         session.state = LogState(saved.manifest, saved.open_turn)
         log.tail = saved.tail
@@ -64,6 +66,8 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         kept = log.repair_tail(start)
         if log.length > start or kept is not None:
             _catch_up(session, start, on_disk)
+        elif adopted:  # the index says what manifest.json says (a scan would have committed it)
+            session.index.commit((), (), saved.manifest, log.tail)
     else:
         base = scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
         # The rescan writes a new index file: deleting the old rows would only cost time and
