@@ -584,3 +584,27 @@ def test_a_status_retention_published_is_committed_to_the_index_by_the_next_open
         assert log.manifest.status == "completed"
     on_disk = json.loads(manifest_path.read_bytes())
     assert {k: on_disk[k] for k in support.MANIFEST_COUNTERS} == support.read_index(session_dir(tmp_path))["manifest"]
+
+
+@pytest.mark.parametrize("metadata", ["turns.json", "marker"])
+def test_an_absurd_turn_number_in_legacy_metadata_does_not_brick_the_session(tmp_path, metadata):
+    """VT Code's index/turns.json and the cap's rewrite marker can give a rescan the number of
+    the first turn. Believed however large, 2**63 - 1 made the next turn's number overflow
+    SQLite's integers: the index failed, and every later open with it."""
+    directory = tmp_path / "sessions" / "s"
+    (directory / "index").mkdir(parents=True)
+    lines = (b'{"schema_version":"0.11.0","event":{"type":"turn.started"}}\n'
+             b'{"schema_version":"0.11.0","event":{"type":"turn.completed","usage":{}}}\n')
+    (directory / "events.jsonl").write_bytes(lines)
+    huge = 2**63 - 1
+    if metadata == "turns.json":
+        entry = {"turn_number": huge, "start_offset": 0, "end_offset": len(lines), "event_count": 2, "ts": 0}
+        (directory / "index" / "turns.json").write_text(json.dumps({"entries": [entry]}))
+    else:
+        marker = {"previous_file_len": len(lines) + 100, "new_file_len": len(lines), "retained_turn_base": huge}
+        (directory / "index" / "pending-cap-rewrite.json").write_text(json.dumps(marker))
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED)
+        log.append(TURN_COMPLETED)
+    with memstore.open_session(tmp_path, "s") as log:
+        assert [t.number for t in log.turns()] == [1, 2]
