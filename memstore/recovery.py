@@ -125,7 +125,18 @@ def scan_turn_base(
     session: "_Session", marker: Optional[CapRewriteMarker], on_disk: Optional[Manifest], saved: Optional["SavedState"]
 ) -> int:
     """The ordinal of the first turn the log holds, for a rescan (reference 5.3 step 6, with
-    memstore's log head first: a log memstore rewrote says its base itself)."""
+    memstore's log head first: a log memstore rewrote says its base itself). One that leaves no
+    room to count turns on (they are SQLite integers) is not believed: the log starts at 1."""
+    base = _scan_turn_base(session, marker, on_disk, saved)
+    if base > ev.SEQ_FLOOR_MAX:
+        logger.warning("%s: ignoring an implausible first turn number %d", session.log.path, base)
+        return 1
+    return base
+
+
+def _scan_turn_base(
+    session: "_Session", marker: Optional[CapRewriteMarker], on_disk: Optional[Manifest], saved: Optional["SavedState"]
+) -> int:
     log = session.log
     if marker is not None:
         return max(1, marker.retained_turn_base)
