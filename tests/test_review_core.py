@@ -608,3 +608,28 @@ def test_an_absurd_turn_number_in_legacy_metadata_does_not_brick_the_session(tmp
         log.append(TURN_COMPLETED)
     with memstore.open_session(tmp_path, "s") as log:
         assert [t.number for t in log.turns()] == [1, 2]
+
+
+# --------------------------------------------------------------------------------------------
+# The deriver
+
+
+def test_the_deriver_comes_back_when_it_found_the_session_busy(tmp_path, monkeypatch):
+    """The deriver gives way when the session's lock is taken (the agent is at work), but it
+    must come back once the agent is idle again: it gave up until the next append, so after the
+    agent's last turn (and one read of the session at the wrong moment) the search chunks
+    waited for ever."""
+    import time
+
+    import memstore.deriver
+
+    monkeypatch.setattr(memstore.deriver, "IDLE_SECONDS", 0.05)
+    log = memstore.open_session(tmp_path, "s")
+    with log._s.lock:  # the agent reads the session as its turn ends (a read takes the lock)
+        log.append(TURN_STARTED)
+        log.append({"type": "item.completed", "item": {"type": "agent_message", "text": "hello"}})
+        log.append(TURN_COMPLETED)
+        time.sleep(0.3)  # meanwhile the deriver, woken by the turn, finds the lock taken
+    # The agent is idle from here on.
+    support.wait_until_derived(session_dir(tmp_path), 3, timeout=5)
+    log.close()
