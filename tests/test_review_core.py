@@ -633,3 +633,29 @@ def test_the_deriver_comes_back_when_it_found_the_session_busy(tmp_path, monkeyp
     # The agent is idle from here on.
     support.wait_until_derived(session_dir(tmp_path), 3, timeout=5)
     log.close()
+
+
+def test_after_a_failing_eviction_hook_recovers_the_cap_is_the_cap_again(tmp_path):
+    """A failing hook puts the next try off by a growing gap, counted in events. Once the hook
+    works again and a rewrite succeeds, the next crossing of the cap must evict: the put-off
+    count was kept, so the session was held to a cap that much higher for good."""
+    failures = [RuntimeError("summary store unavailable")] * 3
+
+    def flaky_hook(session_dir, session_id, events):
+        for _ in events:
+            pass
+        if failures:
+            raise failures.pop()
+
+    log = memstore.open_session(tmp_path, "s", max_events=20, on_evict=flaky_hook)
+    peaks = []
+    for i in range(400):
+        try:
+            log.append(TURN_STARTED if i % 2 == 0 else TURN_COMPLETED)
+        except memstore.CapEvictionError:
+            pass
+        peaks.append(log.event_count)
+    log.close()
+    assert not failures
+    recovered = max(i for i, count in enumerate(peaks) if count > 21)  # the last time over the cap
+    assert recovered < 100, f"the session went on past its cap until event {recovered}: {peaks[recovered - 5:recovered + 1]}"
