@@ -251,6 +251,7 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
         session.failed = exc
         raise
     session.cap_failures = 0
+    session.cap_retry_at = 0  # the back-off is over: the next crossing of the cap evicts
     # The marker goes last, once manifest.json describes the rewritten log. Should the manifest
     # fail, the next flush reports it (a view, not the append), and the marker stays: the next
     # open rescans if the log is still the rewritten one, and drops it otherwise.
