@@ -30,8 +30,8 @@ from . import events as ev
 from . import registry
 from .cap import (
     CapPlan,
-    HookRunning,
     EvictionHook,
+    HookRunning,
     cap_low_water,
     enforce_cap,
     plan_cap_eviction,
