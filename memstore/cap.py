@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 import orjson
 
 from . import events as ev
-from .errors import CapEvictionError, StoreIOError
+from .errors import CapEvictionError, MemstoreError, StoreIOError
 from .fsio import atomic_write, ensure_private_dir, fsync_dir, open_private_append, write_all
 from .manifest import CapRewriteMarker, clear_marker, new_generation, write_marker
 
@@ -35,6 +35,10 @@ EVICTION_SUMMARY_FILES = 10
 EVICTION_LOG = "eviction-summaries.jsonl"
 
 EvictionHook = Callable[[Path, str, Iterable[dict]], object]
+
+
+class HookRunning(MemstoreError):
+    """The session was used from inside its own eviction hook."""
 
 
 @dataclass(frozen=True)
@@ -177,12 +181,17 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     manifest = state.manifest
     if manifest.event_count < session.cap_retry_at:
         return  # the eviction hook failed at the last crossing: wait for the next one
-    session.publisher.drain()  # the turns handed to the publisher are in the index now
+    if not _views_caught_up(session):  # the turns handed to the publisher are in the index now
+        return
     open_turn = state.open_turn.number if state.open_turn is not None else None
     plan = plan_cap_eviction(_turn_spans(session), manifest.event_count, max_events, open_turn)
     if plan is None:
         return
-    session.flush()
+    session.write_out(sync=True)
+    if session.pending or state.dirty or session.unpublished:
+        session.publish()
+    if not _views_caught_up(session):
+        return
     log = session.log
     cut = plan.truncate_offset
     if cut > log.length:
@@ -191,6 +200,10 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
     base = plan.first_kept_turn if plan.first_kept_turn is not None else manifest.turn_count + 1
     head, skip, grown = _retained_head(session, cut, base)
     hook = on_evict if on_evict is not None else write_eviction_summary
+    # The hook runs under the session's lock, between two states of the log: what it would do
+    # to the session from here (an append re-entering the cap) is refused until it returns.
+    running = HookRunning(f"{log.path} is inside its cap rewrite: the eviction hook cannot use the session")
+    session.failed = running
     try:
         hook(session.dir, manifest.session_id, _events(log.records(0, cut)))
     except Exception as exc:
@@ -204,6 +217,9 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
         raise CapEvictionError(
             f"eviction summary hook failed for {log.path}; the log was left intact: {exc}"
         ) from exc
+    finally:
+        if session.failed is running:
+            session.failed = None
     delta = len(head) - skip
     new_len = log.length - cut + delta
     write_marker(session.dir, CapRewriteMarker(log.length, new_len, base))
@@ -235,8 +251,29 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
         session.failed = exc
         raise
     session.cap_failures = 0
-    session.publish_manifest(wait=True)
-    clear_marker(session.dir)
+    session.cap_retry_at = 0  # the back-off is over: the next crossing of the cap evicts
+    # The marker goes last, once manifest.json describes the rewritten log. Should the manifest
+    # fail, the next flush reports it (a view, not the append), and the marker stays: the next
+    # open rescans if the log is still the rewritten one, and drops it otherwise.
+    session.publish_manifest()
+    if _views_caught_up(session):
+        clear_marker(session.dir)
+
+
+def _views_caught_up(session: "_Session") -> bool:
+    """Wait for the publisher; whether the index and manifest.json now describe everything
+    written (a rescan after a rewrite killed midway keeps what manifest.json says against the
+    records it covered, so it must be as new as the rewrite). A failure there is not the
+    append's (the event is in the log or the buffer; the next flush reports it): the cap waits
+    until the views work again."""
+    if session.publisher.failing:
+        return False  # tried again at the next turn boundary, in the publisher's thread
+    try:
+        session.publisher.drain()
+    except Exception as exc:  # noqa: BLE001 - kept by the publisher, raised by the next flush
+        logger.warning("the cap of %s waits for its views, which failed: %s", session.log.path, exc)
+        return False
+    return True
 
 
 def _events(records: Iterator[ev.Record]) -> Iterator[dict]:

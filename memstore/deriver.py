@@ -16,6 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Optional
 
+from . import registry
 from .index import BatchRecord, derived_tables
 
 if TYPE_CHECKING:
@@ -28,12 +29,18 @@ BATCH_EVENTS = 500
 BATCH_BYTES = 256 * 1024
 
 
+# What derive_batch returns when it did nothing but is not caught up: the session's lock was
+# taken (the agent is at work), or the log was rewritten meanwhile (the next call starts from
+# the new state).
+INTERRUPTED = -1
+
+
 def derive_batch(session: "_Session", *, stop: Optional[threading.Event] = None,
                  max_events: int = BATCH_EVENTS, max_bytes: int = BATCH_BYTES) -> int:
-    """Derive the next batch of records; return how many (0 when caught up, or when the log was
-    rewritten meanwhile: the next call starts from the new state)."""
+    """Derive the next batch of records; return how many (0 when caught up, ``INTERRUPTED``
+    when it had to give way)."""
     if not _acquire(session, stop):
-        return 0
+        return INTERRUPTED
     try:
         if session.failed is not None or session.index is None:
             return 0
@@ -60,13 +67,15 @@ def derive_batch(session: "_Session", *, stop: Optional[threading.Event] = None,
         record.event  # decode here, outside the session's lock
         records.append(record)
     if not _acquire(session, stop):
-        return 0
+        return INTERRUPTED
     try:
-        if session.failed is not None or session.index is None or session.state.manifest.generation != generation:
-            return 0  # rewritten or rebuilt meanwhile
+        if session.failed is not None or session.index is None:
+            return 0
+        if session.state.manifest.generation != generation:
+            return INTERRUPTED  # rewritten or rebuilt meanwhile
         with session.index_lock:
             if session.index.derived_watermark() != watermark:
-                return 0
+                return INTERRUPTED
             session.index.commit_derived(records, taken[-1][0])
     finally:
         session.lock.release()
@@ -78,6 +87,8 @@ def derive_all(session: "_Session") -> int:
     total = 0
     while True:
         done = derive_batch(session, max_events=5_000, max_bytes=4 << 20)
+        if done == INTERRUPTED:
+            continue  # a writer rewrote the log meanwhile: from the new state
         if not done:
             return total
         total += done
@@ -136,6 +147,7 @@ class Deriver:
         self._stop.set()
 
     def _run(self) -> None:
+        registry.mark_background_thread()
         session = self.session
         while not self._stop.is_set():
             self._wake.wait()
@@ -146,7 +158,13 @@ class Deriver:
                     self._stop.wait(IDLE_SECONDS - quiet)
                     continue
                 try:
-                    if not derive_batch(session, stop=self._stop):
+                    done = derive_batch(session, stop=self._stop)
+                    if done == INTERRUPTED:
+                        # The agent is at work (or rewrote the log): look again once it is idle,
+                        # not only at its next append, which may be long in coming.
+                        self._stop.wait(IDLE_SECONDS)
+                        continue
+                    if not done:
                         break
                 except Exception as exc:  # noqa: BLE001 - reported, then the deriver rests
                     # The events are safe in the log and the index; only search lags. Readers

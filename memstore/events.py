@@ -40,6 +40,9 @@ _I64_MAX = 2**63 - 1  # SQLite integers are signed 64-bit; counters saturate her
 # JSON number everywhere (JavaScript, Datasette's pages) and leaves room to count on. A larger
 # one is treated as absent, so a tampered line or manifest cannot exhaust the numbering.
 MAX_SEQ = 2**53 - 1
+# A seq floor that only metadata or cut bytes claim (a manifest's next_seq, a torn tail's seqs)
+# is believed only this far: whatever they say, room is left to count on below MAX_SEQ.
+SEQ_FLOOR_MAX = MAX_SEQ - 2**32
 
 # --------------------------------------------------------------------------------------------
 # Timestamps

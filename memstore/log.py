@@ -24,11 +24,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Optional
 
+import orjson
+
 from . import events as ev
 from . import registry
 from .cap import (
     CapPlan,
     EvictionHook,
+    HookRunning,
     cap_low_water,
     enforce_cap,
     plan_cap_eviction,
@@ -56,6 +59,9 @@ BULK_INDEX_BYTES = 1 << 20
 DURABILITY_POLICIES = ("turn", "event", "none")
 
 _check_event = ev.check_event
+_LIFECYCLE_KINDS = ev.LIFECYCLE_KINDS
+_MAX_SEQ = ev.MAX_SEQ
+_loads = orjson.loads
 _utc_now = ev.utc_now
 _encode_record = ev.encode_record
 # SQLite connections a forked child inherited: closing them (even by garbage collection) could
@@ -190,6 +196,8 @@ class _Session:
 
     def check_usable(self) -> None:
         if self.failed is not None:
+            if isinstance(self.failed, HookRunning):
+                raise HookRunning(str(self.failed))
             raise LogFailedError(
                 f"an earlier operation on {self.events_path} failed ({self.failed}); close every handle "
                 "of this session and open it again (the log on disk is valid)"
@@ -207,6 +215,9 @@ class _Session:
             state = self.state
             manifest = state.manifest
             seq = manifest.next_seq
+            if seq > _MAX_SEQ:  # only a log edited to claim the last seqs gets here
+                raise MemstoreError(f"{self.events_path}: no sequence number is left (its records claim the last "
+                                    f"ones, up to {_MAX_SEQ}); nothing was written")
             if ts is None:
                 ts = _utc_now()
             log = self.log
@@ -216,7 +227,12 @@ class _Session:
                 line = _encode_record(seq, ts, event, self.log_head(manifest.retained_turn_base))
             else:
                 line = _encode_record(seq, ts, event)
+            if kind in _LIFECYCLE_KINDS:
+                # The state machine reads what was written, as a rescan will, not the caller's
+                # objects (an enum member is written as its value; a rescan sees a str).
+                event = _loads(line)["event"]
             size = len(line)
+            written_at = log.written + len(buffer) + size  # written once log.written gets here
             buffer += line
             manifest.next_seq = seq + 1
             if seq == 1:
@@ -254,7 +270,7 @@ class _Session:
                 # Say whether the event is in the log already: a caller that retries an event
                 # that is would write it twice.
                 exc.seq = seq
-                exc.durable = self.log.length >= start + size
+                exc.durable = self.log.written >= written_at
                 raise
         return seq
 
@@ -302,13 +318,14 @@ class _Session:
         else:
             self.publisher.submit(batch)
 
-    def flush(self, *, sync: bool = True) -> None:
+    def flush(self, *, sync: bool = True, index: bool = False) -> None:
         """Write, sync (unless ``sync`` is false) and index everything, publish the manifest,
-        and wait until the publisher is done."""
+        and wait until the publisher is done. With ``index`` the manifest row is committed to
+        the index even if no record changed it (``complete()`` changed the state itself)."""
         with self.lock:
             self.check_usable()
             self.write_out(sync=sync)
-            if self.pending or self.state.dirty or self.unpublished:
+            if index or self.pending or self.state.dirty or self.unpublished:
                 self.publish()
                 self.publisher.drain()
             else:
@@ -341,6 +358,9 @@ class _Session:
             f"session {self.session_id!r} was opened by the parent of this forked process; open it again here"
         )
         self.inherited = True
+        # The threads that may have held these locks at the fork do not exist here.
+        self.lock = threading.RLock()
+        self.index_lock = threading.Lock()
         self.log.close()
         self.liveness.forget()
         self.publisher.forget()
@@ -374,16 +394,24 @@ class _Session:
             if registry.drop_handle(self):
                 # Out of the registry and marked closing: an open of this session waits until
                 # the files and the liveness lock are released, without holding up other sessions.
+                # Each step runs whatever interrupts the one before (Ctrl-C while a join
+                # waits): the session is out of the registry, so nothing else would release
+                # its files and lock.
                 try:
                     self.ready = False
-                    if self.deriver is not None:
-                        self.deriver.stop()
                     try:
-                        self.publisher.stop()
-                    except BaseException as exc:
-                        error = error or exc
-                    self._close_files()
-                    self.liveness.release()
+                        if self.deriver is not None:
+                            self.deriver.stop()
+                    finally:
+                        try:
+                            self.publisher.stop()
+                        except BaseException as exc:
+                            error = error or exc
+                        finally:
+                            try:
+                                self._close_files()
+                            finally:
+                                self.liveness.release()
                 finally:
                     registry.closed(self)
             if error is not None:
@@ -475,8 +503,11 @@ class SessionLog:
         s = self._live()
         with s.lock:
             s.check_usable()
-            s.state.manifest.updated_at = ev.utc_now()
-            s.flush()
+            manifest = s.state.manifest
+            now = ev.utc_now()
+            if now > manifest.updated_at:  # only forward: an import may have logged later times
+                manifest.updated_at = now
+            s.flush(index=True)
 
     def close(self) -> None:
         """Flush and release this handle; the last handle closes the files and the lock."""

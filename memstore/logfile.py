@@ -45,6 +45,9 @@ class LogFile:
         self.buffer = bytearray()
         self.tail = b""
         self.unsynced = False
+        # Bytes written through this object, ever: unlike ``length`` it never moves back (a cap
+        # rewrite shortens the file), so it tells whether a given append has been written.
+        self.written = 0
 
     # -- descriptors -----------------------------------------------------------------------
 
@@ -250,6 +253,7 @@ class LogFile:
                                    self.path, exc)
                 raise
             self.length += len(buffer)
+            self.written += len(buffer)
             self.tail = (self.tail + buffer[-TAIL_BYTES:])[-TAIL_BYTES:]
             del buffer[:]
             self.unsynced = True
@@ -302,10 +306,12 @@ def torn_seq_floor(*paths: Path) -> int:
         except OSError as exc:
             logger.warning("could not read torn bytes %s for their seqs: %s", path, exc)
             continue
-        for match in _SEQ.finditer(data):
-            seq = int(match.group(1))
-            if seq <= ev.MAX_SEQ:
-                floor = max(floor, seq + 1)
+        for line in data.split(b"\n"):
+            # Only the envelope's seq: its keys come before the event (memstore writes them so),
+            # and the event may hold "seq" keys of its own.
+            match = _SEQ.search(line.split(b'"event":', 1)[0])
+            if match is not None and int(match.group(1)) < ev.SEQ_FLOOR_MAX:
+                floor = max(floor, int(match.group(1)) + 1)
     return floor
 
 

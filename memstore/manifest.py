@@ -241,8 +241,14 @@ class SummaryCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def reset_after_fork(self) -> None:
+        """In a forked child: the thread that may have held the lock does not exist there."""
+        self._lock = threading.Lock()
+
 
 summary_cache = SummaryCache()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=summary_cache.reset_after_fork)
 
 
 def list_sessions(root: os.PathLike | str, limit: Optional[int] = None) -> list[SessionSummary]:

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from . import registry
 from .fsio import atomic_write
 from .manifest import MANIFEST_FILE, summary_cache
 
@@ -107,6 +108,7 @@ class Publisher:
                 self._pending, self._held, self._error = batch, True, exc
 
     def _run(self) -> None:
+        registry.mark_background_thread()
         while True:
             with self._cond:
                 while (self._pending is None or self._held) and not self._stopping:
@@ -147,6 +149,12 @@ class Publisher:
             summary_cache.invalidate(self.manifest_path)
             self.published = batch.manifest_json
 
+    @property
+    def failing(self) -> bool:
+        """Whether a failed batch waits to be tried again (at the next submit or drain)."""
+        with self._cond:
+            return self._held
+
     def drain(self) -> None:
         """Wait until every submitted batch is committed and published (trying a failed one
         again first); raise the error if it fails again."""
@@ -184,6 +192,8 @@ class Publisher:
             self._stopping = False
 
     def forget(self) -> None:
-        """In a forked child: the thread does not exist there."""
+        """In a forked child: the thread does not exist there (nor do the locks it held)."""
+        self._cond = threading.Condition()
         self._thread = None
         self._pending = None
+        self._busy = False

@@ -48,23 +48,26 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         and covers_prefix(session, saved)
         and session.index.is_consistent(saved.manifest)
     )
+    adopted = False
     if fast and on_disk is not None and on_disk.persisted_file_len == saved.manifest.persisted_file_len:
         mine, theirs = saved.manifest, on_disk
         if (mine.turn_count, mine.event_count, mine.in_turn, mine.retained_turn_base) != (
             theirs.turn_count, theirs.event_count, theirs.in_turn, theirs.retained_turn_base
         ):
             fast = False
-        else:
+        elif (mine.status, mine.created_at, mine.updated_at) != (theirs.status, theirs.created_at, theirs.updated_at):
             # Retention may have marked the session completed; keep what it published.
             mine.status, mine.created_at, mine.updated_at = theirs.status, theirs.created_at, theirs.updated_at
+            adopted = True
     if fast:
         session.state = LogState(saved.manifest, saved.open_turn)
         log.tail = saved.tail
         start = saved.manifest.persisted_file_len
         kept = log.repair_tail(start)
         if log.length > start or kept is not None:
-            # The cut bytes may hold seqs handed out but never acknowledged: never reuse them.
-            scan(session, start, reset=False, seq_floor=torn_seq_floor(kept) if kept is not None else 0)
+            _catch_up(session, start, on_disk)
+        elif adopted:  # the index says what manifest.json says (a scan would have committed it)
+            session.index.commit((), (), saved.manifest, log.tail)
     else:
         base = scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
         # The rescan writes a new index file: deleting the old rows would only cost time and
@@ -76,6 +79,34 @@ def recover(session: "_Session", force_rescan: bool) -> None:
     session.publish_manifest(wait=True)
     if marker is not None:
         clear_marker(session.dir)
+
+
+def _catch_up(session: "_Session", start: int, on_disk: Optional[Manifest]) -> None:
+    """Index the log past ``start``, what the index covers, as a rescan would have.
+
+    That includes resuming a rescan interrupted between its batches: its floors (the seqs of
+    torn tails, the old metadata's ``next_seq`` and the status it kept against the records it
+    covered) are applied only when it ends, and ``manifest.json``, published only then, is
+    still the old metadata (it covers more than the index does)."""
+    # The torn tails kept beside the log (one cut just now, or by the interrupted rescan) hold
+    # seqs handed out but never acknowledged: never reuse them.
+    seq_floor = torn_seq_floor(*session.log.torn_files())
+    status_floor = 0
+    manifest = session.state.manifest
+    if on_disk is not None and on_disk.persisted_file_len > start:
+        seq_floor = max(seq_floor, _believed_floor(on_disk.next_seq))  # whatever the offsets
+        # Its offsets count this log only if no cap rewrite came between (a rewrite always
+        # moves the first turn's number): one from before the rewrite, whose manifest the
+        # publisher had not written yet, knows an older status than the index.
+        if on_disk.retained_turn_base == manifest.retained_turn_base:
+            manifest.status = on_disk.status
+            status_floor = on_disk.persisted_file_len
+    scan(session, start, reset=False, status_floor=status_floor, seq_floor=seq_floor)
+
+
+def _believed_floor(next_seq: int) -> int:
+    """A next_seq that metadata claims, as a floor: ignored if it leaves no room to count on."""
+    return next_seq if next_seq <= ev.SEQ_FLOOR_MAX else 0
 
 
 def covers_prefix(session: "_Session", saved: "SavedState") -> bool:
@@ -94,7 +125,18 @@ def scan_turn_base(
     session: "_Session", marker: Optional[CapRewriteMarker], on_disk: Optional[Manifest], saved: Optional["SavedState"]
 ) -> int:
     """The ordinal of the first turn the log holds, for a rescan (reference 5.3 step 6, with
-    memstore's log head first: a log memstore rewrote says its base itself)."""
+    memstore's log head first: a log memstore rewrote says its base itself). One that leaves no
+    room to count turns on (they are SQLite integers) is not believed: the log starts at 1."""
+    base = _scan_turn_base(session, marker, on_disk, saved)
+    if base > ev.SEQ_FLOOR_MAX:
+        logger.warning("%s: ignoring an implausible first turn number %d", session.log.path, base)
+        return 1
+    return base
+
+
+def _scan_turn_base(
+    session: "_Session", marker: Optional[CapRewriteMarker], on_disk: Optional[Manifest], saved: Optional["SavedState"]
+) -> int:
     log = session.log
     if marker is not None:
         return max(1, marker.retained_turn_base)
@@ -157,7 +199,9 @@ def _prefix_removed(session: "_Session", saved: Optional["SavedState"], removed:
 def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: Optional["SavedState"]) -> None:
     known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
     manifest = Manifest(
-        session_id=known[0].session_id if known else session.session_id,
+        # The id this session was opened by (it names this directory, and no other id does):
+        # an old manifest's may name another session.
+        session_id=session.session_id,
         # From the log alone these start empty: the scan takes them from the records' times.
         created_at=known[0].created_at if known else "",
         updated_at=known[0].updated_at if known else "",
@@ -177,7 +221,7 @@ def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: 
     status_floor = known[0].persisted_file_len if known else 0
     # Seqs handed out for bytes a torn-tail repair cut (kept beside the log), and any the old
     # metadata counted past the log (a log the cap emptied keeps none), are never reused.
-    seq_floor = max([torn_seq_floor(*session.log.torn_files())] + [m.next_seq for m in known])
+    seq_floor = max([torn_seq_floor(*session.log.torn_files())] + [_believed_floor(m.next_seq) for m in known])
     scan(session, 0, reset=True, status_floor=status_floor, seq_floor=seq_floor)
 
 

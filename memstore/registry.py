@@ -102,10 +102,24 @@ def is_busy() -> bool:
     return False
 
 
+_thread_role = threading.local()
+
+
+def mark_background_thread() -> None:
+    """Called by memstore's own threads (a session's publisher and deriver): a handle the
+    garbage collector drops in one of them is released by the reaper, never there (releasing
+    the last handle stops the session's threads and waits for them: for this one, too)."""
+    _thread_role.background = True
+
+
 def release_dropped(session: Shared) -> None:
     """Release the session of a handle dropped without ``close()``: at once if no lock it needs
     is held by anyone (this thread included; the garbage collector may run inside a critical
-    section), else from the reaper thread shortly after."""
+    section) and this is not one of memstore's own threads, else from the reaper thread
+    shortly after."""
+    if getattr(_thread_role, "background", False):
+        _dropped.put(session)
+        return
     lock = session.lock
     owned = getattr(lock, "_is_owned", None)
     if owned is not None and not owned() and lock.acquire(blocking=False):
