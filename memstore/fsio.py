@@ -54,6 +54,12 @@ def check_session_id(session_id: str) -> str:
         raise InvalidSessionId(f"{session_id!r} is not a session id")
     if "\0" in session_id:
         raise InvalidSessionId("a session id cannot contain NUL")
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (undecodable bytes from argv or a file name): it can be written
+        # neither to the log nor to the index.
+        raise InvalidSessionId(f"{session_id!r} is not valid Unicode (it holds a lone surrogate)") from None
     if len(session_id) > MAX_SESSION_ID_CHARS:
         raise InvalidSessionId(f"a session id is at most {MAX_SESSION_ID_CHARS} characters (got {len(session_id)})")
     return session_id
@@ -68,12 +74,12 @@ def session_dir_name(session_id: str) -> str:
     64 sanitized characters, for people, and 24 hex digits of its SHA-256, so that ``a/b``,
     ``a_b`` and ``a:b`` get three directories. ``~`` never appears in a plain name, so the two
     kinds cannot collide. Raises :class:`InvalidSessionId` for ``''``, ``.``, ``..``, ids with
-    NUL and ids over 1,024 characters.
+    NUL or a lone surrogate, and ids over 1,024 characters.
     """
     check_session_id(session_id)
     if len(session_id) <= _PLAIN_NAME_MAX and _PLAIN_NAME.match(session_id):
         return session_id
-    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:24]
     return f"{sanitize_session_id(session_id)[:_HASH_PREFIX_CHARS]}~{digest}"
 
 

@@ -503,6 +503,8 @@ class SessionIndex:
         return SavedState(manifest, bytes(row[-1]), open_turn)
 
     def turn(self, number: int) -> Optional[Turn]:
+        if type(number) is not int or not 0 < number < 2**63:
+            return None  # SQLite's integers end at 2^63 - 1: no such turn, not an OverflowError
         rows = self._read(f"{_TURN_SELECT} WHERE number = ?", (number,))
         return Turn(*rows[0]) if rows else None
 

@@ -419,6 +419,10 @@ def test_unknown_turn_raises_turn_not_found(tmp_path):
         with pytest.raises(memstore.TurnNotFound) as info:
             log.reconstruct_turn(9)
     assert info.value.turn == 9 and "9" in str(info.value)
+    with memstore.open_session(tmp_path, "s") as log:
+        for number in (0, -1, 2**63, 2**64):  # past SQLite's integers: still just not there
+            with pytest.raises(memstore.TurnNotFound):
+                log.reconstruct_turn(number)
 
 
 # --------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def test_ids_that_only_differ_in_what_the_sanitizer_maps_get_their_own_directori
             assert log.manifest.session_id == sid
 
 
-@pytest.mark.parametrize("bad", ["", ".", "..", "a\0b", "x" * 1025])
+@pytest.mark.parametrize("bad", ["", ".", "..", "a\0b", "x" * 1025, "run-\udce9"])
 def test_bad_ids_are_refused_before_anything_is_created(tmp_path, bad):
     root = tmp_path / "store"
     with pytest.raises(memstore.InvalidSessionId):
