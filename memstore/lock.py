@@ -166,7 +166,8 @@ def store_lock(root: os.PathLike | str, name: str, timeout: float = -1) -> FileL
 
 
 def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike | str,
-                             still_removable: Optional[Callable[[], bool]] = None) -> bool:
+                             still_removable: Optional[Callable[[], bool]] = None,
+                             on_moved: Optional[Callable[[], None]] = None) -> bool:
     """Remove a session directory that no process has open; return whether it was removed.
 
     Takes the session's liveness lock first, so a writer that opens the session at that moment
@@ -174,8 +175,11 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
     writes into a directory being deleted. Under the lock the directory is renamed into
     ``<root>/.trash/`` (atomic), then deleted. ``still_removable()``, when given, is asked
     again under the lock (a caller's last look, with no writer able to change the session); if
-    it says no, nothing is removed. Refuses symlinks and anything that is not a direct child
-    of ``<root>/sessions``.
+    it says no, nothing is removed. ``on_moved()``, when given, runs once the directory is in
+    the trash and before it is deleted (a caller records the removal there, so a crash can
+    never delete what was not recorded); if it raises, the directory is put back where it was
+    when that is still free, and the error propagates. Refuses symlinks and anything that is
+    not a direct child of ``<root>/sessions``.
     """
     root = Path(root)
     session_dir = Path(session_dir)
@@ -210,10 +214,27 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
             os.rename(session_dir, target)
         except OSError as exc:
             raise StoreIOError.from_os_error("move to trash", session_dir, exc) from exc
+        if on_moved is not None:
+            try:
+                on_moved()
+            except BaseException:
+                _put_back(target, session_dir)
+                raise
     finally:
         lock.release()
     _delete_tree(target)
     return True
+
+
+def _put_back(target: Path, session_dir: Path) -> None:
+    """Undo a move to the trash (the removal could not be recorded). If a new session took the
+    name meanwhile, the old one stays in the trash, which the next removal empties."""
+    try:
+        if os.path.lexists(session_dir):
+            raise FileExistsError(session_dir)
+        os.rename(target, session_dir)
+    except OSError as exc:
+        logger.error("could not put %s back as %s (%s); it stays in the trash", target, session_dir, exc)
 
 
 def empty_trash(root: os.PathLike | str) -> None:

@@ -25,8 +25,9 @@ does not parse is never aged out (and sorts as the newest for the count cap).
 Removal goes through :func:`memstore.lock.remove_session_directory`, which takes the session's
 liveness lock, so a writer that opens a session while retention runs keeps it. Just before each
 removal the session is checked again (its manifest, log and pin must be exactly as when it was
-judged); one that changed is left for the next run. Every removal is recorded, after it
-happened, as one fsynced JSON line in ``<root>/gc-log.jsonl`` (0600)::
+judged); one that changed is left for the next run. Every removal is recorded as one fsynced
+JSON line in ``<root>/gc-log.jsonl`` (0600), once the session is in the store's trash and
+before it is deleted::
 
     {"session_id": ..., "directory": "sessions/<name>", "removed_at": ..., "reason":
      "empty_shell" | "count_cap" | "age_cap" | "legacy_imported", "bytes": ..., "updated_at": ...}
@@ -757,9 +758,18 @@ def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_lo
         report.skip(seen.name, "changed while retention ran; left for the next run")
         return False
     size = _tree_bytes(seen.path)
+    record = _removal_record(seen, reason, size)
+
+    def log_removal() -> None:
+        # Recorded once the session is in the trash and before it is deleted: a crash between
+        # the two leaves a record and a trash entry, never a removal nobody recorded.
+        gc_log.record(session_id=record.session_id, directory=f"sessions/{seen.name}", reason=reason, size=size,
+                      updated_at=record.updated_at)
+
     try:
         # The stamp again under the session's lock, where no writer can change it any more.
-        removed = remove_session_directory(root, Path(seen.path), lambda: _stamp(seen.path) == seen.stamp)
+        removed = remove_session_directory(root, Path(seen.path), lambda: _stamp(seen.path) == seen.stamp,
+                                           on_moved=log_removal)
     except StoreIOError as exc:
         logger.warning("retention could not remove %s: %s", seen.path, exc)
         report.skip(seen.name, f"could not be removed ({exc})")
@@ -769,9 +779,6 @@ def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_lo
         report.skip(seen.name, "already removed by another process" if gone else
                     "live: opened by a writer while retention ran")
         return False
-    record = _removal_record(seen, reason, size)
-    gc_log.record(session_id=record.session_id, directory=f"sessions/{seen.name}", reason=reason, size=size,
-                  updated_at=record.updated_at)
     report.removed.append(record)
     logger.info("retention removed %s (%s, %d bytes)", seen.path, reason, size)
     return True

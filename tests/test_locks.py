@@ -128,3 +128,37 @@ def test_an_open_racing_a_removal_either_keeps_the_session_or_starts_a_new_one(t
             checked.set()
             thread.join()
     assert not any((tmp_path / ".trash").iterdir())
+
+
+def test_a_removal_is_recorded_before_the_session_is_deleted(tmp_path):
+    """``on_moved`` runs with the session in the trash and not yet deleted, so a record written
+    there can never be missing for a deletion a crash interrupted."""
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED)
+        directory = log.directory
+    seen = []
+
+    def on_moved():
+        (entry,) = list((tmp_path / ".trash").iterdir())
+        seen.append((directory.exists(), (entry / "events.jsonl").is_file()))
+
+    assert remove_session_directory(tmp_path, directory, on_moved=on_moved) is True
+    assert seen == [(False, True)]
+    assert not directory.exists() and not list((tmp_path / ".trash").iterdir())
+
+
+def test_a_removal_that_cannot_be_recorded_puts_the_session_back(tmp_path):
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED)
+        directory = log.directory
+    before = (directory / "events.jsonl").read_bytes()
+
+    def on_moved():
+        raise memstore.StoreIOError("write", tmp_path / "gc-log.jsonl", "No space left on device")
+
+    with pytest.raises(memstore.StoreIOError, match="gc-log"):
+        remove_session_directory(tmp_path, directory, on_moved=on_moved)
+    assert (directory / "events.jsonl").read_bytes() == before
+    assert not list((tmp_path / ".trash").iterdir())
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.event_count == 1

@@ -692,3 +692,26 @@ def test_cli_pin_and_unpin(tmp_path):
     assert runner.invoke(cli, ["unpin", "s", "--root", str(tmp_path)]).output.strip() == "'s' was not pinned"
     result = runner.invoke(cli, ["pin", "missing", "--root", str(tmp_path)])
     assert result.exit_code == 2 and "no session 'missing'" in result.output
+
+
+def test_a_removal_interrupted_by_a_crash_is_already_recorded(tmp_path, monkeypatch):
+    """The gc-log line is written while the session sits in the trash, before its deletion: a
+    crash in the deletion (simulated: the deletion raises) leaves the record, and the next run
+    empties the trash."""
+    shell = empty_shell(tmp_path, "shell")
+
+    class Crash(BaseException):
+        pass
+
+    def crash(path):
+        raise Crash()
+
+    monkeypatch.setattr(memstore.lock, "_delete_tree", crash)
+    with pytest.raises(Crash):
+        memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    assert [(r["session_id"], r["reason"]) for r in gc_log(tmp_path)] == [("shell", "empty_shell")]
+    assert not shell.exists() and list((tmp_path / ".trash").iterdir())
+    monkeypatch.undo()
+    memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    assert not list((tmp_path / ".trash").iterdir())
+    assert len(gc_log(tmp_path)) == 1

@@ -29,20 +29,17 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 import orjson
 
-from .. import lock as lock_module
-from ..errors import InvalidEvent, SessionBusyError, StoreIOError, UnsafePathError
+from ..errors import InvalidEvent, SessionBusyError, StoreIOError
 from ..events import LIFECYCLE_KINDS
-from ..fsio import atomic_write, fsync_dir, read_no_follow, session_directory
-from ..lock import LivenessLock
+from ..fsio import atomic_write, read_no_follow, session_directory
+from ..lock import remove_session_directory
 from ..log import SessionLog, open_session
 from ..manifest import load_manifest
 from ..retention import PIN_FILE, GcLog, _tree_bytes, session_retention_pinned
@@ -194,60 +191,36 @@ def _manifest_events(directory: Path) -> Optional[int]:
 
 
 def discard_session(root: Path, session_id: str) -> None:
-    """Remove a session no process has open (``SessionBusyError`` if one does), to import its
-    source afresh into a new generation.
-
-    Uses the core's ``memstore.lock.remove_session_directory`` where it exists; otherwise a
-    stand-in that does the same: take the session's liveness lock so that no process opens the
-    session meanwhile, move the directory aside under a hidden name (its manifest removed first,
-    so no listing shows it), and delete it.
-    """
+    """Remove a session no process has open (``SessionBusyError`` if one does; ``SessionPinned``
+    if it is pinned), to import its source afresh into a new generation. The removal goes
+    through the store's (``memstore.lock.remove_session_directory``) and is recorded in
+    ``gc-log.jsonl`` before the directory is deleted."""
     directory = session_directory(root, session_id)
-    # A pinned session is never removed (retention's rule holds for every removal): raises
-    # SessionPinned. Every removal is recorded in gc-log.jsonl, opened first so that a store
-    # where it cannot be recorded removes nothing.
+    # A pinned session is never removed (retention's rule holds for every removal). The gc-log
+    # is opened first so that a store where the removal cannot be recorded removes nothing.
     if session_retention_pinned(directory):
         raise SessionPinned(session_id)
-    core_remove = getattr(lock_module, "remove_session_directory", None)
-    if core_remove is not None:
-        if not os.path.lexists(directory):
-            return
-        with GcLog(root) as gc_log:
-            size = _tree_bytes(directory)
-            try:
-                manifest = load_manifest(directory)
-            except StoreIOError:
-                manifest = None
-            # Asked again under the session's lock, where no one can pin it unseen any more.
-            if not core_remove(root, directory, lambda: not session_retention_pinned(directory)):
-                if not os.path.lexists(directory):
-                    return
-                if session_retention_pinned(directory):
-                    raise SessionPinned(session_id)
-                raise SessionBusyError(f"session {session_id!r} is open in another process; it cannot be replaced now")
+    if not os.path.lexists(directory):
+        return
+    with GcLog(root) as gc_log:
+        size = _tree_bytes(directory)
+        try:
+            manifest = load_manifest(directory)
+        except StoreIOError:
+            manifest = None
+
+        def record() -> None:
             gc_log.record(session_id=session_id, directory=f"sessions/{directory.name}", reason=REASON_REGENERATED,
                           size=size, updated_at=manifest.updated_at if manifest is not None else None)
-        return
-    if directory.is_symlink():
-        raise UnsafePathError("discard", directory, "is a symlink; refusing to follow it")
-    if not directory.exists():
-        return
-    lock = LivenessLock(directory)
-    if not lock.acquire():
-        raise SessionBusyError(f"session {session_id!r} is open in another process; it cannot be replaced now")
-    aside = directory.parent / f".{directory.name}.discard-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    try:
-        os.rename(directory, aside)
-    except OSError as exc:
-        raise StoreIOError.from_os_error("rename", directory, exc) from exc
-    finally:
-        lock.release()
-    try:
-        (aside / "manifest.json").unlink(missing_ok=True)
-        shutil.rmtree(aside)
-    except OSError as exc:
-        raise StoreIOError.from_os_error("remove", aside, exc) from exc
-    fsync_dir(directory.parent)
+
+        # Asked again under the session's lock, where no one can pin it unseen any more.
+        if not remove_session_directory(root, directory, lambda: not session_retention_pinned(directory),
+                                        on_moved=record):
+            if not os.path.lexists(directory):
+                return
+            if session_retention_pinned(directory):
+                raise SessionPinned(session_id)
+            raise SessionBusyError(f"session {session_id!r} is open in another process; it cannot be replaced now")
 
 
 def import_source(root: Path, source: SourceFile, wanted: str, settle_seconds: float, now: float,
