@@ -25,12 +25,13 @@ class LogState:
     collects the turns changed since the index last stored them.
     """
 
-    __slots__ = ("manifest", "open_turn", "dirty")
+    __slots__ = ("manifest", "open_turn", "dirty", "now")
 
     def __init__(self, manifest: Manifest, open_turn: Optional[Turn] = None):
         self.manifest = manifest
         self.open_turn = open_turn if manifest.in_turn else None
         self.dirty: dict[int, Turn] = {}
+        self.now = ev.utc_now()  # refreshed only when a record claims a later time
 
     def apply(self, kind: str, event: dict, start: int, end: int, seq: Optional[int], ts: Optional[str]) -> tuple[bool, Optional[int]]:
         """Advance the state by one accepted event occupying bytes ``[start, end)``.
@@ -127,11 +128,17 @@ class LogState:
         _boundary, turn = self.apply(event["type"], event, start, end, seq, record.ts)
         if keep_status:
             manifest.status = status
-        if record.ts is not None:
+        ts = record.ts
+        if ts is not None:
+            if ts > self.now:
+                # A time in the future (a wrong clock, a hand-written line) would keep the
+                # session "recent" for good, out of retention's reach: the present stands in.
+                self.now = ev.utc_now()
+                ts = min(ts, self.now)
             if not manifest.created_at:
-                manifest.created_at = record.ts
-            if record.ts > manifest.updated_at:
-                manifest.updated_at = record.ts  # only forward: complete() may have bumped it past the log
+                manifest.created_at = ts
+            if ts > manifest.updated_at:
+                manifest.updated_at = ts  # only forward: complete() may have bumped it past the log
         return seq, event_row(seq, start, end - start, turn, record.ts, event)
 
 

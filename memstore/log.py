@@ -219,7 +219,7 @@ class _Session:
                 raise MemstoreError(f"{self.events_path}: no sequence number is left (its records claim the last "
                                     f"ones, up to {_MAX_SEQ}); nothing was written")
             if ts is None:
-                ts = _utc_now()
+                ts = state.now = _utc_now()
             log = self.log
             buffer = log.buffer
             start = log.length + len(buffer)
@@ -235,11 +235,17 @@ class _Session:
             written_at = log.written + len(buffer) + size  # written once log.written gets here
             buffer += line
             manifest.next_seq = seq + 1
+            session_ts = ts
+            if ts > state.now:
+                # The envelope keeps the caller's time; the session's times stop at the present
+                # (see LogState.apply_record, which a rescan applies the same way).
+                state.now = _utc_now()
+                session_ts = min(ts, state.now)
             if seq == 1:
                 # A session starts with its first record (an import's is in the past).
-                manifest.created_at = manifest.updated_at = ts
-            elif ts > manifest.updated_at:
-                manifest.updated_at = ts  # only forward: an import may append older times
+                manifest.created_at = manifest.updated_at = session_ts
+            elif session_ts > manifest.updated_at:
+                manifest.updated_at = session_ts  # only forward: an import may append older times
             boundary, turn = state.apply(kind, event, start, start + size, seq, ts)
             self.pending.append((seq, start, size, turn, ts, kind))
             if self.pending_lines is not None:

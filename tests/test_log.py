@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 import stat
+import shutil
 import subprocess
 import sys
 import threading
@@ -1231,6 +1232,24 @@ def test_rebuild_never_moves_updated_at_backwards(tmp_path):
         log.complete()
         completed_at = log.manifest.updated_at
     assert memstore.rebuild(tmp_path, "s").updated_at == completed_at
+
+
+def test_a_time_in_the_future_does_not_date_the_session_in_the_future(tmp_path):
+    """A caller's wrong clock (or a hand-written line) would keep the session "recent" for good,
+    out of retention's reach: its envelope keeps the time, the session's times stop at the
+    present, on append and on rebuild alike."""
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append({"type": "thread.started", "thread_id": "s"}, ts="2999-01-01T00:00:00Z")
+        log.append({"type": "turn.started"}, ts="2020-01-01T00:00:00Z")
+        log.append({"type": "turn.completed", "usage": {}}, ts="2020-01-01T00:00:01Z")
+        now = memstore.events.utc_now()
+        assert log.manifest.created_at <= now and log.manifest.updated_at <= now
+        assert next(log.iter_records()).ts == "2999-01-01T00:00:00.000Z"
+    for manifest in (memstore.rebuild(tmp_path, "s"), memstore.list_sessions(tmp_path)[0]):
+        assert manifest.updated_at <= memstore.events.utc_now()
+    (tmp_path / "sessions" / "s" / "manifest.json").unlink()
+    shutil.rmtree(tmp_path / "sessions" / "s" / "index")
+    assert memstore.rebuild(tmp_path, "s").created_at <= memstore.events.utc_now()
 
 
 def test_append_takes_the_source_time_in_memstores_format(tmp_path):
