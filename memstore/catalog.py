@@ -258,7 +258,19 @@ def _session_dirs(root: Path) -> dict[str, Path]:
         return {}
     except OSError as exc:
         raise StoreIOError.from_os_error("list", base, exc) from exc
-    return {e.name: Path(e.path) for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)}
+    found = {}
+    for e in entries:
+        if e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
+            continue
+        try:
+            e.name.encode("utf-8")
+        except UnicodeEncodeError:
+            # Bytes that are not UTF-8: no session id names such a directory (and SQLite could
+            # store neither its name nor the id a log there claims).
+            logger.warning("catalog: %r under %s is not a session directory (its name is not UTF-8)", e.name, base)
+            continue
+        found[e.name] = Path(e.path)
+    return found
 
 
 def _stamp(directory: Path) -> Optional[str]:

@@ -36,6 +36,9 @@ logger = logging.getLogger("memstore")
 LOCK_FILE = "session.lock"
 LOCKS_DIR = "locks"
 TRASH_DIR = ".trash"
+# A trash entry keeps this suffix until its removal is recorded (``on_moved`` returned): one a
+# crash left with it was never recorded, and is put back rather than deleted.
+PENDING_SUFFIX = ".pending"
 STORE_LOCKS = ("catalog", "retention", "migration", "import")
 _ATTEMPTS = 5
 
@@ -178,8 +181,10 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
     it says no, nothing is removed. ``on_moved()``, when given, runs once the directory is in
     the trash and before it is deleted (a caller records the removal there, so a crash can
     never delete what was not recorded); if it raises, the directory is put back where it was
-    when that is still free, and the error propagates. Refuses symlinks and anything that is
-    not a direct child of ``<root>/sessions``.
+    when that is still free, and the error propagates. Until ``on_moved()`` returned the trash
+    entry is named ``*.pending`` (and its lock is held): :func:`empty_trash` leaves such an entry
+    to a remover still at work, and puts back one a crash left, since its removal was never
+    recorded. Refuses symlinks and anything that is not a direct child of ``<root>/sessions``.
     """
     root = Path(root)
     session_dir = Path(session_dir)
@@ -209,17 +214,23 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
         lock.release()
         raise
     target = trash / f"{session_dir.name}-{uuid.uuid4().hex[:12]}"
+    pending = target.with_name(target.name + PENDING_SUFFIX)
     try:
         try:
-            os.rename(session_dir, target)
+            os.rename(session_dir, pending)
         except OSError as exc:
             raise StoreIOError.from_os_error("move to trash", session_dir, exc) from exc
-        if on_moved is not None:
-            try:
+        try:
+            if on_moved is not None:
                 on_moved()
-            except BaseException:
-                _put_back(target, session_dir)
-                raise
+            # Recorded: from now on a crash leaves an entry the next emptying deletes.
+            try:
+                os.rename(pending, target)
+            except OSError as exc:
+                raise StoreIOError.from_os_error("rename", pending, exc) from exc
+        except BaseException:
+            _put_back(pending, session_dir)
+            raise
     finally:
         lock.release()
     _delete_tree(target)
@@ -239,7 +250,9 @@ def _put_back(target: Path, session_dir: Path) -> None:
 
 def empty_trash(root: os.PathLike | str) -> None:
     """Delete what a removal interrupted by a crash left in ``<root>/.trash/`` (only a real
-    directory: a ``.trash`` symlink would point the deletion outside the store)."""
+    directory: a ``.trash`` symlink would point the deletion outside the store). A ``*.pending``
+    entry is not deleted: one whose lock is held belongs to a remover still recording it, and
+    one a crash left was never recorded, so it is put back into ``<root>/sessions``."""
     trash = Path(root) / TRASH_DIR
     try:
         if not stat.S_ISDIR(os.lstat(trash).st_mode):
@@ -252,6 +265,12 @@ def empty_trash(root: os.PathLike | str) -> None:
         logger.warning("could not list %s: %s", trash, exc)
         return
     for entry in entries:
+        if entry.name.endswith(PENDING_SUFFIX):
+            if not is_live(entry.path):
+                name = entry.name[: -len(PENDING_SUFFIX)].rpartition("-")[0]
+                logger.warning("%s is a removal that was never recorded; putting it back", entry.path)
+                _put_back(Path(entry.path), Path(root) / "sessions" / name)
+            continue
         _delete_tree(Path(entry.path))
 
 

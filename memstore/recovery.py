@@ -198,13 +198,16 @@ def _prefix_removed(session: "_Session", saved: Optional["SavedState"], removed:
 
 def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: Optional["SavedState"]) -> None:
     known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
+    # Times the old metadata holds stop at the present, as the records' times do (see
+    # LogState.apply_record): one in the future would keep the session out of retention's reach.
+    now = ev.utc_now()
     manifest = Manifest(
         # The id this session was opened by (it names this directory, and no other id does):
         # an old manifest's may name another session.
         session_id=session.session_id,
         # From the log alone these start empty: the scan takes them from the records' times.
-        created_at=known[0].created_at if known else "",
-        updated_at=known[0].updated_at if known else "",
+        created_at=min(known[0].created_at, now) if known else "",
+        updated_at=min(known[0].updated_at, now) if known else "",
         turn_count=base - 1,
         retained_turn_base=base,
         status=known[0].status if known else STATUS_ACTIVE,

@@ -3,6 +3,7 @@ sessions are recopied, removed ones forgotten, and readers never see half a sess
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import threading
@@ -171,3 +172,19 @@ def test_a_reader_querying_during_refreshes_never_sees_half_a_session(tmp_path):
         stop.set()
         thread.join()
     assert problems == []
+
+
+def test_a_session_directory_whose_name_is_not_utf8_does_not_break_the_catalog(tmp_path):
+    """A stray directory under sessions/ named with bytes that are not UTF-8 (no memstore id
+    gives one) is left out; refresh and search go on for every other session."""
+    with memstore.open_session(tmp_path, "ok") as log:
+        log.append({"type": "turn.started"})
+        log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "hello world"}})
+        log.append({"type": "turn.completed", "usage": {}})
+        events = (log.directory / "events.jsonl").read_bytes()
+    stray = os.path.join(os.fsencode(tmp_path / "sessions"), b"bad\xff")
+    os.mkdir(stray)
+    with open(os.path.join(stray, b"events.jsonl"), "wb") as f:
+        f.write(events)
+    memstore.refresh_catalog(tmp_path)
+    assert [hit.session_id for hit in memstore.search_memory(tmp_path, "hello")] == ["ok"]

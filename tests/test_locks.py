@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import filelock
 import pytest
@@ -162,3 +163,65 @@ def test_a_removal_that_cannot_be_recorded_puts_the_session_back(tmp_path):
     assert not list((tmp_path / ".trash").iterdir())
     with memstore.open_session(tmp_path, "s") as log:
         assert log.event_count == 1
+
+
+def _session_with_a_turn(root, sid="s"):
+    with memstore.open_session(root, sid) as log:
+        log.append(TURN_STARTED)
+        log.append(TURN_COMPLETED)
+        return log.directory
+
+
+def test_a_removal_killed_before_it_was_recorded_is_put_back_not_deleted(tmp_path):
+    """A remover SIGKILLed with the session in the trash and no gc-log line written: the next
+    trash emptying (retention's) must not delete what was never recorded, it puts it back."""
+    directory = _session_with_a_turn(tmp_path)
+    before = (directory / "events.jsonl").read_bytes()
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, signal
+        from memstore.lock import remove_session_directory
+        def on_moved():  # killed before the removal is recorded
+            os.kill(os.getpid(), signal.SIGKILL)
+        remove_session_directory({str(tmp_path)!r}, {str(directory)!r}, on_moved=on_moved)
+    """)], timeout=60)
+    assert child.returncode == -9
+    assert not directory.exists() and list((tmp_path / ".trash").iterdir())
+    report = memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30))
+    assert report.count == 0 and not (tmp_path / "gc-log.jsonl").exists()
+    assert (directory / "events.jsonl").read_bytes() == before
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.event_count == 2
+
+
+def test_a_removal_being_recorded_is_not_deleted_by_another_process_emptying_the_trash(tmp_path):
+    """While one process records a removal (the session in the trash, its lock held), retention
+    in another process empties the trash: the entry must stay for the remover, whose failing
+    record then puts the session back."""
+    directory = _session_with_a_turn(tmp_path)
+    before = (directory / "events.jsonl").read_bytes()
+    moved, go = tmp_path / "moved", tmp_path / "go"
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import pathlib, time
+        import memstore
+        from memstore.lock import remove_session_directory
+        def on_moved():
+            pathlib.Path({str(moved)!r}).touch()
+            while not pathlib.Path({str(go)!r}).exists():
+                time.sleep(0.01)
+            raise memstore.StoreIOError("write", "gc-log.jsonl", "No space left on device")
+        try:
+            remove_session_directory({str(tmp_path)!r}, {str(directory)!r}, on_moved=on_moved)
+        except memstore.StoreIOError:
+            raise SystemExit(3)
+    """)])
+    try:
+        deadline = time.monotonic() + 30
+        while not moved.exists():
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30))
+    finally:
+        go.touch()
+        assert child.wait(timeout=60) == 3
+    assert (directory / "events.jsonl").read_bytes() == before
+    assert not list((tmp_path / ".trash").iterdir())

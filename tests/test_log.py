@@ -1275,3 +1275,22 @@ def test_turn_aborted_closes_the_turn_as_aborted(tmp_path):
     assert log.turn_count == 1
     assert [(t.status, t.error, t.event_count, t.input_tokens) for t in turns] == [("aborted", "interrupted", 3, 5)]
     assert memstore.rebuild(tmp_path, "s").turn_count == 1
+
+
+def test_a_rebuild_brings_a_future_updated_at_from_older_metadata_back_to_the_present(tmp_path):
+    """A session dated in the future before that was refused (by an older memstore, or VT Code's
+    manifest) keeps that date in manifest.json and the index. A rebuild takes what the log
+    cannot record from the old metadata, but a time in the future must stop at the present, or
+    the session stays out of retention's reach for good."""
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append({"type": "thread.started", "thread_id": "s"}, ts="2999-01-01T00:00:00Z")
+        log.append({"type": "turn.started"})
+        log.append({"type": "turn.completed", "usage": {}})
+        directory = log.directory
+    manifest = json.loads((directory / "manifest.json").read_bytes())
+    manifest["created_at"] = manifest["updated_at"] = "2999-01-01T00:00:00.000Z"
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    rebuilt = memstore.rebuild(tmp_path, "s")
+    now = memstore.events.utc_now()
+    assert rebuilt.created_at <= now and rebuilt.updated_at <= now
+    assert memstore.list_sessions(tmp_path)[0].updated_at <= now
