@@ -776,9 +776,25 @@ def session_ids(root: os.PathLike | str) -> list[str]:
         return []
     except OSError as exc:
         raise StoreIOError.from_os_error("list", base, exc) from exc
-    return [session_id_of(Path(e.path)) for e in entries
-            if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
-            and os.path.isfile(os.path.join(e.path, EVENTS_FILE))]
+    ids = []
+    for e in entries:
+        if e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
+            continue
+        if not _is_utf8(e.name):
+            # No session id names such a directory (the catalog skips it too).
+            logger.warning("%r under %s is not a session directory (its name is not UTF-8)", e.name, base)
+            continue
+        if os.path.isfile(os.path.join(e.path, EVENTS_FILE)):
+            ids.append(session_id_of(Path(e.path)))
+    return ids
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def _rebuild_session(root: os.PathLike | str, session_id: str) -> Manifest:

@@ -188,3 +188,4 @@ def test_a_session_directory_whose_name_is_not_utf8_does_not_break_the_catalog(t
         f.write(events)
     memstore.refresh_catalog(tmp_path)
     assert [hit.session_id for hit in memstore.search_memory(tmp_path, "hello")] == ["ok"]
+    assert [m.session_id for m in memstore.rebuild(tmp_path)] == ["ok"]
