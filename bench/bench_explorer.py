@@ -11,9 +11,9 @@ sessions, refreshes the catalog, then times, median of 7 alternating runs:
 
 Goal: each explorer page within 2x of Datasette's table page over the same catalog table.
 
-Last run (2-core machine, after the merge of search; median ms, explorer vs Datasette):
-session page 85.2 vs 120.7 (0.71x), home 20.2 vs 121.6 (0.17x), turn 8.9 vs 48.0 (0.18x),
-event 7.4 vs 16.3 (0.45x). A store whose session indexes are in an older format is read from
+Last run (2-core machine, 2026-12-01; median ms, explorer vs Datasette):
+session page 54.5 vs 110.2 (0.49x), home 18.0 vs 106.9 (0.17x), turn 5.8 vs 40.1 (0.14x),
+event 4.5 vs 13.6 (0.33x). A store whose session indexes are in an older format is read from
 its logs until rebuilt (``memstore doctor --fix``): about a second per page for 100,000 events.
 """
 
