@@ -30,10 +30,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("memstore")
 
-# Events per rescan transaction. Small enough that a batch's rows and records stay a few MB
-# (peak RSS of a rescan: 51 MB at 250,000 events, 55 MB at 1,000,000, 39 MB of it the open
-# session), large enough that the
-# per-transaction cost vanishes; 5,000 measured as fast as 20,000 or faster.
+# Events per rescan transaction: a batch's rows and records stay a few MB (peak RSS of a
+# rescan: 51 MB at 250,000 events, 55 MB at 1,000,000, 39 MB of it the open session), and the
+# per-transaction cost vanishes (5,000 measured as fast as 20,000 or faster).
 SCAN_BATCH_EVENTS = 5_000
 INDEX_DIR = "index"
 
