@@ -22,7 +22,7 @@ from .fsio import read_no_follow
 from .index import BatchRecord, derived_tables
 from .lifecycle import LogState
 from .logfile import TAIL_BYTES, torn_seq_floor
-from .manifest import STATUS_ACTIVE, CapRewriteMarker, Manifest, clear_marker, load_manifest, load_marker, new_generation
+from .manifest import MANIFEST_FILE, STATUS_ACTIVE, CapRewriteMarker, Manifest, clear_marker, load_manifest, load_marker, new_generation
 
 if TYPE_CHECKING:
     from .index import SavedState
@@ -42,15 +42,26 @@ def recover(session: "_Session", force_rescan: bool) -> None:
     log = session.log
     marker = load_marker(session.dir)
     on_disk = load_manifest(session.dir)
+    if on_disk is None and log.length and (session.dir / MANIFEST_FILE).exists():
+        logger.warning("%s: manifest.json is malformed or its counters are implausible; the log decides",
+                       session.dir)
+    had_index = session.index_path.exists()
     saved = session.open_index()
     marker_applies = marker is not None and marker.matches(log.length)
-    fast = (
-        not force_rescan
-        and saved is not None
-        and not marker_applies
-        and covers_prefix(session, saved)
-        and session.index.is_consistent(saved.manifest)
-    )
+    # Why the index cannot be trusted as it is (None: it can), said when it is rebuilt.
+    if force_rescan:
+        why = "asked for"
+    elif saved is None:
+        why = "no usable index"
+    elif marker_applies:
+        why = "a cap rewrite was interrupted"
+    elif not covers_prefix(session, saved):
+        why = "the index describes another log, or more of it than there is"
+    elif not session.index.is_consistent(saved.manifest):
+        why = "the index is inconsistent with itself"
+    else:
+        why = None
+    fast = why is None
     adopted = False
     if fast and on_disk is not None and on_disk.persisted_file_len == saved.manifest.persisted_file_len:
         mine, theirs = saved.manifest, on_disk
@@ -58,6 +69,7 @@ def recover(session: "_Session", force_rescan: bool) -> None:
             theirs.turn_count, theirs.event_count, theirs.in_turn, theirs.retained_turn_base
         ):
             fast = False
+            why = "manifest.json and the index disagree on the counts"
         elif (mine.status, mine.created_at, mine.updated_at) != (theirs.status, theirs.created_at, theirs.updated_at):
             # Retention may have marked the session completed; keep what it published.
             mine.status, mine.created_at, mine.updated_at = theirs.status, theirs.created_at, theirs.updated_at
@@ -72,6 +84,10 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         elif adopted:  # the index says what manifest.json says (a scan would have committed it)
             session.index.commit((), (), saved.manifest, log.tail)
     else:
+        if log.length and not force_rescan:
+            # A session VT Code wrote, opened here for the first time, has no index: no news.
+            level = logging.WARNING if had_index else logging.INFO
+            logger.log(level, "rebuilding the index of %s from its log: %s", log.path, why)
         base = scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
         # The rescan writes a new index file: deleting the old rows would only cost time and
         # disk space (what the old index knew is in ``saved``).
@@ -240,9 +256,13 @@ def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0,
     derive = bool(derived_tables(lazy=False))
     records: list[BatchRecord] = []
     offset = start
+    skipped = first_skipped = 0
     for line, line_start, offset in log.lines(start, log.length):
         record = ev.decode_line(line)
         if record is None:
+            if not skipped:
+                first_skipped = line_start
+            skipped += 1
             continue
         seq, row = state.apply_record(record, line_start, offset, keep_status=line_start < status_floor)
         rows.append(row)
@@ -253,6 +273,11 @@ def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0,
             rows, records, reset = [], [], False
     state.manifest.next_seq = max(state.manifest.next_seq, seq_floor)
     _commit_scan(session, rows, offset, reset, records)
+    if skipped:
+        # Kept in the log (nothing is cut from its middle), left out of every view.
+        logger.warning("%s: skipped %d line%s that %s not a valid event (the first at byte %d)",
+                       log.path, skipped, "" if skipped == 1 else "s", "is" if skipped == 1 else "are",
+                       first_skipped)
 
 
 def _commit_scan(session: "_Session", rows: list, offset: int, reset: bool, records: list) -> None:

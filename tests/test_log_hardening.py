@@ -664,3 +664,54 @@ def test_after_a_failing_eviction_hook_recovers_the_cap_is_the_cap_again(tmp_pat
     assert not failures
     recovered = max(i for i, count in enumerate(peaks) if count > 21)  # the last time over the cap
     assert recovered < 100, f"the session went on past its cap until event {recovered}: {peaks[recovered - 5:recovered + 1]}"
+
+
+# --------------------------------------------------------------------------------------------
+# What recovery handles and goes on with is logged
+
+
+def test_a_malformed_line_in_the_middle_is_skipped_with_a_warning_naming_it(tmp_path, caplog):
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED)
+    events = session_dir(tmp_path) / "events.jsonl"
+    bad_at = events.stat().st_size
+    with open(events, "ab") as fh:
+        fh.write(b'{"not": "an envelope"}\n')
+    expected = [f"{events}: skipped 1 line that is not a valid event (the first at byte {bad_at})"]
+    with caplog.at_level("WARNING", logger="memstore"):
+        with memstore.open_session(tmp_path, "s") as log:  # the open that catches up sees it
+            log.append(TURN_COMPLETED)
+        assert [r.getMessage() for r in caplog.records if "not a valid event" in r.getMessage()] == expected
+        caplog.clear()
+        memstore.rebuild(tmp_path, "s", refresh=False)  # and so does every rebuild
+        assert [r.getMessage() for r in caplog.records if "not a valid event" in r.getMessage()] == expected
+    with memstore.read_session(tmp_path, "s") as reader:
+        assert reader.event_count == 2  # kept in the log, left out of the views
+
+
+def test_an_index_that_cannot_be_trusted_is_rebuilt_with_the_reason(tmp_path, caplog):
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED)
+        log.append(TURN_COMPLETED)
+    # Another log under the same index: the index's tail bytes are not in it.
+    events = session_dir(tmp_path) / "events.jsonl"
+    events.write_bytes(events.read_bytes().replace(b"turn.completed", b"turn.completeD"))
+    with caplog.at_level("INFO", logger="memstore"):
+        with memstore.open_session(tmp_path, "s") as log:
+            assert log.event_count == 2
+    messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert f"rebuilding the index of {events} from its log: the index describes another log, or more of it than there is" in messages
+
+
+def test_a_manifest_with_implausible_counters_is_distrusted_with_a_warning(tmp_path, caplog):
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED)
+    path = session_dir(tmp_path) / "manifest.json"
+    manifest = json.loads(path.read_bytes())
+    manifest["next_seq"] = 2**62
+    path.write_text(json.dumps(manifest))
+    with caplog.at_level("WARNING", logger="memstore"):
+        with memstore.open_session(tmp_path, "s") as log:
+            assert log.append(TURN_COMPLETED) == 2
+    assert any("manifest.json is malformed or its counters are implausible" in r.getMessage() for r in caplog.records)
+    assert json.loads(path.read_bytes())["next_seq"] == 3
