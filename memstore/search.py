@@ -87,6 +87,7 @@ say BEGIN explicitly)::
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import math
@@ -1388,10 +1389,23 @@ def search_memory(
     An empty or punctuation-only query gives ``[]``; no query is ever an error.
     """
     from .catalog import catalog_path, refresh_catalog
+    from .index import readonly_uri
 
     if max_results <= 0 or not tokenize(query or ""):
         return []
-    refresh_catalog(root)
+    path = catalog_path(root)
+    uri: Optional[str] = f"{Path(path).absolute().as_uri()}?mode=ro"
+    try:
+        refresh_catalog(root)
+    except StoreIOError as exc:
+        # A store that cannot be written (a read-only mount, another user's files) is searched
+        # as its catalog last saw it: stale, but an answer.
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or not Path(path).is_file():
+            raise
+        uri = readonly_uri(path)
+        if uri is None:
+            raise
+        logger.warning("searching %s as it is, without refreshing it: %s", path, exc)
     clauses, params = [], []
     if source is not None:
         clauses.append("source = ?")
@@ -1402,8 +1416,7 @@ def search_memory(
     if since is not None:
         clauses.append("created_at >= ?")
         params.append(_since(since))
-    path = catalog_path(root)
-    conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, isolation_level=None)
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None)
     try:
         # One read transaction: the rows read are those ranked, whatever a refresh does meanwhile
         # (a recopied session's chunk ids are free for other chunks).
