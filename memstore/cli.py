@@ -238,6 +238,11 @@ def append_command(session, source, root, durability, max_events, atomic, as_jso
     inner event is appended. Stops at the first invalid line (exit 2), keeping what came before;
     with --atomic, every line is checked before anything is written, and a bad line appends
     nothing (the session is not even created).
+
+    \b
+    Examples:
+      echo '{"type": "turn.started"}' | memstore append run-42
+      memstore append run-42 events.jsonl --atomic --durability event
     """
     from .events import check_event, encode_record, utc_now
     from .log import open_session
@@ -359,7 +364,13 @@ def rebuild_command(sessions, rebuild_all, root, as_json):
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many, newest first.")
 @json_option
 def sessions_command(root, limit, as_json):
-    """List the sessions under the root, most recently updated first."""
+    """List the sessions under the root, most recently updated first.
+
+    \b
+    Examples:
+      memstore sessions --limit 10
+      memstore sessions --json | jq '.[].session_id'
+    """
     from .manifest import list_sessions
 
     _require_store(root)
@@ -444,6 +455,11 @@ def show_command(session, turn_number, root, as_json):
     """Show SESSION's manifest and turns (or, with --turn N, that turn's events).
 
     Reads without locking, so it works while an agent writes the session.
+
+    \b
+    Examples:
+      memstore show run-42
+      memstore show run-42 --turn 3 --json
     """
     from .reader import read_session
 
@@ -485,6 +501,11 @@ def progress_command(session, root, as_json):
     """Print the progress ledger of SESSION as Markdown (--json: the ledger JSON).
 
     Exit 1 when the session has no ledger, 2 when it cannot be read or parsed.
+
+    \b
+    Examples:
+      memstore progress run-42
+      memstore progress run-42 --json
     """
     from .progress import load_progress, progress_path
 
@@ -513,7 +534,13 @@ def progress_command(session, root, as_json):
 @root_option
 @json_option
 def pack_command(session, output, root, as_json):
-    """Write an audit pack of SESSION: the SHA-256 and size of every file in it."""
+    """Write an audit pack of SESSION: the SHA-256 and size of every file in it.
+
+    \b
+    Examples:
+      memstore pack run-42
+      memstore pack run-42 --output /audits/run-42.json
+    """
     from .pack import write_audit_pack
 
     _require_store(root)
@@ -539,6 +566,11 @@ def verify_command(session, pack_path, root, as_json):
 
     Exit 0 verified, 1 not verified (files changed or missing), 2 invalid pack, unreadable
     input or usage error. Files added since packing are listed but do not fail verification.
+
+    \b
+    Examples:
+      memstore verify run-42
+      memstore verify run-42 /audits/run-42.json --json
     """
     from .pack import default_pack_path, read_audit_pack, verify_audit_pack
 
@@ -632,6 +664,12 @@ def import_command(paths, source, root, as_json):
     With no PATH, imports ~/.codex/sessions and ~/.claude/projects ($CODEX_HOME and
     $CLAUDE_CONFIG_DIR are honoured) where they exist. Importing again appends only what the
     logs gained since. Skipped lines and other problems are reported, never fatal.
+
+    \b
+    Examples:
+      memstore import
+      memstore import ~/.codex/sessions/2026/11 --source codex
+      memstore import ~/.claude/projects/my-app --json
     """
     import os
 
@@ -697,6 +735,11 @@ def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_jso
 
     Removals are recorded in <root>/gc-log.jsonl. Live, pinned and preserved sessions are never
     touched; see `memstore pin`.
+
+    \b
+    Examples:
+      memstore retention --max-sessions 50 --max-age-days 30
+      memstore retention --max-age-days 90 --preserve run-42 --apply
     """
     from .retention import RetentionPolicy, apply_retention_preserving
 
@@ -741,7 +784,12 @@ def _existing_session_dir(root, session):
 @root_option
 @json_option
 def pin_command(session, reason, root, as_json):
-    """Pin SESSION: retention never removes it until `memstore unpin`."""
+    """Pin SESSION: retention never removes it until `memstore unpin`.
+
+    \b
+    Example:
+      memstore pin run-42 --reason "the incident of November 3"
+    """
     from .retention import pin_session_retention
 
     _require_store(root)
@@ -761,7 +809,12 @@ def pin_command(session, reason, root, as_json):
 @root_option
 @json_option
 def unpin_command(session, root, as_json):
-    """Unpin SESSION, so retention may remove it again."""
+    """Unpin SESSION, so retention may remove it again.
+
+    \b
+    Example:
+      memstore unpin run-42
+    """
     from .retention import unpin_session_retention
 
     _require_store(root)
@@ -786,6 +839,11 @@ def migrate_command(root, remove_legacy, as_json):
     (a workspace's .vtcode) into sessions. Running it again imports only what is new.
 
     Exit 1 when some legacy file could not be imported (each is listed with the reason).
+
+    \b
+    Examples:
+      memstore migrate --root ~/project/.vtcode
+      memstore migrate --root ~/project/.vtcode --remove-legacy
     """
     import os
 
@@ -823,7 +881,13 @@ def migrate_command(root, remove_legacy, as_json):
 @json_option
 def facts_command(root, limit, session, as_json):
     """List the grounded facts of the sessions' memory views (derived/memory.json), newest
-    sessions first."""
+    sessions first.
+
+    \b
+    Examples:
+      memstore facts --limit 20
+      memstore facts --session run-42 --json
+    """
     from .memory_view import query_facts, session_memory_facts
 
     _require_store(root)

@@ -103,3 +103,10 @@ def test_python_dash_m_runs_the_cli(tmp_path):
     out = subprocess.run([sys.executable, "-m", "memstore", "sessions", "--root", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "no sessions" in out.stdout
+
+
+def test_every_command_has_examples_in_its_help():
+    for name in sorted(cli.commands):
+        result = CliRunner().invoke(cli, [name, "--help"])
+        assert result.exit_code == 0, (name, result.output)
+        assert "Example" in result.output and f"memstore {name}" in result.output, name
