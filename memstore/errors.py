@@ -15,8 +15,10 @@ class MemstoreError(Exception):
     """Base class of every error memstore raises on purpose.
 
     An error raised by ``append`` after its event was handed a sequence number carries it as
-    ``seq``, and ``durable`` says whether the event reached ``events.jsonl`` (written, and
-    synced as the durability policy asks) before the failure: if so, do not append it again.
+    ``seq``, and ``durable`` says whether the event's bytes reached ``events.jsonl`` (its
+    ``write()`` completed) before the failure: if so, do not append it again. It does not say
+    the bytes were synced: after a failed ``fdatasync`` (``op == "fdatasync"``) they may or may
+    not survive a power cut, and a reopened session shows whether they did.
     """
 
     seq: Optional[int] = None
