@@ -47,9 +47,17 @@ class LogState:
         m.event_count += 1
         turn = self.open_turn
         if turn is not None and kind not in ev.LIFECYCLE_KINDS:
-            # The common case on the append path: an item inside the open turn.
-            self._extend(turn, end, seq)
-            return False, turn.number
+            # The common case, once per event of every append and scan: an item inside the
+            # open turn (what _extend does, inlined).
+            turn.end_offset = end
+            turn.event_count += 1
+            if seq is not None:
+                turn.last_seq = seq
+                if turn.first_seq is None:
+                    turn.first_seq = seq
+            number = turn.number
+            self.dirty[number] = turn
+            return False, number
         if kind == ev.TURN_STARTED:
             if turn is not None:
                 turn.status = TURN_INTERRUPTED
@@ -107,7 +115,7 @@ class LogState:
                 turn.first_seq = seq
         self.dirty[turn.number] = turn
 
-    def apply_record(self, record: Record, start: int, end: int, *, keep_status: bool = False) -> tuple[int, tuple]:
+    def apply_record(self, record: Record, start: int, end: int, keep_status: bool = False) -> tuple[int, tuple]:
         """Advance the state by one record read back from the log; return ``(seq, row)``: the
         record's sequence number and its index row.
 
@@ -120,15 +128,16 @@ class LogState:
         shows (set by retention, or by a ``thread.completed`` the cap evicted) stands against
         the records the old metadata already covered.
         """
-        event = record.event
+        seq, ts, event = record
         manifest = self.manifest
         status = manifest.status
-        seq = ev.assign_seq(record.seq, manifest.next_seq)
+        if seq is None or seq < manifest.next_seq:  # ev.assign_seq, inlined: once per event
+            seq = manifest.next_seq
         manifest.next_seq = seq + 1
-        _boundary, turn = self.apply(event["type"], event, start, end, seq, record.ts)
+        _boundary, turn = self.apply(event["type"], event, start, end, seq, ts)
         if keep_status:
             manifest.status = status
-        ts = record.ts
+        row = (seq, start, end - start, turn, ts, str(event["type"]))  # event_row, inlined
         if ts is not None:
             if ts > self.now:
                 # A time in the future (a wrong clock, a hand-written line) would keep the
@@ -139,7 +148,7 @@ class LogState:
                 manifest.created_at = ts
             if ts > manifest.updated_at:
                 manifest.updated_at = ts  # only forward: complete() may have bumped it past the log
-        return seq, event_row(seq, start, end - start, turn, record.ts, event)
+        return seq, row
 
 
 _SOURCE_KEYS_MAX = 32

@@ -257,20 +257,23 @@ def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0,
     records: list[BatchRecord] = []
     offset = start
     skipped = first_skipped = 0
+    # Locals: this loop runs once per event of a log that may hold millions.
+    decode, apply, add = ev.decode_line, state.apply_record, rows.append
     for line, line_start, offset in log.lines(start, log.length):
-        record = ev.decode_line(line)
+        record = decode(line)
         if record is None:
             if not skipped:
                 first_skipped = line_start
             skipped += 1
             continue
-        seq, row = state.apply_record(record, line_start, offset, keep_status=line_start < status_floor)
-        rows.append(row)
+        seq, row = apply(record, line_start, offset, line_start < status_floor)
+        add(row)
         if derive:
             records.append(BatchRecord(seq, row[3], record.ts, line_start, offset - line_start, record.event))
         if len(rows) >= SCAN_BATCH_EVENTS:
             _commit_scan(session, rows, offset, reset, records)
             rows, records, reset = [], [], False
+            add = rows.append
     state.manifest.next_seq = max(state.manifest.next_seq, seq_floor)
     _commit_scan(session, rows, offset, reset, records)
     if skipped:
