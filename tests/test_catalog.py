@@ -66,7 +66,7 @@ ops = st.lists(st.tuples(st.sampled_from(["turn", "fail", "open", "refresh", "re
                          st.integers(0, 2)), min_size=1, max_size=14)
 
 
-@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.settings(max_examples=int(os.environ.get("MEMSTORE_PROPERTY_EXAMPLES_CATALOG", "25")), deadline=None)
 @hypothesis.given(ops=ops)
 def test_incremental_refreshes_equal_a_refresh_from_scratch(tmp_path_factory, ops):
     tmp_path = tmp_path_factory.mktemp("catalog")
