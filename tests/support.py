@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import orjson
+import pytest
 
 MANIFEST_COUNTERS = ("turn_count", "event_count", "in_turn", "retained_turn_base", "next_seq", "persisted_file_len", "status")
 EVENT_COLUMNS = "seq, offset, length, turn, ts, type"
@@ -72,3 +76,23 @@ def wait_until_derived(session_dir: Path, seq: int, timeout: float = 10.0) -> No
             return
         assert time.monotonic() < deadline, f"the deriver did not reach seq {seq} in {session_dir}"
         time.sleep(0.01)
+
+
+@contextmanager
+def tmpfs(path: Path, size: str = "16m") -> Iterator[Path]:
+    """A real tmpfs mounted at ``path`` (created) for the test's duration; skips the test where
+    mounting is not allowed. :func:`remount_read_only` makes it read-only."""
+    path.mkdir(exist_ok=True)
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                            capture_output=True, text=True)
+    if result.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def remount_read_only(path: Path) -> None:
+    result = subprocess.run(["mount", "-o", "remount,ro", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import memstore
+import support
 from memstore.lock import is_live
 
 TURN_STARTED = {"type": "turn.started"}
@@ -126,20 +127,14 @@ def test_a_reader_of_a_session_without_an_index_reads_the_log(tmp_path):
 
 def test_read_only_copy_of_a_store(tmp_path):
     """A store on a read-only filesystem (a tmpfs remounted read-only) reads fine."""
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with support.tmpfs(tmp_path / "ro") as mount:
         with memstore.open_session(mount, "s") as log:
             write_turns(log, 2)
             log.append(TURN_STARTED)
-        assert subprocess.run(["mount", "-o", "remount,ro", str(mount)], capture_output=True).returncode == 0
+        support.remount_read_only(mount)
         with memstore.read_session(mount, "s") as reader:
             assert (reader.turn_count, reader.event_count) == (2, 7)
             assert reader.reconstruct_turn(1)[1] == message("turn 1")
-    finally:
-        subprocess.run(["umount", str(mount)], capture_output=True)
 
 
 def test_missing_sessions_and_bad_ids(tmp_path):

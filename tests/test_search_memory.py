@@ -4,13 +4,13 @@ gives the same results on a catalog kept up to date as on one rebuilt from scrat
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
 from click.testing import CliRunner
 
 import memstore
 import memstore.deriver
+import support
 from memstore.cli import cli
 
 
@@ -129,38 +129,26 @@ def test_reference_query_tests_over_memory_facts(tmp_path):
 
 
 def test_a_store_on_a_read_only_filesystem_is_searched_as_its_catalog_last_saw_it(tmp_path, caplog):
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with support.tmpfs(tmp_path / "ro") as mount:
         with memstore.open_session(mount, "s") as log:
             turn(log, "the flaky websocket reconnect test")
         assert [r.session_id for r in memstore.search_memory(mount, "websocket")] == ["s"]
         with memstore.open_session(mount, "later") as log:  # never reaches the catalog
             turn(log, "websocket again")
-        assert subprocess.run(["mount", "-o", "remount,ro", str(mount)], capture_output=True).returncode == 0
+        support.remount_read_only(mount)
         with caplog.at_level("WARNING", logger="memstore"):
             hits = memstore.search_memory(mount, "websocket")
         assert [r.session_id for r in hits] == ["s"]
         assert any("searching" in r.getMessage() and "without refreshing it" in r.getMessage() for r in caplog.records)
         result = CliRunner().invoke(cli, ["search", "websocket", "--root", str(mount), "--json"])
         assert result.exit_code == 0, result.output
-    finally:
-        subprocess.run(["umount", str(mount)], capture_output=True)
 
 
 def test_a_store_without_a_catalog_that_cannot_be_written_is_a_clear_error(tmp_path):
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with support.tmpfs(tmp_path / "ro") as mount:
         with memstore.open_session(mount, "s") as log:
             turn(log, "websocket")
-        assert subprocess.run(["mount", "-o", "remount,ro", str(mount)], capture_output=True).returncode == 0
+        support.remount_read_only(mount)
         with pytest.raises(memstore.StoreIOError) as caught:
             memstore.search_memory(mount, "websocket")
         assert str(mount) in str(caught.value)
-    finally:
-        subprocess.run(["umount", str(mount)], capture_output=True)
