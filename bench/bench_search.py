@@ -44,8 +44,6 @@ import argparse
 import gc
 import json
 import os
-import random
-import shutil
 import sqlite3
 import statistics
 import subprocess
