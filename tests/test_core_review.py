@@ -47,3 +47,39 @@ def test_a_crash_left_removal_whose_name_was_taken_again_is_kept_once_not_retrie
     assert not (tmp_path / "gc-log.jsonl").exists()
     with memstore.open_session(tmp_path, "s") as log:
         assert log.event_count == 1, "the newer session was disturbed"
+
+
+def test_a_rescan_interrupted_between_batches_without_manifest_json_never_reuses_the_old_indexs_seqs(tmp_path, monkeypatch):
+    """The index described seqs up to 10, the log lost its last four lines (a power cut) and
+    manifest.json is gone: a rescan keeps next_seq at 11 from the old index. Interrupted after
+    its first batch (the old index is discarded by then) and resumed, it must too: seqs 7-10
+    were handed out once."""
+    import memstore.recovery
+
+    with memstore.open_session(tmp_path, "s") as log:
+        for _ in range(5):
+            log.append(TURN_STARTED)
+            log.append(TURN_COMPLETED)
+        directory = log.directory
+    path = directory / "events.jsonl"
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:6]))
+    (directory / "manifest.json").unlink()
+
+    monkeypatch.setattr(memstore.recovery, "SCAN_BATCH_EVENTS", 2)
+    real_commit = memstore.recovery._commit_scan
+    commits = []
+
+    def killed_after_the_first_batch(*args, **kwargs):
+        if commits:
+            raise memstore.StoreIOError("update index", path, "killed")
+        commits.append(1)
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(memstore.recovery, "_commit_scan", killed_after_the_first_batch)
+    try:
+        memstore.open_session(tmp_path, "s")
+    except memstore.StoreIOError:
+        pass
+    monkeypatch.setattr(memstore.recovery, "_commit_scan", real_commit)
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.append(TURN_STARTED) == 11, "a seq the old index had counted was handed out again"
