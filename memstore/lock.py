@@ -39,6 +39,10 @@ TRASH_DIR = ".trash"
 # A trash entry keeps this suffix until its removal is recorded (``on_moved`` returned): one a
 # crash left with it was never recorded, and is put back rather than deleted.
 PENDING_SUFFIX = ".pending"
+# A pending entry that cannot be put back (a newer session took its name) is renamed with this
+# suffix, said once, and kept: deleting it would be a removal nobody recorded, and putting it
+# back again on every emptying would fail (and log) on every retention run for ever.
+UNRECORDED_SUFFIX = ".unrecorded"
 STORE_LOCKS = ("catalog", "retention", "migration", "import")
 _ATTEMPTS = 5
 
@@ -239,7 +243,8 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
 
 def _put_back(target: Path, session_dir: Path) -> None:
     """Undo a move to the trash (the removal could not be recorded). If a new session took the
-    name meanwhile, the old one stays in the trash, which the next removal empties."""
+    name meanwhile, the old one stays in the trash, pending: the next emptying keeps it aside
+    (see :data:`UNRECORDED_SUFFIX`)."""
     try:
         if os.path.lexists(session_dir):
             raise FileExistsError(session_dir)
@@ -252,7 +257,9 @@ def empty_trash(root: os.PathLike | str) -> None:
     """Delete what a removal interrupted by a crash left in ``<root>/.trash/`` (only a real
     directory: a ``.trash`` symlink would point the deletion outside the store). A ``*.pending``
     entry is not deleted: one whose lock is held belongs to a remover still recording it, and
-    one a crash left was never recorded, so it is put back into ``<root>/sessions``."""
+    one a crash left was never recorded, so it is put back into ``<root>/sessions`` (or, if a
+    newer session took its name, kept in the trash as ``*.unrecorded``, which no emptying
+    touches)."""
     trash = Path(root) / TRASH_DIR
     try:
         if not stat.S_ISDIR(os.lstat(trash).st_mode):
@@ -265,13 +272,30 @@ def empty_trash(root: os.PathLike | str) -> None:
         logger.warning("could not list %s: %s", trash, exc)
         return
     for entry in entries:
+        if entry.name.endswith(UNRECORDED_SUFFIX):
+            continue  # said when it was set aside; for a human to look at, never deleted here
         if entry.name.endswith(PENDING_SUFFIX):
             if not is_live(entry.path):
-                name = entry.name[: -len(PENDING_SUFFIX)].rpartition("-")[0]
-                logger.warning("%s is a removal that was never recorded; putting it back", entry.path)
-                _put_back(Path(entry.path), Path(root) / "sessions" / name)
+                stem = entry.name[: -len(PENDING_SUFFIX)]
+                home = Path(root) / "sessions" / stem.rpartition("-")[0]
+                if os.path.lexists(home):
+                    _set_aside(Path(entry.path), trash / (stem + UNRECORDED_SUFFIX), home)
+                else:
+                    logger.warning("%s is a removal that was never recorded; putting it back", entry.path)
+                    _put_back(Path(entry.path), home)
             continue
         _delete_tree(Path(entry.path))
+
+
+def _set_aside(entry: Path, kept: Path, home: Path) -> None:
+    """Keep a removal nobody recorded whose name a newer session took, once and for good."""
+    try:
+        os.rename(entry, kept)
+    except OSError as exc:
+        logger.error("could not set %s aside as %s (%s)", entry, kept, exc)
+        return
+    logger.error("%s is a removal that was never recorded, and %s is a newer session: kept as %s",
+                 entry, home, kept)
 
 
 def _delete_tree(path: Path) -> None:

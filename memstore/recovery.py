@@ -12,13 +12,14 @@ section 5.3, step 6).
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import orjson
 
 from . import events as ev
 from .errors import MemstoreError, StoreIOError
-from .fsio import read_no_follow
+from .fsio import atomic_write, read_no_follow
 from .index import BatchRecord, derived_tables
 from .lifecycle import LogState
 from .logfile import TAIL_BYTES, torn_seq_floor
@@ -92,6 +93,13 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         # The rescan writes a new index file: deleting the old rows would only cost time and
         # disk space (what the old index knew is in ``saved``).
         if saved is not None:
+            if on_disk is None:
+                # The old index goes before the first batch commits, and a rescan interrupted
+                # after it resumes with manifest.json as the old metadata (see _catch_up): the
+                # index's next_seq and status must survive there, or the resumed scan hands
+                # out again seqs the old index had counted past a lost suffix of the log.
+                atomic_write(session.dir / MANIFEST_FILE,
+                             replace(saved.manifest, session_id=session.session_id).to_json(), durable=False)
             session.open_index(fresh=True)
         log.repair_tail(0)
         _rescan(session, base, on_disk, saved)
