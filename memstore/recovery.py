@@ -50,10 +50,12 @@ def recover(session: "_Session", force_rescan: bool) -> None:
     saved = session.open_index()
     marker_applies = marker is not None and marker.matches(log.length)
     # Why the index cannot be trusted as it is (None: it can), said when it is rebuilt.
+    upgraded = False
     if force_rescan:
         why = "asked for"
     elif saved is None:
-        why = "no usable index"
+        upgraded = session.index is not None and session.index.needs_rebuild
+        why = "its index is of an older memstore's layout" if upgraded else "no usable index"
     elif marker_applies:
         why = "a cap rewrite was interrupted"
     elif not covers_prefix(session, saved):
@@ -86,8 +88,10 @@ def recover(session: "_Session", force_rescan: bool) -> None:
             session.index.commit((), (), saved.manifest, log.tail)
     else:
         if log.length and not force_rescan:
-            # A session VT Code wrote, opened here for the first time, has no index: no news.
-            level = logging.WARNING if had_index else logging.INFO
+            # A session VT Code wrote, opened here for the first time, has no index, and an
+            # upgrade of memstore outdates every index: no news.
+            routine = upgraded or (saved is None and not had_index)
+            level = logging.INFO if routine else logging.WARNING
             logger.log(level, "rebuilding the index of %s from its log: %s", log.path, why)
         base = scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
         # The rescan writes a new index file: deleting the old rows would only cost time and

@@ -715,3 +715,24 @@ def test_a_manifest_with_implausible_counters_is_distrusted_with_a_warning(tmp_p
             assert log.append(TURN_COMPLETED) == 2
     assert any("manifest.json is malformed or its counters are implausible" in r.getMessage() for r in caplog.records)
     assert json.loads(path.read_bytes())["next_seq"] == 3
+
+
+def test_an_index_of_an_older_layout_is_rebuilt_without_a_warning(tmp_path, caplog):
+    """An upgrade of memstore that adds a derived table outdates every index: routine, said at
+    info level, not a warning per session."""
+    import sqlite3
+
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append(TURN_STARTED)
+        log.append(TURN_COMPLETED)
+    db = sqlite3.connect(session_dir(tmp_path) / "index" / "session.db")
+    db.execute("DROP TABLE file_changes")
+    db.execute("DELETE FROM _sqlite_migrations WHERE migration_set = 'memstore.file_changes'")
+    db.commit()
+    db.close()
+    with caplog.at_level("INFO", logger="memstore"):
+        with memstore.open_session(tmp_path, "s") as log:
+            assert log.event_count == 2
+    rebuilt = [r for r in caplog.records if "rebuilding the index" in r.getMessage()]
+    assert [(r.levelname, r.getMessage().rsplit(": ", 1)[1]) for r in rebuilt] == [
+        ("INFO", "its index is of an older memstore's layout")]
