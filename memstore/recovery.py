@@ -242,6 +242,9 @@ def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: 
         turn_count=base - 1,
         retained_turn_base=base,
         status=known[0].status if known else STATUS_ACTIVE,
+        # Where the session came from, said by its thread.started (which a cap rewrite may have
+        # evicted); a thread.started still in the log says it again.
+        source=known[0].source if known else None,
         # Seqs are assigned from the log alone (see LogState.apply_record): from the head's
         # anchor, if a cap rewrite left one, else from 1.
         next_seq=session.log.head().next_seq or 1,

@@ -736,3 +736,17 @@ def test_an_index_of_an_older_layout_is_rebuilt_without_a_warning(tmp_path, capl
     rebuilt = [r for r in caplog.records if "rebuilding the index" in r.getMessage()]
     assert [(r.levelname, r.getMessage().rsplit(": ", 1)[1]) for r in rebuilt] == [
         ("INFO", "its index is of an older memstore's layout")]
+
+
+def test_a_rebuild_keeps_the_source_of_a_session_whose_thread_started_the_cap_evicted(tmp_path):
+    source = {"agent": "codex", "version": "0.63.0", "cwd": "/work/app"}
+    with memstore.open_session(tmp_path, "s", max_events=10) as log:
+        log.append({"type": "thread.started", "thread_id": "t", "source": source})
+        for _ in range(10):
+            log.append(TURN_STARTED)
+            log.append(TURN_COMPLETED)
+        first = next(iter(log.iter_records())).event["type"]
+    assert first != "thread.started"  # evicted
+    assert memstore.rebuild(tmp_path, "s", refresh=False).source == source
+    with memstore.read_session(tmp_path, "s") as reader:
+        assert reader.manifest.source == source
