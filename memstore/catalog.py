@@ -354,6 +354,7 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
     session_id = reader.session_id
     full = (previous is None or previous[1] != session_id or previous[2] != manifest.generation
             or previous[3] > max(reader.indexed_seq, reader.tail_rows.last_seq)
+            or _turn_base_moved(conn, session_id, manifest.retained_turn_base)
             or not _still_prefix(reader, *previous[6:8], trusted=previous[2] != 0))
     events_seq = 0 if full else previous[3]
     last_turn = 0 if full else previous[4]
@@ -420,6 +421,15 @@ def _still_prefix(reader: SessionReader, length: Optional[int], tail: Optional[b
     if length is None or tail is None:
         return trusted
     return length <= reader.end and _log_tail(reader, length) == tail
+
+
+def _turn_base_moved(conn: sqlite3.Connection, session_id: str, retained_turn_base: int) -> bool:
+    """Whether the session's first retained turn is not the one the catalog copied: a cap
+    rewrite evicted turns. Every rewrite that evicts moves it (whole turns go), which the
+    log's bytes may not show: VT Code writes no seqs or times, so a log of like turns that grew
+    back past the length copied can end there in the very bytes it ended in before."""
+    row = conn.execute("SELECT retained_turn_base FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+    return row is not None and row[0] != retained_turn_base
 
 
 class _Rewritten(Exception):

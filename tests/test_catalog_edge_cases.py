@@ -1,0 +1,53 @@
+"""The catalog at the edges: sessions rewritten in ways no generation tells, damaged catalogs,
+and what a refresh must still get right there. Each test is a bug that was found and fixed."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+
+import memstore
+from memstore.catalog import refresh_catalog
+from test_catalog import content, from_scratch
+
+# VT Code writes its log lines without seqs or times, so a session of similar turns is a log of
+# identical lines.
+VT_TURN = (
+    b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n'
+    b'{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"x","type":"agent_message",'
+    b'"text":"ok widget"}}}\n'
+    b'{"schema_version":"0.18.0","event":{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}}\n'
+)
+
+
+def vt_code_session(root, sid, log: bytes, *, turn_count: int, event_count: int, retained_turn_base: int):
+    """A session as VT Code itself leaves one: events.jsonl (replaced atomically, as its cap
+    rewrite does) and manifest.json, no memstore index."""
+    directory = root / "sessions" / sid
+    directory.mkdir(parents=True, exist_ok=True)
+    staged = directory / "events.jsonl.tmp"
+    staged.write_bytes(log)
+    os.replace(staged, directory / "events.jsonl")
+    (directory / "manifest.json").write_text(json.dumps({
+        "session_id": sid, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+        "status": "active", "turn_count": turn_count, "event_count": event_count, "in_turn": False,
+        "retained_turn_base": retained_turn_base, "persisted_file_len": len(log)}))
+    return directory
+
+
+def test_a_vt_code_cap_rewrite_of_a_repetitive_log_is_recopied(tmp_path):
+    """VT Code's cap rewrite gives no generation; the catalog tells it by the bytes that ended
+    what it copied. In a log of identical turns the log that grew again past that length after
+    the rewrite ends there in the same bytes, yet turns 1 and 2 are gone: the first retained
+    turn (3, in the manifest) says so, and the session must be copied again, not grown."""
+    root = tmp_path / "store"
+    vt_code_session(root, "v", VT_TURN * 6, turn_count=6, event_count=18, retained_turn_base=1)
+    assert refresh_catalog(root).added == ["v"]
+    # Turns 1 and 2 evicted, then three more turns appended.
+    vt_code_session(root, "v", VT_TURN * 7, turn_count=9, event_count=21, retained_turn_base=3)
+    report = refresh_catalog(root)
+    assert report.recopied == ["v"] and not report.errors
+    data = content(root)
+    assert [t[1] for t in data["turns"]] == list(range(3, 10))
+    assert data == from_scratch(root, tmp_path)
