@@ -34,7 +34,7 @@ from .chunks import event_chunks
 from .search import SearchIndex
 from .errors import InvalidEvent, MemstoreError, SessionNotFound, StoreIOError
 from .fsio import sessions_root
-from .index import INDEX_FILE, TURN_COLUMNS, MigrationSet, file_stamp, readonly_uri
+from .index import INDEX_FILE, TURN_COLUMNS, MigrationSet, _is_corruption, file_stamp, readonly_uri
 from .lock import store_lock
 from .logfile import EVENTS_FILE, TAIL_BYTES
 from .manifest import MANIFEST_FILE
@@ -189,8 +189,11 @@ CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_2", _create_tabl
                                                        ("normal_chunk_times", _normal_chunk_times)))
 
 
-def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
-    """Open (creating and migrating) ``<root>/catalog.db`` for writing, in WAL mode."""
+def open_catalog(root: os.PathLike | str, *, _set_aside: bool = True) -> sqlite3.Connection:
+    """Open (creating and migrating) ``<root>/catalog.db`` for writing, in WAL mode; the caller
+    holds the store's ``catalog`` lock. One SQLite cannot read (not a database, damaged) is set
+    aside and a new one created: the catalog is a view of the sessions, and keeping the old one
+    would fail every refresh (and search) until someone ran ``memstore doctor --fix``."""
     path = catalog_path(root)
     try:
         # uri=True: the session indexes are attached read-only, by URI.
@@ -219,11 +222,36 @@ def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
         SearchIndex(conn).ensure_schema()
     except (sqlite3.Error, OSError) as exc:
         conn.close()
+        # Once only: a new file that SQLite still cannot read is not the old file's fault.
+        if _set_aside and isinstance(exc, sqlite3.DatabaseError) and _is_corruption(exc):
+            aside = set_aside_catalog(path)
+            logger.warning("catalog %s could not be read (%s); kept as %s, and a new catalog is built",
+                           path, exc, aside)
+            return open_catalog(root, _set_aside=False)
         raise StoreIOError("open catalog", path, str(exc)) from exc
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def set_aside_catalog(path: Path) -> Path:
+    """Move a catalog SQLite cannot read out of the way, beside it (as torn tails are kept), with
+    its WAL side files gone, so the next open builds a new one; return where it went. The caller
+    holds the store's ``catalog`` lock."""
+    import time
+
+    aside = path.with_name(f"{path.name}.unreadable-{int(time.time())}")
+    try:
+        os.replace(path, aside)
+        for suffix in ("-wal", "-shm"):
+            try:
+                os.unlink(f"{path}{suffix}")
+            except FileNotFoundError:
+                pass
+    except OSError as exc:
+        raise StoreIOError.from_os_error("set aside", path, exc) from exc
+    return aside
 
 
 # --------------------------------------------------------------------------------------------

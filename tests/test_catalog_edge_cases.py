@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 
 import memstore
 from memstore.catalog import refresh_catalog
@@ -51,3 +50,30 @@ def test_a_vt_code_cap_rewrite_of_a_repetitive_log_is_recopied(tmp_path):
     data = content(root)
     assert [t[1] for t in data["turns"]] == list(range(3, 10))
     assert data == from_scratch(root, tmp_path)
+
+
+def _one_session(root, sid="s", text="the flaky websocket test"):
+    with memstore.open_session(root, sid) as log:
+        log.append({"type": "turn.started"})
+        log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": text}})
+        log.append({"type": "turn.completed", "usage": {}})
+
+
+def test_a_catalog_sqlite_cannot_read_is_set_aside_and_rebuilt_by_a_refresh(tmp_path):
+    """catalog.db is a view of the sessions: one that is not a database (damaged, overwritten,
+    cut short) made every refresh, and so every search_memory, fail until someone ran
+    ``memstore doctor --fix``. A refresh now sets it aside (kept beside it, for a look) and
+    builds it again."""
+    _one_session(tmp_path)
+    refresh_catalog(tmp_path)
+    good = (tmp_path / "catalog.db").read_bytes()
+    for damaged in (b"this is not a database" * 100, good[:50]):
+        for suffix in ("-wal", "-shm"):
+            (tmp_path / f"catalog.db{suffix}").unlink(missing_ok=True)
+        (tmp_path / "catalog.db").write_bytes(damaged)
+        assert [hit.session_id for hit in memstore.search_memory(tmp_path, "websocket")] == ["s"]
+        kept = sorted(tmp_path.glob("catalog.db.unreadable-*"))
+        assert kept and kept[-1].read_bytes() == damaged
+        for k in kept:
+            k.unlink()
+    assert content(tmp_path) == from_scratch(tmp_path, tmp_path)
