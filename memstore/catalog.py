@@ -183,10 +183,18 @@ def _log_tails(db: "sqlite_utils.Database") -> None:
     db["catalog_state"].add_column("tail", bytes)
 
 
+def _fact_times(db: "sqlite_utils.Database") -> None:
+    # Facts were copied without their memory view's time: sessions with facts are read again
+    # at the next refresh, which dates them.
+    db.execute("UPDATE catalog_state SET stamp = '' WHERE session_id IN "
+               "(SELECT session_id FROM chunks WHERE source = 'session')")
+
+
 CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_2", _create_tables), ("views", _create_views),
                                                        ("fact_ids_by_directory", _fact_ids_by_directory),
                                                        ("log_tails", _log_tails),
-                                                       ("normal_chunk_times", _normal_chunk_times)))
+                                                       ("normal_chunk_times", _normal_chunk_times),
+                                                       ("fact_times", _fact_times)))
 
 
 def open_catalog(root: os.PathLike | str, *, _set_aside: bool = True) -> sqlite3.Connection:
@@ -522,7 +530,7 @@ def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, 
     directory name has no ``:``, so no fact can take the id of an event's chunk,
     ``<session>:<seq>:<part>``, as ``x:5:0``, fact 0 of session ``x:5``, would take session
     ``x``'s event 5)."""
-    from .memory_view import memory_facts_of
+    from .memory_view import memory_facts_of, memory_view_time
 
     old = [row[0] for row in conn.execute("SELECT id FROM chunks WHERE session_id = ? AND source = 'session'",
                                           (session_id,))]
@@ -530,12 +538,15 @@ def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, 
         search.remove(old)
         conn.execute("DELETE FROM chunks WHERE session_id = ? AND source = 'session'", (session_id,))
     ids = []
-    for fact in memory_facts_of(directory):
+    facts = memory_facts_of(directory)
+    # The view's own time (reference 5.5): what recency and search_memory's since weigh facts by.
+    created_at = memory_view_time(directory) if facts else None
+    for fact in facts:
         cursor = conn.execute(
-            "INSERT INTO chunks (chunk_id, session_id, source, kind, path, start_line, end_line, text) "
-            "VALUES (?, ?, 'session', ?, ?, 0, 0, ?) RETURNING id",
+            "INSERT INTO chunks (chunk_id, session_id, source, kind, path, start_line, end_line, created_at, text) "
+            "VALUES (?, ?, 'session', ?, ?, 0, 0, ?, ?) RETURNING id",
             (f"{name}:{fact['index']}", session_id, fact.get("source") or "fact", f"sessions/{name}/{MEMORY_VIEW}",
-             fact["fact"]))
+             created_at, fact["fact"]))
         ids.append(cursor.fetchone()[0])
     return ids
 
