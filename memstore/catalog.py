@@ -21,6 +21,7 @@ Deleting ``catalog.db`` and refreshing gives the same content.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sqlite3
@@ -48,6 +49,7 @@ logger = logging.getLogger("memstore")
 CATALOG_FILE = "catalog.db"
 MEMORY_VIEW = "derived/memory.json"
 _ATTEMPTS = 3
+_SQLITE_FULL = 13
 _TITLE_CHARS = 200
 
 
@@ -356,6 +358,10 @@ def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: 
                 _forget_directory(conn, search, name, previous[1], report)
             continue
         except (MemstoreError, sqlite3.Error, OSError) as exc:
+            if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == _SQLITE_FULL:
+                # Only the catalog is written (session indexes are attached read-only): say so,
+                # or the session looks at fault.
+                exc = StoreIOError("write", catalog_path(root), str(exc), errno.ENOSPC)
             logger.warning("catalog: skipping session directory %s this time: %s", directory, exc)
             report.errors.append((name, str(exc)))
             continue

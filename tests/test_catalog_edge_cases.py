@@ -77,3 +77,44 @@ def test_a_catalog_sqlite_cannot_read_is_set_aside_and_rebuilt_by_a_refresh(tmp_
         for k in kept:
             k.unlink()
     assert content(tmp_path) == from_scratch(tmp_path, tmp_path)
+
+
+def test_a_full_disk_under_the_catalog_is_reported_naming_catalog_db(tmp_path):
+    """A refresh on a full disk put every session in ``errors`` with SQLite's bare "database or
+    disk is full" (and logged "skipping session directory ...": the sessions were fine). The
+    error names the file that could not be written; once there is room the refresh catches up."""
+    import subprocess
+
+    import pytest
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        for i in range(3):
+            _one_session(mount, f"s{i}", "websocket " * 2000)
+        refresh_catalog(mount)
+        for i in range(3):
+            _one_session(mount, f"s{i}", " ".join(f"word{n}" for n in range(3000)))
+        filler = mount / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        os.truncate(filler, os.path.getsize(filler) - 64 * 1024)
+        report = refresh_catalog(mount)
+        assert report.errors and all(str(mount / "catalog.db") in reason for _name, reason in report.errors)
+        filler.unlink()
+        report = refresh_catalog(mount)
+        assert not report.errors
+        assert content(mount) == from_scratch(mount, tmp_path)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
