@@ -21,6 +21,7 @@ Deleting ``catalog.db`` and refreshing gives the same content.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sqlite3
@@ -34,7 +35,7 @@ from .chunks import event_chunks
 from .search import SearchIndex
 from .errors import InvalidEvent, MemstoreError, SessionNotFound, StoreIOError
 from .fsio import sessions_root
-from .index import INDEX_FILE, TURN_COLUMNS, MigrationSet, file_stamp, readonly_uri
+from .index import INDEX_FILE, TURN_COLUMNS, MigrationSet, _is_corruption, file_stamp, readonly_uri
 from .lock import store_lock
 from .logfile import EVENTS_FILE, TAIL_BYTES
 from .manifest import MANIFEST_FILE
@@ -48,6 +49,7 @@ logger = logging.getLogger("memstore")
 CATALOG_FILE = "catalog.db"
 MEMORY_VIEW = "derived/memory.json"
 _ATTEMPTS = 3
+_SQLITE_FULL = 13
 _TITLE_CHARS = 200
 
 
@@ -183,14 +185,25 @@ def _log_tails(db: "sqlite_utils.Database") -> None:
     db["catalog_state"].add_column("tail", bytes)
 
 
+def _fact_times(db: "sqlite_utils.Database") -> None:
+    # Facts were copied without their memory view's time: sessions with facts are read again
+    # at the next refresh, which dates them.
+    db.execute("UPDATE catalog_state SET stamp = '' WHERE session_id IN "
+               "(SELECT session_id FROM chunks WHERE source = 'session')")
+
+
 CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_2", _create_tables), ("views", _create_views),
                                                        ("fact_ids_by_directory", _fact_ids_by_directory),
                                                        ("log_tails", _log_tails),
-                                                       ("normal_chunk_times", _normal_chunk_times)))
+                                                       ("normal_chunk_times", _normal_chunk_times),
+                                                       ("fact_times", _fact_times)))
 
 
-def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
-    """Open (creating and migrating) ``<root>/catalog.db`` for writing, in WAL mode."""
+def open_catalog(root: os.PathLike | str, *, _set_aside: bool = True) -> sqlite3.Connection:
+    """Open (creating and migrating) ``<root>/catalog.db`` for writing, in WAL mode; the caller
+    holds the store's ``catalog`` lock. One SQLite cannot read (not a database, damaged) is set
+    aside and a new one created: the catalog is a view of the sessions, and keeping the old one
+    would fail every refresh (and search) until someone ran ``memstore doctor --fix``."""
     path = catalog_path(root)
     try:
         # uri=True: the session indexes are attached read-only, by URI.
@@ -219,11 +232,36 @@ def open_catalog(root: os.PathLike | str) -> sqlite3.Connection:
         SearchIndex(conn).ensure_schema()
     except (sqlite3.Error, OSError) as exc:
         conn.close()
+        # Once only: a new file that SQLite still cannot read is not the old file's fault.
+        if _set_aside and isinstance(exc, sqlite3.DatabaseError) and _is_corruption(exc):
+            aside = set_aside_catalog(path)
+            logger.warning("catalog %s could not be read (%s); kept as %s, and a new catalog is built",
+                           path, exc, aside)
+            return open_catalog(root, _set_aside=False)
         raise StoreIOError("open catalog", path, str(exc)) from exc
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def set_aside_catalog(path: Path) -> Path:
+    """Move a catalog SQLite cannot read out of the way, beside it (as torn tails are kept), with
+    its WAL side files gone, so the next open builds a new one; return where it went. The caller
+    holds the store's ``catalog`` lock."""
+    import time
+
+    aside = path.with_name(f"{path.name}.unreadable-{int(time.time())}")
+    try:
+        os.replace(path, aside)
+        for suffix in ("-wal", "-shm"):
+            try:
+                os.unlink(f"{path}{suffix}")
+            except FileNotFoundError:
+                pass
+    except OSError as exc:
+        raise StoreIOError.from_os_error("set aside", path, exc) from exc
+    return aside
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,6 +358,10 @@ def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: 
                 _forget_directory(conn, search, name, previous[1], report)
             continue
         except (MemstoreError, sqlite3.Error, OSError) as exc:
+            if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == _SQLITE_FULL:
+                # Only the catalog is written (session indexes are attached read-only): say so,
+                # or the session looks at fault.
+                exc = StoreIOError("write", catalog_path(root), str(exc), errno.ENOSPC)
             logger.warning("catalog: skipping session directory %s this time: %s", directory, exc)
             report.errors.append((name, str(exc)))
             continue
@@ -354,6 +396,7 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
     session_id = reader.session_id
     full = (previous is None or previous[1] != session_id or previous[2] != manifest.generation
             or previous[3] > max(reader.indexed_seq, reader.tail_rows.last_seq)
+            or _turn_base_moved(conn, session_id, manifest.retained_turn_base)
             or not _still_prefix(reader, *previous[6:8], trusted=previous[2] != 0))
     events_seq = 0 if full else previous[3]
     last_turn = 0 if full else previous[4]
@@ -422,6 +465,15 @@ def _still_prefix(reader: SessionReader, length: Optional[int], tail: Optional[b
     return length <= reader.end and _log_tail(reader, length) == tail
 
 
+def _turn_base_moved(conn: sqlite3.Connection, session_id: str, retained_turn_base: int) -> bool:
+    """Whether the session's first retained turn is not the one the catalog copied: a cap
+    rewrite evicted turns. Every rewrite that evicts moves it (whole turns go), which the
+    log's bytes may not show: VT Code writes no seqs or times, so a log of like turns that grew
+    back past the length copied can end there in the very bytes it ended in before."""
+    row = conn.execute("SELECT retained_turn_base FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+    return row is not None and row[0] != retained_turn_base
+
+
 class _Rewritten(Exception):
     """The session's index changed generation between the reader's snapshot and the copy."""
 
@@ -484,7 +536,7 @@ def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, 
     directory name has no ``:``, so no fact can take the id of an event's chunk,
     ``<session>:<seq>:<part>``, as ``x:5:0``, fact 0 of session ``x:5``, would take session
     ``x``'s event 5)."""
-    from .memory_view import memory_facts_of
+    from .memory_view import memory_facts_of, memory_view_time
 
     old = [row[0] for row in conn.execute("SELECT id FROM chunks WHERE session_id = ? AND source = 'session'",
                                           (session_id,))]
@@ -492,12 +544,15 @@ def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, 
         search.remove(old)
         conn.execute("DELETE FROM chunks WHERE session_id = ? AND source = 'session'", (session_id,))
     ids = []
-    for fact in memory_facts_of(directory):
+    facts = memory_facts_of(directory)
+    # The view's own time (reference 5.5): what recency and search_memory's since weigh facts by.
+    created_at = memory_view_time(directory) if facts else None
+    for fact in facts:
         cursor = conn.execute(
-            "INSERT INTO chunks (chunk_id, session_id, source, kind, path, start_line, end_line, text) "
-            "VALUES (?, ?, 'session', ?, ?, 0, 0, ?) RETURNING id",
+            "INSERT INTO chunks (chunk_id, session_id, source, kind, path, start_line, end_line, created_at, text) "
+            "VALUES (?, ?, 'session', ?, ?, 0, 0, ?, ?) RETURNING id",
             (f"{name}:{fact['index']}", session_id, fact.get("source") or "fact", f"sessions/{name}/{MEMORY_VIEW}",
-             fact["fact"]))
+             created_at, fact["fact"]))
         ids.append(cursor.fetchone()[0])
     return ids
 

@@ -666,6 +666,32 @@ def memory_facts_of(session_dir: os.PathLike | str) -> list[dict]:
     return [dict(f) for f in _facts_cache.get(directory / DERIVED_DIR / MEMORY_FILE)[1]]
 
 
+def memory_view_time(session_dir: os.PathLike | str) -> Optional[str]:
+    """When ``<session_dir>/derived/memory.json`` says it was made, in memstore's format: its
+    numeric ``created_at`` (Unix seconds), else its numeric ``updated_at``, else ``None`` (the
+    reference's search dates a view's facts so; memstore's own views carry neither, only
+    ``generated_at``). ``None`` too for a missing, malformed or symlinked file."""
+    directory = Path(session_dir)
+    path = directory / DERIVED_DIR / MEMORY_FILE
+    if directory.is_symlink() or (directory / DERIVED_DIR).is_symlink():
+        return None
+    try:
+        raw = read_no_follow(path)
+        data = orjson.loads(raw) if raw is not None else None
+    except (StoreIOError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    for key in ("created_at", "updated_at"):
+        value = data.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                return ev.format_ts(datetime.fromtimestamp(value, timezone.utc))
+            except (OverflowError, OSError, ValueError):
+                return None  # no time a datetime can hold: as good as none
+    return None
+
+
 def session_memory_facts(root: os.PathLike | str, session_id: str) -> list[dict]:
     """The grounded facts of one session's memory view, ``[{"fact", "source"}]`` in file order;
     ``[]`` when it has none, or no readable view. Raises :class:`InvalidSessionId` for an id

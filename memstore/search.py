@@ -1348,7 +1348,9 @@ class MemorySearchResult:
     for a memory fact (the session's directory name: the session id unless it is hashed); ``path`` is the file it comes from (``events.jsonl`` or ``memory.json``);
     ``start_line``/``end_line`` the lines of the event's text the chunk holds (0 for a fact);
     ``source`` is ``event`` or ``session`` (a memory fact); ``created_at`` the event's time, in
-    RFC 3339 (the reference used Unix seconds: every chunk here has a time).
+    RFC 3339 (the reference used Unix seconds), or for a fact its memory view's numeric
+    ``created_at``, else ``updated_at``, as the reference dates facts (``None`` when the view
+    gives neither, as memstore's own views do, or for an event whose line has no time).
     """
 
     chunk_id: str

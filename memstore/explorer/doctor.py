@@ -192,21 +192,11 @@ def _fix_permissions(directory: Path) -> None:
 def _set_aside(root: Path, path: Path) -> None:
     """Move a catalog SQLite cannot read out of the way (kept beside it, as torn tails are), so
     the refresh that follows builds a new one: the catalog is a view of the sessions."""
-    import time
-
+    from ..catalog import set_aside_catalog
     from ..lock import store_lock
 
-    aside = path.with_name(f"{path.name}.unreadable-{int(time.time())}")
     with store_lock(root, "catalog"):
-        try:
-            os.replace(path, aside)
-            for suffix in ("-wal", "-shm"):
-                try:
-                    os.unlink(f"{path}{suffix}")
-                except FileNotFoundError:
-                    pass
-        except OSError as exc:
-            raise StoreIOError.from_os_error("set aside", path, exc) from exc
+        aside = set_aside_catalog(path)
     logger.warning("doctor: %s could not be read; kept as %s, and a new catalog is built", path, aside)
 
 
