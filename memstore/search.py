@@ -544,11 +544,14 @@ class SearchIndex:
             try:
                 yield
             except BaseException as exc:
-                try:
-                    self.conn.execute("ROLLBACK TO memstore_search")
-                    self.conn.execute("RELEASE memstore_search")
-                except sqlite3.Error:
-                    logger.warning("search: rollback of a failed %s on %s failed", op, self.path, exc_info=True)
+                # SQLite may already have rolled back the whole transaction, savepoint included
+                # (a full disk does): then there is nothing left to undo.
+                if self.conn.in_transaction:
+                    try:
+                        self.conn.execute("ROLLBACK TO memstore_search")
+                        self.conn.execute("RELEASE memstore_search")
+                    except sqlite3.Error:
+                        logger.warning("search: rollback of a failed %s on %s failed", op, self.path, exc_info=True)
                 if isinstance(exc, sqlite3.Error):
                     raise self._error(op, exc) from exc
                 raise
@@ -1393,6 +1396,8 @@ def search_memory(
     from .catalog import catalog_path, refresh_catalog
     from .index import readonly_uri
 
+    if isinstance(max_results, bool) or not isinstance(max_results, int):
+        raise TypeError(f"max_results must be an int, not {type(max_results).__name__}")
     if max_results <= 0 or not tokenize(query or ""):
         return []
     path = catalog_path(root)

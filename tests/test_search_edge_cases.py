@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+import pytest
+
 import memstore
 from memstore.search import recency_multiplier
 
@@ -55,3 +57,10 @@ def test_a_catalog_that_copied_facts_without_times_dates_them_at_its_next_refres
         conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'fact_times'")
     conn.close()
     assert [h.created_at for h in memstore.search_memory(tmp_path, "whale")] == ["2026-03-01T12:00:00.000Z"]
+
+
+def test_a_max_results_that_is_not_an_int_is_a_clear_error(tmp_path):
+    (tmp_path / "sessions").mkdir()
+    for bad in (3.5, "6", True, None):
+        with pytest.raises(TypeError, match="max_results must be an int"):
+            memstore.search_memory(tmp_path, "websocket", bad)
