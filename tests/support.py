@@ -96,3 +96,23 @@ def tmpfs(path: Path, size: str = "16m") -> Iterator[Path]:
 def remount_read_only(path: Path) -> None:
     result = subprocess.run(["mount", "-o", "remount,ro", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path: Path):
+    """Make the next rescan commit one batch of two events, then fail as a kill would leave it
+    (the StoreIOError names ``path``); returns the real batch commit, to put back."""
+    import memstore
+    import memstore.recovery
+
+    monkeypatch.setattr(memstore.recovery, "SCAN_BATCH_EVENTS", 2)
+    real_commit = memstore.recovery._commit_scan
+    commits = []
+
+    def killed_after_the_first_batch(*args, **kwargs):
+        if commits:
+            raise memstore.StoreIOError("update index", path, "killed")
+        commits.append(1)
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(memstore.recovery, "_commit_scan", killed_after_the_first_batch)
+    return real_commit

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import memstore
+import support
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
@@ -65,17 +66,7 @@ def test_a_rescan_interrupted_between_batches_without_manifest_json_never_reuses
     path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:6]))
     (directory / "manifest.json").unlink()
 
-    monkeypatch.setattr(memstore.recovery, "SCAN_BATCH_EVENTS", 2)
-    real_commit = memstore.recovery._commit_scan
-    commits = []
-
-    def killed_after_the_first_batch(*args, **kwargs):
-        if commits:
-            raise memstore.StoreIOError("update index", path, "killed")
-        commits.append(1)
-        return real_commit(*args, **kwargs)
-
-    monkeypatch.setattr(memstore.recovery, "_commit_scan", killed_after_the_first_batch)
+    real_commit = support.interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path)
     try:
         memstore.open_session(tmp_path, "s")
     except memstore.StoreIOError:

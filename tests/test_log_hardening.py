@@ -49,7 +49,7 @@ def test_a_rescan_interrupted_between_its_batches_still_never_reuses_a_torn_seq(
         f.write(b'{"schema_version":"0.18.0","seq":7,"ts":"2026-01-01T00:00:00.000Z","event":{"type":"turn.st')
     (session_dir(tmp_path) / "index" / "session.db").unlink()  # the next open rescans
 
-    real_commit = _interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path)
+    real_commit = support.interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path)
     with pytest.raises(memstore.StoreIOError, match="killed"):
         memstore.open_session(tmp_path, "s")
     monkeypatch.setattr(memstore.recovery, "_commit_scan", real_commit)
@@ -57,21 +57,6 @@ def test_a_rescan_interrupted_between_its_batches_still_never_reuses_a_torn_seq(
     with memstore.open_session(tmp_path, "s") as log:
         seq = log.append(TURN_STARTED)
     assert seq == 8, "seq 7 was written (the torn tail kept beside the log holds it)"
-
-
-def _interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path):
-    monkeypatch.setattr(memstore.recovery, "SCAN_BATCH_EVENTS", 2)
-    real_commit = memstore.recovery._commit_scan
-    commits = []
-
-    def killed_after_the_first_batch(*args, **kwargs):
-        if commits:
-            raise memstore.StoreIOError("update index", path, "killed")
-        commits.append(1)
-        return real_commit(*args, **kwargs)
-
-    monkeypatch.setattr(memstore.recovery, "_commit_scan", killed_after_the_first_batch)
-    return real_commit
 
 
 def test_a_resumed_rescan_keeps_a_status_set_outside_the_log(tmp_path, monkeypatch):
@@ -87,7 +72,7 @@ def test_a_resumed_rescan_keeps_a_status_set_outside_the_log(tmp_path, monkeypat
     manifest_path.write_text(json.dumps(manifest))
     (session_dir(tmp_path) / "index" / "session.db").unlink()
 
-    real_commit = _interrupt_the_next_rescan_after_its_first_batch(monkeypatch, manifest_path)
+    real_commit = support.interrupt_the_next_rescan_after_its_first_batch(monkeypatch, manifest_path)
     with pytest.raises(memstore.StoreIOError, match="killed"):
         memstore.open_session(tmp_path, "s")
     monkeypatch.setattr(memstore.recovery, "_commit_scan", real_commit)
