@@ -126,6 +126,7 @@ def test_a_person_browses_the_demo_store(server, tmp_path):
             page.click("article.kind-command a.seq")
             assert page.locator("h1").inner_text().startswith("Event 6")
             assert '"command":"cargo test"' in page.locator("#line").inner_text()
+            page.screenshot(path=str(shots / "event.png"), full_page=True)
 
             # Search from the nav bar, then follow a result to its turn.
             page.fill("nav.ms-nav input[name=q]", "clippy")
@@ -142,5 +143,5 @@ def test_a_person_browses_the_demo_store(server, tmp_path):
             assert not errors
         finally:
             browser.close()
-    for name in ("home", "session", "turn", "search"):
+    for name in ("home", "session", "turn", "event", "search"):
         assert (shots / f"{name}.png").stat().st_size > 10_000
