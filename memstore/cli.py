@@ -155,7 +155,9 @@ def demo_command(root, sessions, seed, as_json):
 
     Multi-turn tasks with commands and their output, failing tests then fixes, file changes,
     denied tool calls, a compaction, failed turns, goals with milestones, and sessions imported
-    from Codex and Claude Code logs. Seeded, and idempotent: running it again changes nothing.
+    from Codex and Claude Code logs. Seeded, and idempotent: running it again changes nothing,
+    and it never removes or rewrites anything (a session of a demo name that holds other events
+    is left as it is).
 
     \b
     Examples:
@@ -171,6 +173,8 @@ def demo_command(root, sessions, seed, as_json):
         return
     click.echo(f"demo store in {root}: {plural(len(report.written) + len(report.imported), 'session')} written "
                f"({plural(report.events, 'event')}), {len(report.skipped)} already there")
+    if report.kept:
+        click.echo(f"left as they are (they hold events that are not the demo's): {', '.join(report.kept)}")
     root_arg = "" if root == ".memstore" else f" --root {root}"
     click.echo(f"next: memstore serve{root_arg}   (then open http://localhost:8001/-/memstore)")
 

@@ -9,8 +9,10 @@ grows with the context, goals with milestones, and one Codex and one Claude Code
 imported from source files generated (in a temporary directory) from the formats' rules.
 
 Everything is seeded: the same ``seed`` and ``sessions`` give the same logs, byte for byte. It
-is idempotent: a session already written whole is left alone, a partial one (an interrupted
-run) is removed and written again.
+is idempotent and removes nothing: a session already written whole is left alone, a partial
+one (an interrupted run: its events are the start of the demo's) is completed, and a session
+of a demo name that holds anything else (someone's own session called ``demo``, or events
+appended to a demo session) is left as it is, with a warning.
 
 :func:`write_demo_session` still writes the classic three-turn session ``demo`` (one of the
 store's sessions), and :func:`demo_events` yields its events.
@@ -28,10 +30,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from .errors import MemstoreError, StoreIOError
+import orjson
+
 from .fsio import session_directory
 from .log import SessionLog, open_session
-from .manifest import load_manifest
 
 logger = logging.getLogger("memstore")
 
@@ -536,13 +538,15 @@ def _import_sources(root: Path) -> dict:
 
 @dataclass
 class DemoReport:
-    """What :func:`write_demo_store` did: sessions ``written`` and ``skipped`` (already whole),
+    """What :func:`write_demo_store` did: sessions ``written`` (or completed), ``skipped``
+    (already whole), ``kept`` (a session of a demo name holding something else, left as it is),
     the ``imported`` sessions, and the events written."""
 
     root: str
     written: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     imported: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
     events: int = 0
 
     @property
@@ -551,7 +555,7 @@ class DemoReport:
 
     def to_dict(self) -> dict:
         return {"root": self.root, "written": self.written, "skipped": self.skipped, "imported": self.imported,
-                "events": self.events, "sessions": self.sessions}
+                "kept": self.kept, "events": self.events, "sessions": self.sessions}
 
 
 def demo_plan(sessions: int = DEFAULT_SESSIONS, seed: int = DEFAULT_SEED) -> list[tuple[str, list[tuple[dict, Optional[str]]], Optional[dict]]]:
@@ -576,26 +580,31 @@ def write_demo_store(root: os.PathLike | str, sessions: int = DEFAULT_SESSIONS, 
                      progress: Optional[Callable[[int, int], None]] = None) -> DemoReport:
     """Write the demonstration store under ``root`` (about ``sessions`` sessions) and return what
     was done. Idempotent; ``progress(done, total)`` is called after each session."""
-    from .progress import Milestone, ProgressLedger, milestone_status_from_str, save_progress
+    from .progress import Milestone, ProgressLedger, milestone_status_from_str, progress_path, save_progress
 
     root = Path(root)
     report = DemoReport(str(root))
     plan = demo_plan(sessions, seed)
     total = len(plan) + 1
     for done, (session_id, events, ledger) in enumerate(plan, start=1):
-        directory = session_directory(root, session_id)
-        manifest = load_manifest(directory) if directory.is_dir() else None
-        if manifest is not None and manifest.event_count == len(events):
+        there = _records_there(root, session_id)
+        if there == _as_read_back(events):
             report.skipped.append(session_id)
+            if progress_path(root, session_id).exists():
+                ledger = None  # written with the session; someone may have moved it on since
+        elif there is not None and there != _as_read_back(events[:len(there)]):
+            logger.warning("demo: session %s holds events that are not the demo's; left as it is", session_id)
+            report.kept.append(session_id)
+            ledger = None
         else:
-            if directory.exists():
-                _remove_partial(root, directory)
+            # Absent, or the start of the demo's (an interrupted run): write the rest.
             # Bulk durability: one sync at close instead of one per turn (nothing here is live).
+            done_already = len(there or ())
             with open_session(root, session_id, max_events=0, durability="none") as log:
-                for event, ts in events:
+                for event, ts in events[done_already:]:
                     log.append(event, ts=ts)
             report.written.append(session_id)
-            report.events += len(events)
+            report.events += len(events) - done_already
         if ledger is not None:
             progress_ledger = ProgressLedger.new(session_id, ledger["goal"])
             progress_ledger.set_milestones([Milestone(id=m, description=d, status=milestone_status_from_str(s))
@@ -618,14 +627,18 @@ def write_demo_store(root: os.PathLike | str, sessions: int = DEFAULT_SESSIONS, 
     return report
 
 
-def _remove_partial(root: Path, directory: Path) -> None:
-    """Remove a session an interrupted demo run left half written."""
-    from .lock import remove_session_directory
+def _records_there(root: Path, session_id: str) -> Optional[list[tuple[dict, Optional[str]]]]:
+    """The ``(event, ts)`` of every record of the session, or ``None`` when there is none."""
+    from .errors import SessionNotFound
+    from .reader import read_session
 
-    logger.info("demo: rewriting the partial session %s", directory)
     try:
-        removed = remove_session_directory(root, directory)
-    except MemstoreError:
-        raise
-    if not removed:
-        raise StoreIOError("write demo", directory, "a partial demo session is open in another process")
+        with read_session(root, session_id) as reader:
+            return [(record.event, record.ts) for record in reader.iter_records()]
+    except SessionNotFound:
+        return None
+
+
+def _as_read_back(events: list[tuple[dict, Optional[str]]]) -> list[tuple[dict, Optional[str]]]:
+    """The plan's events as the log gives them back (JSON: tuples become lists)."""
+    return [(orjson.loads(orjson.dumps(event)), ts) for event, ts in events]

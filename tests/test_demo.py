@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import memstore
 from memstore.catalog import refresh_catalog
 from memstore.cli import cli
-from memstore.demo import IMPORTED_SESSIONS, write_demo_store
+from memstore.demo import IMPORTED_SESSIONS, demo_plan, write_demo_store
 
 
 def logs(root):
@@ -32,15 +32,48 @@ def test_demo_store_is_seeded_and_idempotent(tmp_path):
     assert other.sessions == 12
 
 
-def test_a_partial_demo_session_is_written_again(tmp_path):
-    write_demo_store(tmp_path)
-    victim = sorted(p for p in (tmp_path / "sessions").iterdir() if p.name.startswith("vt-"))[0]
-    whole = (victim / "events.jsonl").read_bytes()
-    with memstore.open_session(tmp_path, victim.name) as log:  # an extra event: not the demo's session any more
-        log.append({"type": "note"})
+def test_a_partial_demo_session_is_completed_to_the_same_bytes(tmp_path):
+    write_demo_store(tmp_path / "whole")
+    session_id, events, _ledger = demo_plan()[3]
+    half = len(events) // 2
+    with memstore.open_session(tmp_path, session_id, durability="none") as log:  # an interrupted run
+        for event, ts in events[:half]:
+            log.append(event, ts=ts)
     report = write_demo_store(tmp_path)
-    assert report.written == [victim.name]
-    assert (victim / "events.jsonl").read_bytes() == whole
+    assert session_id in report.written and report.events > len(events) - half
+    assert (tmp_path / "sessions" / session_id / "events.jsonl").read_bytes() == (
+        tmp_path / "whole" / "sessions" / session_id / "events.jsonl").read_bytes()
+
+
+def test_the_demo_never_removes_or_rewrites_what_someone_added(tmp_path, caplog):
+    """A session of a demo name holding other events (events appended to a demo session, or
+    someone's own session called ``demo`` in a real store) is left as it is, with a warning;
+    a ledger someone moved on is not reset."""
+    with memstore.open_session(tmp_path, "demo") as log:  # someone's own session called demo
+        log.append({"type": "turn.started"})
+        log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "mine"}})
+        log.append({"type": "turn.completed", "usage": {}})
+    mine = (tmp_path / "sessions" / "demo" / "events.jsonl").read_bytes()
+    write_demo_store(tmp_path)
+    assert (tmp_path / "sessions" / "demo" / "events.jsonl").read_bytes() == mine
+    victim = sorted(p for p in (tmp_path / "sessions").iterdir() if p.name.startswith("vt-"))[0]
+    with memstore.open_session(tmp_path, victim.name) as log:  # appended to a demo session
+        log.append({"type": "note"})
+    grown = (victim / "events.jsonl").read_bytes()
+    with_ledger = next(p.parent.parent for p in (tmp_path / "sessions").glob("*/derived/progress.json"))
+    ledger = memstore.load_progress(tmp_path, with_ledger.name)
+    ledger.add_known_issue("found by a person after the demo")
+    memstore.save_progress(tmp_path, with_ledger.name, ledger)
+    moved_on = (with_ledger / "derived" / "progress.json").read_bytes()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="memstore"):
+        report = write_demo_store(tmp_path)
+    assert sorted(report.kept) == sorted(["demo", victim.name]) and not report.written
+    assert (tmp_path / "sessions" / "demo" / "events.jsonl").read_bytes() == mine
+    assert (victim / "events.jsonl").read_bytes() == grown
+    assert (with_ledger / "derived" / "progress.json").read_bytes() == moved_on
+    assert not (tmp_path / ".trash").exists() or not any((tmp_path / ".trash").iterdir())
+    assert sum("left as it is" in r.getMessage() for r in caplog.records) == 2
 
 
 def test_demo_sessions_look_like_real_agent_work(tmp_path):
