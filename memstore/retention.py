@@ -180,7 +180,8 @@ class RetentionReport:
 
 def apply_retention(root: os.PathLike | str, policy: RetentionPolicy = RetentionPolicy(), *,
                     dry_run: bool = False) -> RetentionReport:
-    """Apply ``policy`` to the store at ``root``; see the module docstring. Same as
+    """Apply ``policy`` to the store at ``root``: mark, remove and record (see the module
+    docstring); with ``dry_run=True`` only report what a run would do. Same as
     :func:`apply_retention_preserving` with no preserved session."""
     return apply_retention_preserving(root, policy, None, dry_run=dry_run)
 
