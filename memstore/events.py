@@ -527,6 +527,20 @@ def _text(value: Any) -> str:
         return str(value)
 
 
+_PATH_KEYS = frozenset({"file_path", "notebook_path", "path"})
+
+
+def _strings(value: Any) -> list[str]:
+    """The strings inside a tool's arguments, in order, without the paths (said already)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for k, v in value.items() if k not in _PATH_KEYS for t in _strings(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _strings(v)]
+    return []
+
+
 def _join(*parts: Any) -> str:
     return "\n".join(t for t in (_text(p) for p in parts) if t)
 
@@ -551,7 +565,10 @@ def _item_text(item_type: str, item: dict) -> str:
         changes = get("changes")
         paths = [f"{c.get('kind', '')} {c.get('path', '')}".strip() for c in changes if isinstance(c, dict)] \
             if isinstance(changes, list) else []
-        return _join("\n".join(paths), get("unified_diff"))
+        # The change itself, as each agent records it: VT Code's unified diff, a Codex patch,
+        # a Claude Code edit's old and new text (what someone searching for the code types).
+        return _join("\n".join(paths), get("unified_diff"), get("patch"), *_strings(get("arguments")),
+                     get("output"))
     if item_type == "web_search":
         return _join(get("query"), get("results"))
     if item_type == "todo_list":

@@ -497,3 +497,14 @@ def test_cli_rejects_a_missing_path_and_shows_a_progress_bar_on_long_imports(tmp
     monkeypatch.setattr(importers, "import_logs", fake_import)
     result = CliRunner().invoke(cli, ["import", str(FIXTURES), "--root", str(tmp_path)])
     assert result.exit_code == 0 and "importing" in result.stderr
+
+
+def test_the_content_of_imported_edits_is_searchable(tmp_path):
+    """What an agent changed is what people search for: a Codex patch's lines and a Claude Code
+    edit's new text are in the file change's chunk, not only the paths."""
+    memstore.import_logs(tmp_path, CODEX_0104)
+    memstore.import_logs(tmp_path, CLAUDE_20)
+    patch_hits = memstore.search_memory(tmp_path, "util pub fn", 20)
+    assert any(h.session_id.startswith("codex-") and "pub fn x()" in h.snippet for h in patch_hits)
+    edit_hits = memstore.search_memory(tmp_path, "initials", 20)
+    assert any(h.session_id.startswith("claude-") and "initials" in h.snippet for h in edit_hits)
