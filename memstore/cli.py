@@ -385,9 +385,11 @@ def sessions_command(root, limit, as_json):
     if not summaries:
         click.echo(f"no sessions under {root}")
         return
-    click.echo(f"{'session':<32} {'status':<10} {'turns':>5} {'events':>7}  updated")
+    # Ids are shown whole (they are what `show` takes), so the column is as wide as the longest.
+    width = max(len("session"), *(len(s.session_id) for s in summaries))
+    click.echo(f"{'session':<{width}} {'status':<10} {'turns':>5} {'events':>7}  updated")
     for s in summaries:
-        click.echo(f"{s.session_id[:32]:<32} {s.status:<10} {s.turn_count:>5} {s.event_count:>7}  {s.updated_at}")
+        click.echo(f"{s.session_id:<{width}} {s.status:<10} {s.turn_count:>5} {s.event_count:>7}  {s.updated_at}")
 
 
 def _with_unlisted(root: str, summaries: list, limit: Optional[int]) -> list:

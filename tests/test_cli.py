@@ -110,3 +110,13 @@ def test_every_command_has_examples_in_its_help():
         result = CliRunner().invoke(cli, [name, "--help"])
         assert result.exit_code == 0, (name, result.output)
         assert "Example" in result.output and f"memstore {name}" in result.output, name
+
+
+def test_sessions_shows_whole_ids_that_show_accepts(tmp_path):
+    long_id = "claude-5b0e7a4c-2f1d-4c8e-9b7a-0123456789ab-agent-a1b2c3"
+    with memstore.open_session(tmp_path, long_id) as log:
+        log.append({"type": "turn.started"})
+    listed = CliRunner().invoke(cli, ["sessions", "--root", str(tmp_path)])
+    assert listed.exit_code == 0 and long_id in listed.output
+    shown = CliRunner().invoke(cli, ["show", long_id, "--root", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
