@@ -687,6 +687,10 @@ def import_command(paths, source, root, as_json):
         paths = tuple(p for p in (os.path.join(codex_home, "sessions"), os.path.join(claude_home, "projects"))
                       if os.path.isdir(p))
         if not paths:
+            if as_json:  # an empty report: there was nothing to import, which is no error
+                from .importers import ImportReport
+
+                _echo_json(ImportReport().to_dict())
             click.echo("nothing to import: neither ~/.codex/sessions nor ~/.claude/projects exists", err=True)
             return
     bar = None
@@ -721,6 +725,10 @@ def import_command(paths, source, root, as_json):
                f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated, "
                f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
                f"{plural(report.lines_skipped, 'line')} skipped, {plural(len(report.problems), 'problem')}")
+    if report.sessions:
+        shown = report.sessions[:10]
+        more = f" and {len(report.sessions) - len(shown)} more" if len(report.sessions) > len(shown) else ""
+        click.echo(f"sessions: {', '.join(shown)}{more}")
 
 
 # --- retention, pins, legacy migration, memory facts ---

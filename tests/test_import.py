@@ -508,3 +508,21 @@ def test_the_content_of_imported_edits_is_searchable(tmp_path):
     assert any(h.session_id.startswith("codex-") and "pub fn x()" in h.snippet for h in patch_hits)
     edit_hits = memstore.search_memory(tmp_path, "initials", 20)
     assert any(h.session_id.startswith("claude-") and "initials" in h.snippet for h in edit_hits)
+
+
+def test_the_report_names_the_sessions_that_received_events(tmp_path):
+    first = memstore.import_logs(tmp_path, [CODEX_0104, CLAUDE_20])
+    assert sorted(first.sessions) == sorted(p.name for p in (tmp_path / "sessions").iterdir())
+    assert len(first.sessions) == 2 and first.to_dict()["sessions"] == first.sessions
+    assert memstore.import_logs(tmp_path, [CODEX_0104, CLAUDE_20]).sessions == []  # nothing new
+    result = CliRunner().invoke(cli, ["import", str(CODEX_0104), "--root", str(tmp_path / "other")])
+    assert result.exit_code == 0 and "sessions: codex-" in result.output
+
+
+def test_import_json_with_nothing_to_import_prints_an_empty_report(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CODEX_HOME", raising=False)
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    result = CliRunner().invoke(cli, ["import", "--root", str(tmp_path / "store"), "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == memstore.ImportReport().to_dict()

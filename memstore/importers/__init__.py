@@ -45,6 +45,7 @@ class ImportReport:
     was rewritten, truncated or resumed after it had settled; ``sessions_unchanged``: sources
     with nothing new. ``events_appended`` counts events written, ``lines_skipped`` the source
     lines skipped (unparsable or of an unknown type), and ``problems`` says what and where.
+    ``sessions`` names the sessions that received events (created, updated or regenerated).
     """
 
     sessions_created: int = 0
@@ -55,6 +56,7 @@ class ImportReport:
     sessions_regenerated: int = 0
     sessions_unchanged: int = 0
     sources: int = 0
+    sessions: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (problems as objects)."""
@@ -104,6 +106,7 @@ def import_logs(
         except OSError:
             pass
     now = time.time()
+    named: set[str] = set()
     for source_file in files:
         meter.start_file(source_file)
         outcome = import_source(root, source_file, source, settle_seconds, now, meter.advance)
@@ -115,6 +118,10 @@ def import_logs(
         report.sessions_updated += outcome.updated
         report.sessions_regenerated += outcome.regenerated
         report.sessions_unchanged += outcome.unchanged
+        if outcome.session_id is not None and (outcome.created or outcome.updated or outcome.regenerated) \
+                and outcome.session_id not in named:
+            named.add(outcome.session_id)
+            report.sessions.append(outcome.session_id)
         report.events_appended += outcome.appended
         report.lines_skipped += outcome.skipped_lines
         for line, reason in outcome.problems:

@@ -73,6 +73,7 @@ PARSERS: dict[str, type[Parser]] = {"codex": CodexRolloutParser, "codex-exec": C
 class Outcome:
     """What importing one source did (folded into the report by the caller)."""
 
+    session_id: Optional[str] = None  # the session the source went to, when it made one
     created: bool = False
     updated: bool = False
     regenerated: bool = False
@@ -392,6 +393,7 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
     out.problems.extend(writer.problems)
     if log is None:
         return  # the source produced no events (nothing but titles, say): no session
+    out.session_id = session_id
     if out.regenerated:
         pass  # counted as regenerated, neither created nor updated
     elif count:
