@@ -506,7 +506,8 @@ def show_command(session, turn_number, root, as_json):
 def progress_command(session, root, as_json):
     """Print the progress ledger of SESSION as Markdown (--json: the ledger JSON).
 
-    Exit 1 when the session has no ledger, 2 when it cannot be read or parsed.
+    Exit 1 when the session has no ledger, 2 when there is no such session or its ledger
+    cannot be read or parsed.
 
     \b
     Examples:
@@ -516,6 +517,7 @@ def progress_command(session, root, as_json):
     from .progress import load_progress, progress_path
 
     _require_store(root)
+    _existing_session_dir(root, session)
     try:
         ledger = load_progress(root, session)
     except errors.MemstoreError as exc:

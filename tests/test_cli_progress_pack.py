@@ -1,6 +1,8 @@
 import orjson
 from click.testing import CliRunner
 
+import memstore
+
 from memstore import Milestone, MilestoneStatus, ProgressLedger, save_progress
 from memstore.cli import cli
 from support import write_session_files
@@ -49,10 +51,18 @@ def test_progress_reads_root_from_environment(tmp_path, monkeypatch):
 
 
 def test_progress_without_a_ledger_exits_1_with_a_message(tmp_path):
+    with memstore.open_session(tmp_path, "nothing") as log:
+        log.append({"type": "turn.started"})
     result = run("progress", "nothing", "--root", tmp_path)
     assert result.exit_code == 1
     assert "no progress ledger for session 'nothing'" in result.output
     assert "progress.json" in result.output
+
+
+def test_progress_of_a_missing_session_exits_2_as_every_command_does(tmp_path):
+    (tmp_path / "sessions").mkdir()
+    result = run("progress", "nosuch", "--root", tmp_path)
+    assert result.exit_code == 2 and "no session 'nosuch'" in result.output
 
 
 def test_progress_with_a_broken_ledger_exits_2(tmp_path):
