@@ -2,7 +2,6 @@ import orjson
 from click.testing import CliRunner
 
 import memstore
-
 from memstore import Milestone, MilestoneStatus, ProgressLedger, save_progress
 from memstore.cli import cli
 from support import write_session_files
