@@ -4,6 +4,7 @@ the exact token usage of its fixture (see tests/fixtures/import/make_fixtures.py
 
 from __future__ import annotations
 
+import orjson
 from test_import import (
     CLAUDE_20,
     CLAUDE_21,
@@ -167,3 +168,34 @@ def test_a_transcript_is_named_after_its_file_not_after_copied_lines(tmp_path):
     memstore.import_logs(tmp_path / "store", source)
     assert [s.session_id for s in memstore.list_sessions(tmp_path / "store")] == [f"claude-{SID_20}"]
     assert events(tmp_path / "store", f"claude-{SID_20}")[0]["source"]["thread_id"] == SID_20
+
+
+def test_an_interrupted_turn_ends_when_it_was_interrupted_not_at_a_later_compaction(tmp_path):
+    sid = "9c1d2e3f-7777-4a1b-8c2d-00000000a009"
+
+    def line(n, kind, ts, **fields):
+        return {"parentUuid": None, "isSidechain": False, "userType": "external", "cwd": "/w", "sessionId": sid,
+                "version": "2.1.3", "type": kind, "uuid": f"u{n}", "timestamp": ts, **fields}
+
+    source = tmp_path / "src" / f"{sid}.jsonl"
+    source.parent.mkdir()
+    source.write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in (
+        line(1, "user", "2026-11-01T10:00:00.000Z", message={"role": "user", "content": "refactor the parser"}),
+        line(2, "assistant", "2026-11-01T10:00:03.000Z", message={
+            "id": "m1", "role": "assistant", "model": "claude-opus-4-5", "content": [{"type": "text", "text": "Looking."}],
+            "usage": {"input_tokens": 10, "output_tokens": 5}}),
+        line(3, "user", "2026-11-01T10:00:05.000Z",
+             message={"role": "user", "content": [{"type": "text", "text": "[Request interrupted by user]"}]}),
+        line(4, "system", "2026-11-01T10:01:25.000Z", subtype="compact_boundary", content="Conversation compacted",
+             compactMetadata={"trigger": "manual", "preTokens": 15}),
+        line(5, "user", "2026-11-01T10:02:00.000Z", message={"role": "user", "content": "now just fix the test"}),
+    )))
+    memstore.import_logs(tmp_path / "store", source, settle_seconds=0)
+    with memstore.read_session(tmp_path / "store", f"claude-{sid}") as reader:
+        first = reader.turns()[0]
+        assert (first.status, first.started_at, first.ended_at) == (
+            "aborted", "2026-11-01T10:00:00.000Z", "2026-11-01T10:00:05.000Z")
+        kinds = [r.event["type"] for r in reader.iter_records()]
+    # The compaction lies between the two turns, in neither.
+    assert kinds.index("thread.compact_boundary") == kinds.index("turn.aborted") + 1
+    assert kinds[kinds.index("thread.compact_boundary") + 1] == "turn.started"

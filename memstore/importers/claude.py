@@ -237,14 +237,14 @@ class ClaudeParser(Parser):
                     self.on_result(block, obj.get("toolUseResult") if len(results) == 1 else None, lineno, ts)
                 if any(isinstance(b, dict) and isinstance(b.get("text"), str) and b["text"].startswith(_INTERRUPTED)
                        for b in content):
-                    self.interrupted()
+                    self.interrupted(ts)
                 return
         text, images = _text_of(content)
         if not text.strip() and not images:
             return
         stripped = text.lstrip()
         if stripped.startswith(_INTERRUPTED):
-            self.interrupted()
+            self.interrupted(ts)
             return
         if stripped.startswith(_MARKUP):
             return
@@ -254,11 +254,12 @@ class ClaudeParser(Parser):
             item["images"] = images
         self.item(item, ts)
 
-    def interrupted(self) -> None:
+    def interrupted(self, ts: str) -> None:
         turn = self.s["turn"]
         if turn is not None:
             # Held: the turn's end comes with turn_duration or the next prompt.
             turn["abort"] = "interrupted"
+            turn["interrupted_at"] = ts
 
     def on_result(self, block: dict, tool_use_result: Any, lineno: int, ts: str) -> None:
         call_id = block.get("tool_use_id")
@@ -349,6 +350,11 @@ class ClaudeParser(Parser):
             if self.s["turn"] is not None:
                 self.close_turn(ts)
         elif subtype == "compact_boundary":
+            turn = self.s["turn"]
+            if turn is not None and turn.get("interrupted_at"):
+                # A /compact after an interruption is not part of the interrupted turn: it ends
+                # when it was interrupted, not minutes later at the compaction.
+                self.close_turn(turn["interrupted_at"])
             meta = obj.get("compactMetadata") if isinstance(obj.get("compactMetadata"), dict) else {}
             trigger = meta.get("trigger")
             event = {"type": "thread.compact_boundary", "thread_id": self.session_id,
