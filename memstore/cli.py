@@ -491,7 +491,9 @@ def show_command(session, turn_number, root, as_json):
     if as_json:
         _echo_json({"manifest": manifest.to_dict(), "turns": [asdict(t) for t in turns]})
         return
-    click.echo(f"session {manifest.session_id!r}: {manifest.status}, {plural(manifest.turn_count, 'turn')}, "
+    # turn_count counts closed turns (as VT Code's manifest does): say so when one is open.
+    open_turn = " (and 1 open)" if manifest.in_turn else ""
+    click.echo(f"session {manifest.session_id!r}: {manifest.status}, {plural(manifest.turn_count, 'turn')}{open_turn}, "
                f"{plural(manifest.event_count, 'event')}, updated {manifest.updated_at}")
     _print_turns(turns)
 

@@ -185,7 +185,7 @@ def test_counts_of_one_are_singular(tmp_path):
     with memstore.open_session(tmp_path, "s") as log:
         log.append({"type": "turn.started"})
     show = run("show", "s", "--root", tmp_path)
-    assert show.exit_code == 0 and "0 turns, 1 event," in show.stdout, show.stdout
+    assert show.exit_code == 0 and "0 turns (and 1 open), 1 event," in show.stdout, show.stdout
     doctor = run("doctor", "--root", tmp_path)  # no catalog yet: one problem
     assert doctor.exit_code == 1 and "1 session checked: 1 problem" in doctor.stdout, doctor.stdout
     assert "1 problems" not in doctor.stdout and "1 sessions" not in doctor.stdout
