@@ -524,21 +524,27 @@ def _text(value: Any) -> str:
     try:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     except (TypeError, orjson.JSONEncodeError):
-        return str(value)
+        # Nested deeper than JSON output allows (a foreign log's line may nest a thousand
+        # levels, which repr() cannot print either): its strings are its text.
+        return "\n".join(_strings(value))
 
 
 _PATH_KEYS = frozenset({"file_path", "notebook_path", "path"})
 
 
 def _strings(value: Any) -> list[str]:
-    """The strings inside a tool's arguments, in order, without the paths (said already)."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [t for k, v in value.items() if k not in _PATH_KEYS for t in _strings(v)]
-    if isinstance(value, list):
-        return [t for v in value for t in _strings(v)]
-    return []
+    """The strings inside a tool's arguments, in order, without the paths (said already).
+    Iterative: a foreign log's line may nest a thousand levels deep."""
+    found, stack = [], [value]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            stack.extend(reversed([v for k, v in value.items() if k not in _PATH_KEYS]))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
+    return found
 
 
 def _join(*parts: Any) -> str:

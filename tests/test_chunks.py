@@ -123,3 +123,19 @@ def test_cap_evictions_drop_their_chunks(tmp_path, monkeypatch):
     assert rows and min(r[0] for r in rows) >= first
     memstore.rebuild(tmp_path, "s")
     assert session_chunks(tmp_path, "s")[0] == rows
+
+
+def test_a_foreign_line_nested_hundreds_of_levels_deep_is_chunked_by_its_words(tmp_path):
+    """orjson reads 1,024 levels but writes only 255: the text of a deeper event (a foreign
+    line) is its strings, made without recursion, not a repr() of brackets."""
+    with memstore.open_session(tmp_path, "s") as log:
+        log.append({"type": "turn.started"})
+    depth = 480  # a dict and a list per level: 960 levels
+    arguments = b'{"a":[' * depth + b'"needle"' + b']}' * depth
+    line = (b'{"event":{"type":"item.completed","item":{"id":"t","type":"tool_call","tool_name":"probe",'
+            b'"arguments":' + arguments + b'}}}\n')
+    with open(tmp_path / "sessions" / "s" / "events.jsonl", "ab") as fh:
+        fh.write(line)
+    memstore.rebuild(tmp_path, "s")
+    hits = memstore.search_memory(tmp_path, "needle")
+    assert [(h.session_id, h.seq, h.snippet) for h in hits] == [("s", 2, "probe needle")]
