@@ -153,3 +153,28 @@ def test_an_interrupted_turn_closed_by_a_compaction_ends_after_its_last_items(tm
         memstore.import_logs(store, growing, settle_seconds=0)
         got = orjson.dumps(_claude_records(store)).replace(str(growing).encode(), b"<src>")
         assert got == orjson.dumps(records).replace(str(source).encode(), b"<src>"), f"resumed after line {cut}"
+
+
+def test_an_import_saved_by_the_previous_mapping_is_not_resumed_with_it(tmp_path):
+    """Claude Code's interrupted turn before a compaction is mapped differently since the
+    previous release (whose saved parser state has no ``interrupted_at``): resuming that state
+    extended the session with the old mapping, unlike a fresh import of the same source."""
+    from memstore.importers.run import STATE_FILE
+
+    lines = _INTERRUPTED_THEN_MORE
+    fresh = _write_lines(tmp_path / "fresh" / f"{_CLAUDE_SID}.jsonl", lines)
+    memstore.import_logs(tmp_path / "fresh-store", fresh, settle_seconds=0)
+    want = orjson.dumps(_claude_records(tmp_path / "fresh-store")).replace(str(fresh).encode(), b"<src>")
+
+    store = tmp_path / "store"
+    source = _write_lines(tmp_path / "src" / f"{_CLAUDE_SID}.jsonl", lines[:5])
+    memstore.import_logs(store, source, settle_seconds=3600)
+    state_path = memstore.session_directory(store, f"claude-{_CLAUDE_SID}") / "derived" / STATE_FILE
+    state = orjson.loads(state_path.read_bytes())
+    # As the previous release saved it.
+    state["mapping"] = 2
+    del state["carry"]["turn"]["interrupted_at"]
+    state_path.write_bytes(orjson.dumps(state))
+    _write_lines(source, lines)
+    memstore.import_logs(store, source, settle_seconds=0)
+    assert orjson.dumps(_claude_records(store)).replace(str(source).encode(), b"<src>") == want
