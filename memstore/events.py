@@ -531,14 +531,22 @@ _PATH_KEYS = frozenset({"file_path", "notebook_path", "path"})
 
 
 def _strings(value: Any) -> list[str]:
-    """The strings inside a tool's arguments, in order, without the paths (said already)."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [t for k, v in value.items() if k not in _PATH_KEYS for t in _strings(v)]
-    if isinstance(value, list):
-        return [t for v in value for t in _strings(v)]
-    return []
+    """The strings inside a tool's arguments, in order, without the paths (said already).
+
+    Walked with a stack, not by recursion: a line the log reads may nest ~1,000 levels deep
+    (another writer's; orjson's limit), which recursion (two frames a level) could not walk,
+    and the RecursionError failed the session's every rebuild."""
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, dict):
+            stack.extend(reversed([v for k, v in value.items() if k not in _PATH_KEYS]))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
+    return out
 
 
 def _join(*parts: Any) -> str:
