@@ -20,10 +20,12 @@ store's sessions), and :func:`demo_events` yields its events.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import random
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -32,7 +34,6 @@ from typing import Callable, Iterator, Optional
 
 import orjson
 
-from .fsio import session_directory
 from .log import SessionLog, open_session
 
 logger = logging.getLogger("memstore")
@@ -511,25 +512,85 @@ def _write_jsonl(path: Path, lines: list[dict]) -> None:
     path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
 
 
-def _import_sources(root: Path) -> dict:
-    """Import the generated Codex and Claude sources (unless their sessions exist); returns the
-    import report as a dict (empty when nothing was imported)."""
+def _sources_directory(root: Path) -> Path:
+    """Where the generated sources are written for the import (removed after it): the same
+    place for every run on ``root``, so that an import a crash interrupted is resumed from the
+    same source, which the importer completes by appending the rest (from a fresh temporary
+    directory it was "already imported from" the crashed run's leftover one, and never
+    completed). Outside the store, which the importer refuses to read from; in the temporary
+    directory, private to this user (someone else's directory of that name is not used)."""
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"memstore-demo-sources-{digest}"
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return Path(tempfile.mkdtemp(prefix="memstore-demo-sources-"))
+    return path
+
+
+def _write_sources(base: Path) -> list[Path]:
+    start = BASE_TIME + timedelta(days=DAYS - 4, hours=3)
+    codex = base / "codex" / "2026" / "11" / "19" / f"rollout-{start:%Y-%m-%dT%H-%M-%S}-{_CODEX_ID}.jsonl"
+    claude = base / "claude" / "projects" / "-home-dev-src-dashboard-web" / f"{_CLAUDE_ID}.jsonl"
+    _write_jsonl(codex, _codex_rollout(start))
+    _write_jsonl(claude, _claude_transcript(start + timedelta(days=1, hours=2)))
+    return [codex, claude]  # in the order of IMPORTED_SESSIONS
+
+
+def _import_sources(root: Path) -> tuple[dict, list[str], list[str]]:
+    """Import the generated Codex and Claude sources into the sessions that lack them or hold
+    only their start (an interrupted run). Returns the import report as a dict (empty when
+    nothing was imported), and the sessions already whole and those kept (holding other events)."""
+    import shutil
+
     from .importers import import_logs
 
-    if all(session_directory(root, sid).is_dir() for sid in IMPORTED_SESSIONS):
-        return {}
-    with tempfile.TemporaryDirectory(prefix="memstore-demo-sources-") as tmp:
-        base = Path(tmp)
-        start = BASE_TIME + timedelta(days=DAYS - 4, hours=3)
-        _write_jsonl(base / "codex" / "2026" / "11" / "19" /
-                     f"rollout-{start:%Y-%m-%dT%H-%M-%S}-{_CODEX_ID}.jsonl", _codex_rollout(start))
-        _write_jsonl(base / "claude" / "projects" / "-home-dev-src-dashboard-web" / f"{_CLAUDE_ID}.jsonl",
-                     _claude_transcript(start + timedelta(days=1, hours=2)))
+    whole: list[str] = []
+    kept: list[str] = []
+    base = _sources_directory(root)
+    sources = _write_sources(base)
+    try:
+        # What a complete import gives, from a scratch store: a session that holds it is whole,
+        # one that holds its start is completed, and one that holds anything else is kept (the
+        # importer would re-import it into a new generation, removing what was added to it).
+        with tempfile.TemporaryDirectory(prefix="memstore-demo-") as scratch:
+            import_logs(scratch, sources, settle_seconds=0)
+            want = {sid: _records_there(Path(scratch), sid) for sid in IMPORTED_SESSIONS}
+        todo = []
+        for sid, source in zip(IMPORTED_SESSIONS, sources):
+            there = _records_there(root, sid)
+            if there is not None:
+                there, expected = _source_as_name(there), _source_as_name(want[sid] or [])
+                if there == expected:
+                    whole.append(sid)
+                    continue
+                if there != expected[:len(there)]:
+                    logger.warning("demo: session %s holds events that are not the demo's; left as it is", sid)
+                    kept.append(sid)
+                    continue
+            todo.append(source)
         # settle_seconds=0: the sources are complete, so the sessions end (thread.completed).
-        report = import_logs(root, [base / "codex", base / "claude"], settle_seconds=0)
+        report = import_logs(root, todo, settle_seconds=0) if todo else None
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    if report is None:
+        return {}, whole, kept
     for problem in report.problems:
         logger.warning("demo import: %s:%s: %s", problem.path, problem.line, problem.reason)
-    return report.to_dict()
+    return report.to_dict(), whole, kept
+
+
+def _source_as_name(records: list) -> list:
+    """The records with the imported source's path as its file name only: a session an earlier
+    version imported from a temporary directory is still the demo's."""
+    if records and records[0][0].get("type") == "thread.started":
+        event, ts = records[0]
+        source = event.get("source")
+        if isinstance(source, dict) and isinstance(source.get("path"), str):
+            records = [({**event, "source": {**source, "path": os.path.basename(source["path"])}}, ts), *records[1:]]
+    return records
 
 
 # --------------------------------------------------------------------------------------------
@@ -616,12 +677,11 @@ def write_demo_store(root: os.PathLike | str, sessions: int = DEFAULT_SESSIONS, 
             save_progress(root, session_id, progress_ledger)
         if progress is not None:
             progress(done, total)
-    imported = _import_sources(root)
-    for sid in IMPORTED_SESSIONS:
-        if session_directory(root, sid).is_dir():
-            (report.imported if imported else report.skipped).append(sid)
-    if imported:
-        report.events += imported.get("events_appended", 0)
+    imported, whole, kept = _import_sources(root)
+    report.skipped.extend(whole)
+    report.kept.extend(kept)
+    report.imported.extend(sid for sid in IMPORTED_SESSIONS if sid in imported.get("sessions", ()))
+    report.events += imported.get("events_appended", 0)
     if progress is not None:
         progress(total, total)
     return report

@@ -261,6 +261,18 @@ class ClaudeParser(Parser):
             turn["abort"] = "interrupted"
             turn["interrupted_at"] = ts
 
+    def item(self, item: dict, ts: str) -> None:
+        self.after_interruption(ts)
+        super().item(item, ts)
+
+    def after_interruption(self, ts: str) -> None:
+        """An item of the interrupted turn written after its interruption (a result, the answer
+        it cut short): the turn, closed at its interruption by a compaction, ends after it too
+        (it was dated before its own last items)."""
+        turn = self.s["turn"]
+        if turn is not None and turn.get("interrupted_at") and ts > turn["interrupted_at"]:
+            turn["interrupted_at"] = ts
+
     def on_result(self, block: dict, tool_use_result: Any, lineno: int, ts: str) -> None:
         call_id = block.get("tool_use_id")
         call = self.s["calls"].pop(call_id, None) if isinstance(call_id, str) else None
@@ -365,6 +377,7 @@ class ClaudeParser(Parser):
         # other subtypes (local_command, stop_hook_summary, api_error, informational, ...) say nothing to keep
 
     def flush_call(self, call: dict, ts: str) -> None:
+        self.after_interruption(ts)
         child = self.child_of(call["id"], None) if isinstance(call.get("id"), str) else None
         self.emit({"type": "item.completed", "item": tool_item(call, None, None, child)}, ts)
 

@@ -62,7 +62,8 @@ STATE_FILE = "import-state.json"
 STATE_VERSION = 1
 # Bump when the same lines would produce different events: sessions imported by an older
 # mapping are then re-imported into a new generation rather than extended inconsistently.
-MAPPING_VERSION = 2  # 2: prompts after an aborted task, results before calls, exec turn verdicts
+MAPPING_VERSION = 3  # 2: prompts after an aborted task, results before calls, exec turn verdicts;
+# 3: a Claude Code turn interrupted before a compaction ends before it
 # A line may be dated up to this far past the import's clock (another machine's clock, a time
 # zone bug); a later time is taken as wrong (see Parser.ts_limit).
 FUTURE_SLACK_SECONDS = 86_400
