@@ -150,8 +150,10 @@ async def _in_thread(fn, *args, **kwargs):
 # Views
 
 
-def _read_only(view):
-    """Views answer GET and HEAD only: nothing here acts on a request body."""
+def _view(view):
+    """What every explorer view does first: answer GET and HEAD only (nothing here acts on a
+    request body), and 404 in a Datasette without the memstore catalog; the view is then called
+    with the explorer's state, its URLs and whether ``.json`` was asked for."""
 
     @functools.wraps(view)
     async def wrapped(datasette, request):
@@ -160,20 +162,34 @@ def _read_only(view):
 
             return Response.text("Method not allowed: the explorer is read-only", status=405,
                                  headers={"Allow": "GET, HEAD"})
-        return await view(datasette, request)
+        as_json = bool(request.url_vars.get("fmt"))
+        state = _state_or_none(datasette)
+        if state is None:
+            return await _not_found(datasette, request, "This Datasette has no memstore catalog.db open", as_json)
+        return await view(datasette, request, state, _urls(datasette, state), as_json)
 
+    # Datasette calls a route with the arguments its signature names: the wrapper's, not the
+    # view's (which functools.wraps would otherwise point it to).
+    del wrapped.__wrapped__
     return wrapped
 
 
+async def _session_page(datasette, request, as_json: bool, template: str, load, extra=lambda payload: {}):
+    """A page of one session (the session, a turn, an event): ``load(session_id)`` makes its
+    payload; what is not there is a 404, a session that cannot be read says so."""
+    try:
+        session_id = unquote_id(request.url_vars["sid"])
+        payload = await load(session_id)
+    except _NOT_FOUND as exc:
+        return await _not_found(datasette, request, _message(exc), as_json)
+    except MemstoreError as exc:
+        return await _unreadable(datasette, request, session_id, exc, as_json)
+    return await _respond(datasette, request, template, payload, as_json, **extra(payload))
 
-@_read_only
-async def home_view(datasette, request):
-    as_json = bool(request.url_vars.get("fmt"))
-    state = _state_or_none(datasette)
-    if state is None:
-        return await _not_found(datasette, request, "This Datasette has no memstore catalog.db open", as_json)
+
+@_view
+async def home_view(datasette, request, state, urls, as_json):
     args = request.args
-    urls = _urls(datasette, state)
     params = dict(page=_int(args.get("page"), 1), sort=args.get("sort", "updated"), order=args.get("order", "desc"),
                   status=args.get("status", "")[:100], agent=args.get("agent", "")[:100], q=args.get("q", "")[:500])
     payload = await datasette.get_database(state.database).execute_fn(
@@ -183,70 +199,39 @@ async def home_view(datasette, request):
                           else None)
 
 
-@_read_only
-async def session_view(datasette, request):
-    as_json = bool(request.url_vars.get("fmt"))
-    state = _state_or_none(datasette)
-    if state is None:
-        return await _not_found(datasette, request, "This Datasette has no memstore catalog.db open", as_json)
-    urls = _urls(datasette, state)
-    try:
-        session_id = unquote_id(request.url_vars["sid"])
+@_view
+async def session_view(datasette, request, state, urls, as_json):
+    async def load(session_id):
         page = _int(request.args.get("page"), 1)
-        payload = await datasette.get_database(state.database).execute_fn(
+        return await datasette.get_database(state.database).execute_fn(
             lambda conn: data.session_data(conn, state.root, session_id, urls, page=page))
-    except _NOT_FOUND as exc:
-        return await _not_found(datasette, request, _message(exc), as_json)
-    except MemstoreError as exc:
-        return await _unreadable(datasette, request, session_id, exc, as_json)
-    return await _respond(datasette, request, "memstore_session.html", payload, as_json,
-                          chart=charts.turns_chart(payload["turns"]) if payload["turns"] else None)
+
+    return await _session_page(datasette, request, as_json, "memstore_session.html", load, lambda payload: {
+        "chart": charts.turns_chart(payload["turns"]) if payload["turns"] else None})
 
 
-@_read_only
-async def turn_view(datasette, request):
-    as_json = bool(request.url_vars.get("fmt"))
-    state = _state_or_none(datasette)
-    if state is None:
-        return await _not_found(datasette, request, "This Datasette has no memstore catalog.db open", as_json)
-    urls = _urls(datasette, state)
-    try:
-        session_id = unquote_id(request.url_vars["sid"])
+@_view
+async def turn_view(datasette, request, state, urls, as_json):
+    async def load(session_id):
         number = _number(request.url_vars["n"])
         start = _int(request.args.get("start"), None, 1, 2**53)
-        payload = await _in_thread(data.turn_data, state.root, session_id, number, urls, start=start)
-    except _NOT_FOUND as exc:
-        return await _not_found(datasette, request, _message(exc), as_json)
-    except MemstoreError as exc:
-        return await _unreadable(datasette, request, session_id, exc, as_json)
-    return await _respond(datasette, request, "memstore_turn.html", payload, as_json)
+        return await _in_thread(data.turn_data, state.root, session_id, number, urls, start=start)
+
+    return await _session_page(datasette, request, as_json, "memstore_turn.html", load)
 
 
-@_read_only
-async def event_view(datasette, request):
-    as_json = bool(request.url_vars.get("fmt"))
-    state = _state_or_none(datasette)
-    if state is None:
-        return await _not_found(datasette, request, "This Datasette has no memstore catalog.db open", as_json)
-    urls = _urls(datasette, state)
-    try:
-        session_id = unquote_id(request.url_vars["sid"])
+@_view
+async def event_view(datasette, request, state, urls, as_json):
+    async def load(session_id):
         seq = _number(request.url_vars["seq"])
-        payload = await _in_thread(data.event_data, state.root, session_id, seq, urls)
-    except _NOT_FOUND as exc:
-        return await _not_found(datasette, request, _message(exc), as_json)
-    except MemstoreError as exc:
-        return await _unreadable(datasette, request, session_id, exc, as_json)
-    return await _respond(datasette, request, "memstore_event.html", payload, as_json, shown=data.MAX_LINE_SHOWN)
+        return await _in_thread(data.event_data, state.root, session_id, seq, urls)
+
+    return await _session_page(datasette, request, as_json, "memstore_event.html", load,
+                               lambda payload: {"shown": data.MAX_LINE_SHOWN})
 
 
-@_read_only
-async def search_view(datasette, request):
-    as_json = bool(request.url_vars.get("fmt"))
-    state = _state_or_none(datasette)
-    if state is None:
-        return await _not_found(datasette, request, "This Datasette has no memstore catalog.db open", as_json)
-    urls = _urls(datasette, state)
+@_view
+async def search_view(datasette, request, state, urls, as_json):
     args = request.args
     query = args.get("q", "")
     session_id = args.get("session", "")[:1100]
