@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+import orjson
+
 from ..errors import InvalidEvent
 from ..events import encode_record, normalize_ts
 
@@ -101,6 +103,20 @@ class Parser:
         return {"ts": ts, "explicit": explicit, "abort": None, "error": None, "model": None}
 
     # -- notes and timestamps ------------------------------------------------------------
+
+    def parse(self, line: bytes, lineno: int) -> Optional[dict]:
+        """The JSON object a source line holds, or ``None`` (noted, the line skipped) when it is
+        not one; a blank line is skipped without a word."""
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            if line.strip():
+                self.note(lineno, "unparsable line (not JSON)")
+            return None
+        if type(obj) is not dict:
+            self.note(lineno, "line is not a JSON object")
+            return None
+        return obj
 
     def note(self, lineno: Optional[int], reason: str, *, skipped: bool = True) -> None:
         """Record something the import could not use; ``skipped`` counts the line as skipped."""

@@ -21,12 +21,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import orjson
 
 from .base import CLAUDE_DECLINED_MARKERS, Parser, u64, usage_dict
 
-_loads = orjson.loads
-_JSONDecodeError = orjson.JSONDecodeError
 
 # Line types that carry nothing to import (titles, file snapshots, queue bookkeeping, ...).
 IGNORED_TYPES = frozenset({
@@ -171,14 +168,8 @@ class ClaudeParser(Parser):
     # -- lines ---------------------------------------------------------------------------
 
     def feed(self, line: bytes, lineno: int) -> None:
-        try:
-            obj = _loads(line)
-        except _JSONDecodeError:
-            if line.strip():
-                self.note(lineno, "unparsable line (not JSON)")
-            return
-        if type(obj) is not dict:
-            self.note(lineno, "line is not a JSON object")
+        obj = self.parse(line, lineno)
+        if obj is None:
             return
         kind = obj.get("type")
         if kind in IGNORED_TYPES:

@@ -362,14 +362,8 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         skipping them changes nothing. ``rest`` is the line after its timestamp, when it is one
         of the repeatable kinds.
         """
-        try:
-            obj = _loads(line)
-        except _JSONDecodeError:
-            if line.strip():
-                self.note(lineno, "unparsable line (not JSON)")
-            return
-        if type(obj) is not dict:
-            self.note(lineno, "line is not a JSON object")
+        obj = self.parse(line, lineno)
+        if obj is None:
             return
         s = self.s
         kind = obj.get("type")
@@ -669,14 +663,8 @@ class CodexExecParser(_TotalsMixin, Parser):
         return s
 
     def feed(self, line: bytes, lineno: int) -> None:
-        try:
-            obj = _loads(line)
-        except _JSONDecodeError:
-            if line.strip():
-                self.note(lineno, "unparsable line (not JSON)")
-            return
-        if type(obj) is not dict:
-            self.note(lineno, "line is not a JSON object")
+        obj = self.parse(line, lineno)
+        if obj is None:
             return
         s = self.s
         kind = obj.get("type")
