@@ -493,11 +493,11 @@ def event_text(event: dict) -> Optional[tuple[str, str]]:
         text = _item_text(item_type, item)
         return (item_type, text) if text else None
     if kind in (TURN_FAILED, "error"):
-        text = _text(event.get("message"))
+        text = value_text(event.get("message"))
     elif kind == TURN_ABORTED:
-        text = _text(event.get("reason"))
+        text = value_text(event.get("reason"))
     elif kind == "interjected":
-        text = _text(event.get("text"))
+        text = value_text(event.get("text"))
     else:
         return None
     return (kind, text) if text else None
@@ -515,14 +515,16 @@ def changed_files(event: dict) -> list[tuple[str, str]]:
             for change in item["changes"] if isinstance(change, dict) and type(change.get("path")) is str]
 
 
-def _text(value: Any) -> str:
-    """A value as text: strings as they are, anything else as compact JSON ('' for null)."""
+def value_text(value: Any, *, pretty: bool = False) -> str:
+    """A value as text: strings as they are, anything else as JSON (compact, or indented with
+    ``pretty``; '' for null)."""
     if value is None:
         return ""
     if isinstance(value, str):
         return value
+    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if pretty else 0)
     try:
-        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+        return orjson.dumps(value, option=option).decode()
     except (TypeError, orjson.JSONEncodeError):
         # Nested deeper than JSON output allows (a foreign log's line may nest a thousand
         # levels, which repr() cannot print either): its strings are its text.
@@ -548,24 +550,24 @@ def _strings(value: Any) -> list[str]:
 
 
 def _join(*parts: Any) -> str:
-    return "\n".join(t for t in (_text(p) for p in parts) if t)
+    return "\n".join(t for t in (value_text(p) for p in parts) if t)
 
 
 def _item_text(item_type: str, item: dict) -> str:
     get = item.get
     if item_type in ("agent_message", "reasoning", "plan", "user_message"):
-        return _text(get("text"))
+        return value_text(get("text"))
     if item_type == "command_execution":
-        command = _text(get("command"))
+        command = value_text(get("command"))
         return _join(f"$ {command}" if command else "", get("aggregated_output"))
     if item_type == "tool_invocation":
         return _join(get("tool_name"), get("arguments"))
     if item_type == "tool_output":
-        return _text(get("output"))
+        return value_text(get("output"))
     if item_type == "tool_call":
         return _join(get("tool_name"), get("arguments"), get("output"))
     if item_type == "mcp_tool_call":
-        return _join(get("tool_name") or ".".join(_text(get(k)) for k in ("server", "tool") if get(k)),
+        return _join(get("tool_name") or ".".join(value_text(get(k)) for k in ("server", "tool") if get(k)),
                      get("arguments"), get("result"), get("error"))
     if item_type == "file_change":
         changes = get("changes")
@@ -581,7 +583,7 @@ def _item_text(item_type: str, item: dict) -> str:
         items = get("items")
         if isinstance(items, list):
             return "\n".join(
-                f"[{'x' if isinstance(i, dict) and i.get('completed') else ' '}] {_text(i.get('text') if isinstance(i, dict) else i)}"
+                f"[{'x' if isinstance(i, dict) and i.get('completed') else ' '}] {value_text(i.get('text') if isinstance(i, dict) else i)}"
                 for i in items)
         return ""
     if item_type == "decision":
@@ -589,7 +591,7 @@ def _item_text(item_type: str, item: dict) -> str:
     if item_type == "harness":
         return _join(get("event"), get("message"), get("command"), get("path"))
     if item_type == "error":
-        return _text(get("message"))
+        return value_text(get("message"))
     # An item type memstore does not know: its text fields, if it has any.
     return _join(*(get(k) for k in ("text", "message", "output", "command", "query")))
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import orjson
+
+from ..events import value_text
 
 MAX_TEXT = 20_000
 FOLD_LINES = 24
@@ -24,14 +25,7 @@ _FAILED = {"failed", "error", "declined", "permission_rejected", "permission_can
 
 
 def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    try:
-        return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
-    except (TypeError, orjson.JSONEncodeError):
-        return str(value)
+    return value_text(value, pretty=True)
 
 
 def _block(value: Any) -> dict:
