@@ -10,6 +10,7 @@ message names the path), as the README says.
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from dataclasses import asdict
 from typing import Optional
@@ -307,9 +308,11 @@ def append_command(session, source, root, durability, max_events, atomic, as_jso
 @cli.command("rebuild")
 @click.argument("sessions", nargs=-1, callback=_session_ids)
 @click.option("--all", "rebuild_all", is_flag=True, help="Rebuild every session under the root.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Worker processes (default: one per CPU, at most 8; 1: none).")
 @root_option
 @json_option
-def rebuild_command(sessions, rebuild_all, root, as_json):
+def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
     """Regenerate the views of SESSIONS (or --all) from their events.jsonl: the index, the
     search chunks, and their rows in the catalog.
 
@@ -317,8 +320,9 @@ def rebuild_command(sessions, rebuild_all, root, as_json):
     Examples:
       memstore rebuild run-42
       memstore rebuild --all --json
+      memstore rebuild --all --jobs 1
     """
-    from .log import rebuild, session_ids
+    from .log import rebuild_each, session_ids
 
     if rebuild_all and sessions:
         raise click.UsageError("give SESSION names or --all, not both")
@@ -333,17 +337,17 @@ def rebuild_command(sessions, rebuild_all, root, as_json):
             else:
                 click.echo(f"no sessions under {root}")
             return
+    if jobs is None:
+        jobs = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8)
     results, failures = [], 0
-    with click.progressbar(sessions, label="rebuilding", file=sys.stderr,
-                           hidden=as_json or len(sessions) < 20 or not sys.stderr.isatty()) as bar:
-        for session in bar:
-            try:
-                manifest = rebuild(root, session, refresh=False)
-            except errors.MemstoreError as exc:
+    with click.progressbar(rebuild_each(root, sessions, jobs=jobs), length=len(sessions), label="rebuilding",
+                           file=sys.stderr, hidden=as_json or len(sessions) < 20 or not sys.stderr.isatty()) as bar:
+        for session, manifest in bar:
+            if isinstance(manifest, errors.MemstoreError):
                 failures += 1
-                results.append({"session_id": session, "error": str(exc)})
+                results.append({"session_id": session, "error": str(manifest)})
                 if not as_json:
-                    click.echo(f"{session}: error: {exc}", err=True)
+                    click.echo(f"{session}: error: {manifest}", err=True)
                 continue
             results.append({"session_id": manifest.session_id, "turn_count": manifest.turn_count,
                             "event_count": manifest.event_count, "status": manifest.status})

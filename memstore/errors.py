@@ -24,6 +24,18 @@ class MemstoreError(Exception):
     seq: Optional[int] = None
     durable: bool = False
 
+    def __reduce__(self):
+        # An error crosses a process boundary (rebuild's worker processes) whole, whatever
+        # arguments its class's __init__ takes: its message and attributes, __init__ not rerun.
+        return (_unpickle_error, (type(self), self.args, self.__dict__))
+
+
+def _unpickle_error(cls: type, args: tuple, state: dict) -> "MemstoreError":
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class StoreIOError(MemstoreError):
     """An I/O operation on a store file failed.

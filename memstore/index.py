@@ -27,6 +27,8 @@ import logging
 import os
 import sqlite3
 import stat
+import threading
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -67,16 +69,12 @@ class MigrationSet:
     name: str
     steps: tuple[tuple[str, Callable[["sqlite_utils.Database"], None]], ...]
 
-    def pending(self, conn: sqlite3.Connection) -> list[str]:
-        """The names of the steps not yet applied to the database behind ``conn``."""
-        try:
-            applied = {row[0] for row in conn.execute(
-                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (self.name,))}
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):
-                raise
-            applied = set()
-        return [name for name, _fn in self.steps if name not in applied]
+    def pending(self, conn: sqlite3.Connection, applied: Optional[set[tuple[str, str]]] = None) -> list[str]:
+        """The names of the steps not yet applied to the database behind ``conn`` (or, given
+        ``applied``, missing from those :func:`applied_migrations` read)."""
+        if applied is None:
+            applied = applied_migrations(conn, self.name)
+        return [name for name, _fn in self.steps if (self.name, name) not in applied]
 
     def apply(self, conn: sqlite3.Connection) -> None:
         import sqlite_utils
@@ -86,6 +84,20 @@ class MigrationSet:
         for name, fn in self.steps:
             migrations(name=name)(fn)
         migrations.apply(sqlite_utils.Database(conn))
+
+
+def applied_migrations(conn: sqlite3.Connection, migration_set: Optional[str] = None) -> set[tuple[str, str]]:
+    """``(migration_set, name)`` of every migration applied to the database (of one set, if
+    given), in one query."""
+    sql = "SELECT migration_set, name FROM _sqlite_migrations"
+    try:
+        if migration_set is None:
+            return set(conn.execute(sql).fetchall())
+        return set(conn.execute(sql + " WHERE migration_set = ?", (migration_set,)).fetchall())
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            raise
+        return set()
 
 
 def _log_tables(db: "sqlite_utils.Database") -> None:
@@ -231,7 +243,8 @@ class DerivedTable:
     log order, seq and turn included) in an index transaction; ``on_evict(conn,
     first_kept_seq)`` when a cap rewrite dropped every record before that seq (``None``: all of
     them), in the rewrite's transaction; ``on_reset(conn)`` when the index is rebuilt from
-    scratch, in the rebuild's first transaction. A rebuild and an incremental update must give
+    scratch in place, in the rebuild's first transaction (a small log's is built anew in
+    memory, where there is nothing to reset). A rebuild and an incremental update must give
     the same rows: derive them from the records alone.
 
     An eager table (``lazy=False``) gets each batch in the transaction that inserts its event
@@ -305,9 +318,11 @@ def derived_tables(*, lazy: Optional[bool] = None) -> tuple[DerivedTable, ...]:
 class SessionIndex:
     """A connection to one session's ``index/session.db``."""
 
-    def __init__(self, path: os.PathLike | str, conn: sqlite3.Connection, *, readonly: bool = False):
+    def __init__(self, path: os.PathLike | str, conn: Optional[sqlite3.Connection], *, readonly: bool = False):
         self.path = Path(path)
-        self.conn = conn
+        self._conn = conn
+        # The file's (st_dev, st_ino) when the connection is made on first use (see persist).
+        self._deferred: Optional[tuple[int, int]] = None
         self.readonly = readonly
         self.immutable = False  # opened read-only without locks (see readonly_uri)
         self.stamp: Optional[tuple] = None
@@ -317,6 +332,27 @@ class SessionIndex:
         # True when opening added tables (a newly registered derived table) to an index that
         # already had rows: those tables are empty, so the index must be rebuilt.
         self.needs_rebuild = False
+        self.in_memory = False  # built by in_memory(), not yet written by persist()
+        # Every lazy derived table was filled as the rows went in (see commit's derive_lazy).
+        self.fully_derived = False
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        conn = self._conn
+        if conn is None:
+            # The publisher's and the deriver's threads may both be first.
+            with _connect_lock:
+                if self._conn is None:
+                    if self._deferred is None:
+                        raise StoreIOError("read index", self.path, "the index is closed")
+                    self._conn = self._open_written(self.path, self._deferred)
+                    self._deferred = None
+                conn = self._conn
+        return conn
+
+    @conn.setter
+    def conn(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -354,6 +390,90 @@ class SessionIndex:
         return index
 
     @classmethod
+    def in_memory(cls, path: os.PathLike | str) -> "SessionIndex":
+        """A new, empty index held in memory, to be written to ``path`` whole by
+        :meth:`persist` (a rescan of a small log: nothing touches the disk until it is done,
+        and then one write and one fdatasync replace what was there)."""
+        conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        try:
+            conn.deserialize(_template(wal=False))
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreIOError("build index", path, f"in memory: {exc}") from exc
+        index = cls(path, conn)
+        index.in_memory = True
+        return index
+
+    def persist(self) -> "SessionIndex":
+        """Write an index built by :meth:`in_memory` to its path and return it opened there
+        (connecting on first use: a rebuild that closes the session at once never does).
+
+        The bytes go to a private temp file beside it, synced, then renamed over the old
+        index: a crash leaves the old index or the whole new one, and a reader sees one or the
+        other. Only when the old index has WAL side files (a writer crashed) is it removed
+        first, and they with it, lest its WAL be replayed into the new file: a crash between
+        leaves no index, and the log is scanned again."""
+        path = self.path
+        try:
+            data = bytearray(self.conn.serialize())
+        except sqlite3.Error as exc:
+            raise StoreIOError("build index", path, f"serializing it: {exc}") from exc
+        data[18:20] = _WAL_FORMAT
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                         | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("create index", tmp, exc) from exc
+        try:
+            try:
+                write_all(fd, data, tmp)
+                os.fdatasync(fd)
+                st = os.fstat(fd)
+            except OSError as exc:
+                raise StoreIOError.from_os_error("write index", tmp, exc) from exc
+            finally:
+                os.close(fd)
+            if os.path.lexists(f"{path}-wal") or os.path.lexists(f"{path}-shm"):
+                SessionIndex.discard(path)
+            try:
+                os.rename(tmp, path)
+            except OSError as exc:
+                raise StoreIOError.from_os_error("rename", path, exc) from exc
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError as exc:
+                logger.warning("could not remove the temp index %s: %s", tmp, exc)
+            raise
+        self.close()
+        written = SessionIndex(path, None)
+        written._deferred = (st.st_dev, st.st_ino)
+        written.fully_derived = self.fully_derived
+        return written
+
+    @staticmethod
+    def _open_written(path: Path, identity: tuple[int, int]) -> sqlite3.Connection:
+        """Connect for writing to an index :meth:`persist` wrote (its schema is this
+        memstore's: no migration to check), refusing a file that is not the one it wrote."""
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreIOError("open index", path, str(exc)) from exc
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            _check_identity(path, identity)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreIOError("open index", path, str(exc)) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @classmethod
     def open_readonly(cls, path: os.PathLike | str) -> Optional["SessionIndex"]:
         """Open the index read-only, creating and writing nothing; ``None`` when it does not
         exist or is not of this memstore's format (the caller then reads the log instead)."""
@@ -379,8 +499,9 @@ class SessionIndex:
             try:
                 conn.execute("PRAGMA busy_timeout=5000")
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
-                usable = version == INDEX_FORMAT and not LOG_MIGRATIONS.pending(conn)
-                needs_rebuild = usable and any(t.migrations.pending(conn) for t in _derived)
+                applied = applied_migrations(conn) if version == INDEX_FORMAT else set()
+                usable = version == INDEX_FORMAT and not LOG_MIGRATIONS.pending(conn, applied)
+                needs_rebuild = usable and any(t.migrations.pending(conn, applied) for t in _derived)
             except sqlite3.DatabaseError as exc:
                 conn.close()
                 if file_stamp(path) != stamp:
@@ -405,10 +526,11 @@ class SessionIndex:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if version not in (0, INDEX_FORMAT) or (version == 0 and tables):
             raise IndexCorrupt(f"{self.path}: index format {version} is not this memstore's ({INDEX_FORMAT})")
-        pending = LOG_MIGRATIONS.pending(conn)
+        applied = applied_migrations(conn)
+        pending = LOG_MIGRATIONS.pending(conn, applied)
         if pending and pending[0] == LOG_MIGRATIONS.steps[0][0] and "manifest" in tables:
             raise IndexCorrupt(f"{self.path}: an index layout this memstore does not know")
-        derived_pending = [t for t in _derived if t.migrations.pending(conn)]
+        derived_pending = [t for t in _derived if t.migrations.pending(conn, applied)]
         if not pending and not derived_pending:
             return
         had_rows = "manifest" in tables and conn.execute("SELECT count(*) FROM manifest").fetchone()[0] > 0
@@ -430,8 +552,11 @@ class SessionIndex:
                 raise StoreIOError.from_os_error("remove", f"{path}{suffix}", exc) from exc
 
     def close(self) -> None:
+        self._deferred = None
+        if self._conn is None:
+            return
         try:
-            self.conn.close()
+            self._conn.close()
         except sqlite3.Error as exc:
             logger.debug("closing index %s: %s", self.path, exc)
 
@@ -623,16 +748,19 @@ class SessionIndex:
         *,
         reset: bool = False,
         records: Optional[Sequence[BatchRecord]] = None,
+        derive_lazy: bool = False,
     ) -> None:
         """Record new event rows, changed turns and the manifest row in one transaction, and
-        hand ``records`` (the same events, for derived tables) to every eager derived table.
+        hand ``records`` (the same events, for derived tables) to every eager derived table;
+        with ``derive_lazy`` to the lazy ones too, advancing their watermark (a rebuild, which
+        derives everything anyway, saves reading the log a second time).
 
         With ``reset`` every existing row is dropped first, in the same transaction. A rebuild
         commits in batches (so an interrupted one resumes where it stopped), so a concurrent
         reader may see a partly rebuilt index until it finishes.
         """
         self.commit_rows(events, [t.as_row() for t in turns], manifest_row(manifest), tail, reset=reset,
-                         records=records)
+                         records=records, derive_lazy=derive_lazy)
 
     def commit_rows(
         self,
@@ -644,6 +772,7 @@ class SessionIndex:
         reset: bool = False,
         records: Optional[Sequence[BatchRecord]] = None,
         lines: Optional[Sequence[bytes]] = None,
+        derive_lazy: bool = False,
     ) -> None:
         """:meth:`commit` with the turn and manifest rows already made (the publisher builds
         them on the writer's thread, which goes on changing the live objects); ``lines`` are
@@ -651,7 +780,7 @@ class SessionIndex:
         if records is None and lines is not None and any(not t.lazy for t in _derived):
             records = [BatchRecord(row[0], row[3], row[4], row[1], row[2], line=line) for row, line in zip(events, lines)]
         with self._transaction() as conn:
-            if reset:
+            if reset and not self.in_memory:  # (a new index built in memory has nothing to drop)
                 conn.execute("DELETE FROM events")
                 conn.execute("DELETE FROM turns")
                 conn.execute("DELETE FROM manifest")
@@ -662,11 +791,15 @@ class SessionIndex:
                 conn.executemany(_EVENT_INSERT, events)
                 if records:
                     for table in _derived:
-                        if not table.lazy:
+                        if derive_lazy or not table.lazy:
                             table.on_batch(conn, records)
+                    if derive_lazy:
+                        conn.execute("INSERT OR REPLACE INTO derived_state (id, seq) VALUES (1, ?)",
+                                     (records[-1].seq,))
             if turn_rows:
                 conn.executemany(_TURN_UPSERT, turn_rows)
             conn.execute(_MANIFEST_UPSERT, (*manifest_values, tail))
+        self.fully_derived = derive_lazy and (reset or self.fully_derived)
 
     def evict(
         self, truncate_offset: int, first_kept_turn: int, manifest: Manifest, tail: bytes,
@@ -761,14 +894,20 @@ def readonly_uri(path: os.PathLike | str) -> Optional[str]:
     return f"{path.absolute().as_uri()}?mode=ro&immutable=1"
 
 
+_connect_lock = threading.Lock()
 _templates: dict[tuple, bytes] = {}
+# File format versions 2/2 (header bytes 18 and 19) mark a database in WAL mode, as every index
+# on disk is: a new index then starts in WAL instead of being converted from a rollback journal
+# on its first open (a journal file and two fdatasyncs per index). An index built in memory
+# starts as 1/1 (memory databases have no WAL) and is marked when it is written out.
+_WAL_FORMAT = b"\x02\x02"
 
 
-def _template() -> bytes:
+def _template(*, wal: bool = True) -> bytes:
     """The bytes of an empty index with every migration applied (the log's and the registered
     derived tables'), built once per process with sqlite-utils in memory. A new index starts as
     a copy of it: writing 60 KB costs a fraction of creating a dozen tables and an FTS5 index."""
-    key = (LOG_MIGRATIONS, *(t.migrations for t in _derived))
+    key = (wal, LOG_MIGRATIONS, *(t.migrations for t in _derived))
     data = _templates.get(key)
     if data is None:
         conn = sqlite3.connect(":memory:", isolation_level=None)
@@ -780,10 +919,8 @@ def _template() -> bytes:
             data = bytearray(conn.serialize())
         finally:
             conn.close()
-        # File format versions 2/2 (header bytes 18 and 19) mark a database in WAL mode, as
-        # every index is: a new index then starts in WAL instead of being converted from a
-        # rollback journal on its first open (a journal file and two fdatasyncs per index).
-        data[18:20] = b"\x02\x02"
+        if wal:
+            data[18:20] = _WAL_FORMAT
         data = bytes(data)
         _templates[key] = data
     return data

@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional, Union
 
 import orjson
 
@@ -172,13 +172,21 @@ class _Session:
             self.index.close()
             self.index = None
 
-    def open_index(self, *, fresh: bool = False) -> Optional[SavedState]:
+    def open_index(self, *, fresh: bool = False, readonly: bool = False) -> Optional[SavedState]:
         """(Re)open the index; return what it says about the log, or ``None`` when it is empty,
         was corrupt (then it is discarded and recreated) or ``fresh`` was asked for (then it is
-        discarded first)."""
+        discarded first). ``readonly`` opens it only to read what it knew (it is about to be
+        replaced): then the index may be ``None`` too."""
         if self.index is not None:
             self.index.close()
             self.index = None
+        if readonly:
+            self.index = SessionIndex.open_readonly(self.index_path)
+            try:
+                return self.index.load() if self.index is not None else None
+            except IndexCorrupt as exc:
+                logger.warning("not reading a corrupt index (it is rebuilt from the log): %s", exc)
+                return None
         if fresh:
             SessionIndex.discard(self.index_path)
         try:
@@ -705,7 +713,7 @@ def _create_root(root: Path) -> None:
         raise StoreIOError("open store", root, "is not a directory")
 
 
-def rebuild(root: os.PathLike | str, session_id: Optional[str] = None, *, refresh: bool = True):
+def rebuild(root: os.PathLike | str, session_id: Optional[str] = None, *, refresh: bool = True, jobs: int = 1):
     """Regenerate every view of the session ``session_id`` from its ``events.jsonl`` (its index,
     search chunks and manifest, and its rows in the catalog); return its :class:`Manifest`. With
     no ``session_id``, do that for every session and return their manifests.
@@ -715,10 +723,15 @@ def rebuild(root: os.PathLike | str, session_id: Optional[str] = None, *, refres
     completed, or a ``thread.completed`` the cap evicted), and, for logs VT Code rewrote, the
     first retained turn's number. A torn tail is cut (and kept) as on any open. Works on a
     session this process has open (under its lock); refuses with :class:`SessionBusyError` one
-    that another process has open. ``refresh=False`` leaves the catalog alone.
+    that another process has open. ``refresh=False`` leaves the catalog alone. ``jobs`` > 1
+    rebuilds every session in that many worker processes (see :func:`rebuild_each`).
     """
     if session_id is None:
-        manifests = [rebuild(root, sid, refresh=False) for sid in session_ids(root)]
+        manifests = []
+        for _sid, outcome in rebuild_each(root, session_ids(root), jobs=jobs):
+            if isinstance(outcome, BaseException):
+                raise outcome
+            manifests.append(outcome)
         if refresh:
             _refresh_catalog(root)
         return manifests
@@ -797,6 +810,66 @@ def _is_utf8(name: str) -> bool:
         return False
 
 
+# Sessions per task of a worker process: enough to make the round trip negligible, few enough
+# that the workers finish together.
+_REBUILD_CHUNK = 16
+
+
+def rebuild_each(root: os.PathLike | str, ids: Iterable[str], *, jobs: int = 1,
+                 ) -> Iterator[tuple[str, Union[Manifest, MemstoreError]]]:
+    """Rebuild the views of each session of ``ids`` as :func:`rebuild` does (not the catalog),
+    yielding ``(session_id, manifest)`` in order as each is done, or ``(session_id, error)``
+    for one that failed with a :class:`MemstoreError` (the others are rebuilt all the same).
+
+    With ``jobs`` > 1 the sessions are rebuilt in that many worker processes (started fresh,
+    so that nothing of this process, its threads or its open sessions, is inherited). A
+    session this process has open is rebuilt here, under its lock. Fewer sessions than would
+    keep the workers busy are rebuilt here too: starting a worker costs a few hundred ms.
+    """
+    ids = list(ids)
+    if type(jobs) is not int or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, not {jobs!r}")
+    if jobs == 1 or len(ids) < 2 * _REBUILD_CHUNK:
+        for sid in ids:
+            yield sid, _rebuild_outcome(root, sid)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    root = Path(root).absolute()
+    open_here = registry.open_keys()
+    here = {sid for sid in ids if os.path.realpath(session_directory(root, sid)) in open_here}
+    away = [sid for sid in ids if sid not in here]
+    chunks = [away[i:i + _REBUILD_CHUNK] for i in range(0, len(away), _REBUILD_CHUNK)]
+    with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {chunk[0]: pool.submit(_rebuild_chunk, str(root), chunk) for chunk in chunks}
+        try:
+            done: dict[str, Union[Manifest, MemstoreError]] = {}
+            for sid in ids:
+                if sid in here:
+                    yield sid, _rebuild_outcome(root, sid)
+                    continue
+                if sid not in done:
+                    done.update(futures.pop(sid).result())
+                yield sid, done.pop(sid)
+        finally:
+            for future in futures.values():
+                future.cancel()
+
+
+def _rebuild_chunk(root: str, ids: list[str]) -> list[tuple[str, Union[Manifest, MemstoreError]]]:
+    """A worker process's task: rebuild these sessions."""
+    return [(sid, _rebuild_outcome(root, sid)) for sid in ids]
+
+
+def _rebuild_outcome(root: os.PathLike | str, session_id: str) -> Union[Manifest, MemstoreError]:
+    try:
+        return _rebuild_session(root, session_id)
+    except MemstoreError as exc:
+        return exc
+
+
 def _rebuild_session(root: os.PathLike | str, session_id: str) -> Manifest:
     directory = session_directory(root, session_id)
     if directory.is_symlink() or not (directory / EVENTS_FILE).is_file():
@@ -804,7 +877,8 @@ def _rebuild_session(root: os.PathLike | str, session_id: str) -> Manifest:
     log = _open(root, session_id, 0, "turn", None, force_rescan=True)
     try:
         try:
-            derive_all(log._s)
+            if not log._s.index.fully_derived:  # (a small log's rescan derived as it went)
+                derive_all(log._s)
         except StoreIOError as exc:
             # The index itself is rebuilt; only the search chunks lag, and readers derive
             # them in memory until a writer catches up.
@@ -823,6 +897,7 @@ __all__ = [
     "open_session",
     "plan_cap_eviction",
     "rebuild",
+    "rebuild_each",
     "session_ids",
     "write_eviction_summary",
     "cap_low_water",

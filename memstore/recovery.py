@@ -20,7 +20,7 @@ import orjson
 from . import events as ev
 from .errors import MemstoreError, StoreIOError
 from .fsio import atomic_write, read_no_follow
-from .index import BatchRecord, derived_tables
+from .index import BatchRecord, SessionIndex, derived_tables
 from .lifecycle import LogState
 from .logfile import TAIL_BYTES, torn_seq_floor
 from .manifest import MANIFEST_FILE, STATUS_ACTIVE, CapRewriteMarker, Manifest, clear_marker, load_manifest, load_marker, new_generation
@@ -35,6 +35,11 @@ logger = logging.getLogger("memstore")
 # rescan: 51 MB at 250,000 events, 55 MB at 1,000,000, 39 MB of it the open session), and the
 # per-transaction cost vanishes (5,000 measured as fast as 20,000 or faster).
 SCAN_BATCH_EVENTS = 5_000
+# A rescan of a log up to this size builds the index in memory and writes it out whole (see
+# SessionIndex.in_memory): one write and one fdatasync instead of a WAL, its checkpoint and
+# their syncs, which for the small sessions most stores hold cost more than the scan itself.
+# Larger logs are indexed in place, in batches, so memory stays flat however long they are.
+MEMORY_SCAN_BYTES = 8 << 20
 INDEX_DIR = "index"
 
 
@@ -47,7 +52,10 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         logger.warning("%s: manifest.json is malformed or its counters are implausible; the log decides",
                        session.dir)
     had_index = session.index_path.exists()
-    saved = session.open_index()
+    # A rebuild of a small log reads the old index only for what it knew, and builds the new
+    # one in memory: opening the old one for writing would cost its WAL and a checkpoint.
+    small = log.length <= MEMORY_SCAN_BYTES
+    saved = session.open_index(readonly=force_rescan and small)
     marker_applies = marker is not None and marker.matches(log.length)
     # Why the index cannot be trusted as it is (None: it can), said when it is rebuilt.
     upgraded = False
@@ -96,7 +104,13 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         base = scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
         # The rescan writes a new index file: deleting the old rows would only cost time and
         # disk space (what the old index knew is in ``saved``).
-        if saved is not None:
+        if small:
+            # Built in memory and written whole at the end: the old index stays as it was
+            # until then, so an interrupted rescan starts again from what it knew.
+            if session.index is not None:
+                session.index.close()
+            session.index = SessionIndex.in_memory(session.index_path)
+        elif saved is not None:
             if on_disk is None:
                 # The old index goes before the first batch commits, and a rescan interrupted
                 # after it resumes with manifest.json as the old metadata (see _catch_up): the
@@ -106,7 +120,11 @@ def recover(session: "_Session", force_rescan: bool) -> None:
                              replace(saved.manifest, session_id=session.session_id).to_json(), durable=False)
             session.open_index(fresh=True)
         log.repair_tail(0)
-        _rescan(session, base, on_disk, saved)
+        # A rebuild derives the lazy tables (search chunks) as it goes: it does that anyway,
+        # and from the records at hand it costs no second read of the log.
+        _rescan(session, base, on_disk, saved, derive_lazy=force_rescan and small)
+        if small:
+            session.index = session.index.persist()
     session.publish_manifest(wait=True)
     if marker is not None:
         clear_marker(session.dir)
@@ -227,7 +245,8 @@ def _prefix_removed(session: "_Session", saved: Optional["SavedState"], removed:
     return None
 
 
-def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: Optional["SavedState"]) -> None:
+def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: Optional["SavedState"],
+            *, derive_lazy: bool = False) -> None:
     known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
     # Times the old metadata holds stop at the present, as the records' times do (see
     # LogState.apply_record): one in the future would keep the session out of retention's reach.
@@ -259,16 +278,18 @@ def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: 
     # Seqs handed out for bytes a torn-tail repair cut (kept beside the log), and any the old
     # metadata counted past the log (a log the cap emptied keeps none), are never reused.
     seq_floor = max([torn_seq_floor(*session.log.torn_files())] + [_believed_floor(m.next_seq) for m in known])
-    scan(session, 0, reset=True, status_floor=status_floor, seq_floor=seq_floor)
+    scan(session, 0, reset=True, status_floor=status_floor, seq_floor=seq_floor, derive_lazy=derive_lazy)
 
 
-def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0, seq_floor: int = 0) -> None:
+def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0, seq_floor: int = 0,
+         derive_lazy: bool = False) -> None:
     """Index the log from byte ``start`` to the end of the file, committing in batches so an
-    interrupted scan resumes where it stopped. ``next_seq`` ends at least at ``seq_floor``."""
+    interrupted scan resumes where it stopped. ``next_seq`` ends at least at ``seq_floor``.
+    With ``derive_lazy`` the lazy derived tables get each batch too."""
     state = session.state
     log = session.log
     rows: list[tuple] = []
-    derive = bool(derived_tables(lazy=False))
+    derive = bool(derived_tables(lazy=False)) or derive_lazy
     records: list[BatchRecord] = []
     offset = start
     skipped = first_skipped = 0
@@ -286,11 +307,11 @@ def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0,
         if derive:
             records.append(BatchRecord(seq, row[3], record.ts, line_start, offset - line_start, record.event))
         if len(rows) >= SCAN_BATCH_EVENTS:
-            _commit_scan(session, rows, offset, reset, records)
+            _commit_scan(session, rows, offset, reset, records, derive_lazy)
             rows, records, reset = [], [], False
             add = rows.append
     state.manifest.next_seq = max(state.manifest.next_seq, seq_floor)
-    _commit_scan(session, rows, offset, reset, records)
+    _commit_scan(session, rows, offset, reset, records, derive_lazy)
     if skipped:
         # Kept in the log (nothing is cut from its middle), left out of every view.
         logger.warning("%s: skipped %d line%s that %s not a valid event (the first at byte %d)",
@@ -298,7 +319,8 @@ def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0,
                        first_skipped)
 
 
-def _commit_scan(session: "_Session", rows: list, offset: int, reset: bool, records: list) -> None:
+def _commit_scan(session: "_Session", rows: list, offset: int, reset: bool, records: list,
+                 derive_lazy: bool) -> None:
     state = session.state
     manifest = state.manifest
     if not manifest.created_at:  # no record with a time yet (VT Code lines have none)
@@ -308,7 +330,8 @@ def _commit_scan(session: "_Session", rows: list, offset: int, reset: bool, reco
     manifest.persisted_file_len = offset
     session.log.tail = session.log.read_tail(offset)
     try:
-        session.index.commit(rows, state.dirty.values(), manifest, session.log.tail, reset=reset, records=records)
+        session.index.commit(rows, state.dirty.values(), manifest, session.log.tail, reset=reset, records=records,
+                             derive_lazy=derive_lazy)
     except StoreIOError as exc:
         first = rows[0][1] if rows else offset
         raise StoreIOError(exc.op, exc.path, f"{exc.detail} (while indexing bytes {first}-{offset} of "

@@ -94,6 +94,13 @@ def closed(session: Shared) -> None:
         event.set()
 
 
+def open_keys() -> set[str]:
+    """The keys (real paths of session directories) of the sessions open, or closing, in this
+    process."""
+    with _lock:
+        return set(_sessions) | set(_closing)
+
+
 def is_busy() -> bool:
     """Whether some thread holds the registry's lock (a dropped handle is then released later)."""
     if not _lock.acquire(blocking=False):

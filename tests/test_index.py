@@ -60,7 +60,7 @@ def words(root, sid="s"):
         conn.close()
 
 
-def test_a_derived_table_is_kept_current_and_equals_a_rebuild(tmp_path, word_table):
+def test_a_derived_table_is_kept_current_and_equals_a_rebuild(tmp_path, word_table, monkeypatch):
     with memstore.open_session(tmp_path, "s") as log:
         log.append(TURN_STARTED)
         event = message("hello brave world")
@@ -72,6 +72,10 @@ def test_a_derived_table_is_kept_current_and_equals_a_rebuild(tmp_path, word_tab
     assert word_table["batch"] >= 1
     incremental = words(tmp_path)
     assert incremental == [(2, 1, "hello"), (2, 1, "brave"), (2, 1, "world"), (5, 2, "second"), (5, 2, "turn")]
+    memstore.rebuild(tmp_path, "s")  # a small log: a new index, built in memory
+    assert words(tmp_path) == incremental
+    # A log too big for that is rebuilt in place: the table is reset first.
+    monkeypatch.setattr(memstore.recovery, "MEMORY_SCAN_BYTES", 0)
     resets = word_table["reset"]
     memstore.rebuild(tmp_path, "s")
     assert word_table["reset"] == resets + 1

@@ -153,7 +153,7 @@ def test_manifest_shortcut_skips_scan_on_reopen(tmp_path, monkeypatch):
 
     rescans = []
     real_rescan = memstore.recovery._rescan
-    monkeypatch.setattr(memstore.recovery, "_rescan", lambda *args: rescans.append(args) or real_rescan(*args))
+    monkeypatch.setattr(memstore.recovery, "_rescan", lambda *args, **kw: rescans.append(args) or real_rescan(*args, **kw))
     with memstore.open_session(tmp_path, "s") as log:
         assert log.turn_count == 1
         assert log.manifest.status == "completed"
