@@ -34,6 +34,7 @@ from .log import (
     open_session,
     plan_cap_eviction,
     rebuild,
+    rebuild_each,
     write_eviction_summary,
 )
 from .manifest import Manifest, SessionSummary, list_sessions
@@ -102,7 +103,7 @@ def __getattr__(name: str):
 
 __all__ = [
     # the event log
-    "open_session", "SessionLog", "rebuild", "read_session", "SessionReader",
+    "open_session", "SessionLog", "rebuild", "rebuild_each", "read_session", "SessionReader",
     # search and the catalog
     "search_memory", "MemorySearchResult", "refresh_catalog", "RefreshReport", "Turn", "Manifest", "SessionSummary", "list_sessions",
     "session_directory", "session_dir_name", "sanitize_session_id", "is_live", "plan_cap_eviction", "CapPlan",

@@ -323,6 +323,7 @@ class SessionIndex:
         self._conn = conn
         # The file's (st_dev, st_ino) when the connection is made on first use (see persist).
         self._deferred: Optional[tuple[int, int]] = None
+        self._connect_lock = threading.Lock()
         self.readonly = readonly
         self.immutable = False  # opened read-only without locks (see readonly_uri)
         self.stamp: Optional[tuple] = None
@@ -335,13 +336,14 @@ class SessionIndex:
         self.in_memory = False  # built by in_memory(), not yet written by persist()
         # Every lazy derived table was filled as the rows went in (see commit's derive_lazy).
         self.fully_derived = False
+        self.lazy_failure: Optional[BaseException] = None  # why that stopped
 
     @property
     def conn(self) -> sqlite3.Connection:
         conn = self._conn
         if conn is None:
             # The publisher's and the deriver's threads may both be first.
-            with _connect_lock:
+            with self._connect_lock:
                 if self._conn is None:
                     if self._deferred is None:
                         raise StoreIOError("read index", self.path, "the index is closed")
@@ -410,9 +412,10 @@ class SessionIndex:
 
         The bytes go to a private temp file beside it, synced, then renamed over the old
         index: a crash leaves the old index or the whole new one, and a reader sees one or the
-        other. Only when the old index has WAL side files (a writer crashed) is it removed
-        first, and they with it, lest its WAL be replayed into the new file: a crash between
-        leaves no index, and the log is scanned again."""
+        other. Only when the old index has side files (its writer crashed) is it removed
+        first, and they with it, lest its WAL or journal be played back into the new file: a
+        crash between leaves no index, and the log is scanned again (the caller saved the old
+        index's metadata in ``manifest.json`` where it was missing)."""
         path = self.path
         try:
             data = bytearray(self.conn.serialize())
@@ -428,23 +431,32 @@ class SessionIndex:
         try:
             try:
                 write_all(fd, data, tmp)
-                os.fdatasync(fd)
+                _fdatasync(fd)
                 st = os.fstat(fd)
             except OSError as exc:
                 raise StoreIOError.from_os_error("write index", tmp, exc) from exc
             finally:
                 os.close(fd)
-            if os.path.lexists(f"{path}-wal") or os.path.lexists(f"{path}-shm"):
+        except BaseException:
+            _remove_temp(tmp)
+            raise
+        try:
+            if any(os.path.lexists(f"{path}{suffix}") for suffix in _SIDE_FILES):
                 SessionIndex.discard(path)
             try:
                 os.rename(tmp, path)
             except OSError as exc:
                 raise StoreIOError.from_os_error("rename", path, exc) from exc
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError as exc:
-                logger.warning("could not remove the temp index %s: %s", tmp, exc)
+            # Interrupted after the old index went (Ctrl-C, a failed unlink of a side file):
+            # the new one, whole and synced, is better than none.
+            if not os.path.lexists(path) and not any(os.path.lexists(f"{path}{s}") for s in _SIDE_FILES):
+                try:
+                    os.rename(tmp, path)
+                except OSError as exc:
+                    logger.warning("could not put the rebuilt index %s in place: %s", tmp, exc)
+            if os.path.lexists(tmp):
+                _remove_temp(tmp)
             raise
         self.close()
         written = SessionIndex(path, None)
@@ -543,7 +555,7 @@ class SessionIndex:
     @staticmethod
     def discard(path: os.PathLike | str) -> None:
         """Delete an index file and its WAL side files (used when it is corrupt or outdated)."""
-        for suffix in ("", "-wal", "-shm", "-journal"):
+        for suffix in ("", *_SIDE_FILES):
             try:
                 os.unlink(f"{path}{suffix}")
             except FileNotFoundError:
@@ -787,19 +799,40 @@ class SessionIndex:
                 conn.execute("DELETE FROM derived_state")
                 for table in _derived:
                     table.on_reset(conn)
+            derive_lazy = derive_lazy and self.lazy_failure is None
             if events:
                 conn.executemany(_EVENT_INSERT, events)
                 if records:
                     for table in _derived:
-                        if derive_lazy or not table.lazy:
+                        if not table.lazy:
                             table.on_batch(conn, records)
                     if derive_lazy:
-                        conn.execute("INSERT OR REPLACE INTO derived_state (id, seq) VALUES (1, ?)",
-                                     (records[-1].seq,))
+                        derive_lazy = self._derive_lazy(conn, records)
             if turn_rows:
                 conn.executemany(_TURN_UPSERT, turn_rows)
             conn.execute(_MANIFEST_UPSERT, (*manifest_values, tail))
         self.fully_derived = derive_lazy and (reset or self.fully_derived)
+
+    def _derive_lazy(self, conn: sqlite3.Connection, records: Sequence[BatchRecord]) -> bool:
+        """Give ``records`` to the lazy derived tables and advance their watermark, in a
+        savepoint: a failing table costs its rows (derived later, as on the agent's path), not
+        the batch. After a failure no later batch is derived here, which would leave a gap
+        below the watermark."""
+        conn.execute("SAVEPOINT derive_lazy")
+        try:
+            for table in _derived:
+                if table.lazy:
+                    table.on_batch(conn, records)
+            conn.execute("INSERT OR REPLACE INTO derived_state (id, seq) VALUES (1, ?)", (records[-1].seq,))
+        except (sqlite3.Error, OverflowError) as exc:
+            conn.execute("ROLLBACK TO derive_lazy")
+            conn.execute("RELEASE derive_lazy")
+            self.lazy_failure = exc
+            logger.warning("%s: the derived tables were not filled with the index (they are derived later): %s",
+                           self.path, exc)
+            return False
+        conn.execute("RELEASE derive_lazy")
+        return True
 
     def evict(
         self, truncate_offset: int, first_kept_turn: int, manifest: Manifest, tail: bytes,
@@ -894,7 +927,18 @@ def readonly_uri(path: os.PathLike | str) -> Optional[str]:
     return f"{path.absolute().as_uri()}?mode=ro&immutable=1"
 
 
-_connect_lock = threading.Lock()
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+# Python has no os.fdatasync on macOS.
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+def _remove_temp(tmp: Path) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError as exc:
+        logger.warning("could not remove the temp index %s: %s", tmp, exc)
+
+
 _templates: dict[tuple, bytes] = {}
 # File format versions 2/2 (header bytes 18 and 19) mark a database in WAL mode, as every index
 # on disk is: a new index then starts in WAL instead of being converted from a rollback journal

@@ -182,11 +182,16 @@ class _Session:
             self.index = None
         if readonly:
             self.index = SessionIndex.open_readonly(self.index_path)
-            try:
-                return self.index.load() if self.index is not None else None
-            except IndexCorrupt as exc:
-                logger.warning("not reading a corrupt index (it is rebuilt from the log): %s", exc)
+            if self.index is not None:
+                try:
+                    return self.index.load()
+                except IndexCorrupt as exc:
+                    logger.warning("not reading a corrupt index (it is rebuilt from the log): %s", exc)
+                    return None
+            if not os.path.lexists(self.index_path):
                 return None
+            # Not readable without writing (a WAL without its -shm, left by a crashed writer,
+            # must be played back first; or not this memstore's format): the usual open.
         if fresh:
             SessionIndex.discard(self.index_path)
         try:
@@ -817,45 +822,77 @@ _REBUILD_CHUNK = 16
 
 def rebuild_each(root: os.PathLike | str, ids: Iterable[str], *, jobs: int = 1,
                  ) -> Iterator[tuple[str, Union[Manifest, MemstoreError]]]:
-    """Rebuild the views of each session of ``ids`` as :func:`rebuild` does (not the catalog),
-    yielding ``(session_id, manifest)`` in order as each is done, or ``(session_id, error)``
-    for one that failed with a :class:`MemstoreError` (the others are rebuilt all the same).
+    """Rebuild the views of each session of ``ids`` (each distinct id once) as :func:`rebuild`
+    does, not the catalog, yielding ``(session_id, manifest)`` in order as each is done, or
+    ``(session_id, error)`` for one that failed with a :class:`MemstoreError` (the others are
+    rebuilt all the same).
 
-    With ``jobs`` > 1 the sessions are rebuilt in that many worker processes (started fresh,
-    so that nothing of this process, its threads or its open sessions, is inherited). A
-    session this process has open is rebuilt here, under its lock. Fewer sessions than would
-    keep the workers busy are rebuilt here too: starting a worker costs a few hundred ms.
+    With ``jobs`` > 1 the sessions are rebuilt in that many worker processes, started fresh
+    (``spawn``) so that nothing of this process, its threads or its open sessions, is
+    inherited; as with any use of ``spawn``, a script that asks for them must guard its top
+    level with ``if __name__ == "__main__":``. Here instead are rebuilt: a session this
+    process has open (under its lock), every session when derived tables other than
+    memstore's own are registered (a fresh process would not have them), fewer sessions than
+    would keep the workers busy (starting one costs a few hundred ms), and whatever a worker
+    that died (killed, out of memory) left undone.
     """
-    ids = list(ids)
+    ids = list(dict.fromkeys(ids))
     if type(jobs) is not int or jobs < 1:
         raise ValueError(f"jobs must be a positive int, not {jobs!r}")
+    if jobs > 1 and {t.name for t in derived_tables()} != _OWN_DERIVED_TABLES:
+        logger.info("rebuilding in this process: worker processes would not have the derived tables registered here")
+        jobs = 1
     if jobs == 1 or len(ids) < 2 * _REBUILD_CHUNK:
         for sid in ids:
             yield sid, _rebuild_outcome(root, sid)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     root = Path(root).absolute()
-    open_here = registry.open_keys()
-    here = {sid for sid in ids if os.path.realpath(session_directory(root, sid)) in open_here}
+    here = _open_here(root, ids)
     away = [sid for sid in ids if sid not in here]
     chunks = [away[i:i + _REBUILD_CHUNK] for i in range(0, len(away), _REBUILD_CHUNK)]
     with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)),
                              mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {chunk[0]: pool.submit(_rebuild_chunk, str(root), chunk) for chunk in chunks}
+        broken = False
         try:
             done: dict[str, Union[Manifest, MemstoreError]] = {}
             for sid in ids:
-                if sid in here:
+                if sid in futures and not broken:
+                    try:
+                        done.update(futures.pop(sid).result())
+                    except BrokenProcessPool as exc:
+                        logger.warning("a rebuild worker process died (%s): rebuilding the rest here", exc)
+                        broken = True
+                if sid in here or sid not in done:
                     yield sid, _rebuild_outcome(root, sid)
-                    continue
-                if sid not in done:
-                    done.update(futures.pop(sid).result())
-                yield sid, done.pop(sid)
+                else:
+                    yield sid, done.pop(sid)
         finally:
             for future in futures.values():
                 future.cancel()
+
+
+# The derived tables a fresh process registers (importing memstore): worker processes have
+# these and no others.
+_OWN_DERIVED_TABLES = {"event_details", "chunks", "file_changes"}
+
+
+def _open_here(root: Path, ids: list[str]) -> set[str]:
+    """The ids of ``ids`` that name a session this process has open, and those that name none
+    (they fail here, with their error)."""
+    open_keys = registry.open_keys()
+    here = set()
+    for sid in ids:
+        try:
+            if os.path.realpath(session_directory(root, sid)) in open_keys:
+                here.add(sid)
+        except MemstoreError:
+            here.add(sid)
+    return here
 
 
 def _rebuild_chunk(root: str, ids: list[str]) -> list[tuple[str, Union[Manifest, MemstoreError]]]:

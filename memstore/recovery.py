@@ -102,6 +102,15 @@ def recover(session: "_Session", force_rescan: bool) -> None:
             level = logging.INFO if routine else logging.WARNING
             logger.log(level, "rebuilding the index of %s from its log: %s", log.path, why)
         base = scan_turn_base(session, marker if marker_applies else None, on_disk, saved)
+        if saved is not None and on_disk is None:
+            # The old index may go before the new one is whole (a rescan in place discards it
+            # before its first batch; one in memory, when the old one has side files, just
+            # before its rename), and a crash then leaves manifest.json as the only old
+            # metadata (see _catch_up): the index's next_seq and status must survive there,
+            # or the next scan hands out again seqs the old index had counted past a lost
+            # suffix of the log.
+            atomic_write(session.dir / MANIFEST_FILE,
+                         replace(saved.manifest, session_id=session.session_id).to_json(), durable=False)
         # The rescan writes a new index file: deleting the old rows would only cost time and
         # disk space (what the old index knew is in ``saved``).
         if small:
@@ -111,13 +120,6 @@ def recover(session: "_Session", force_rescan: bool) -> None:
                 session.index.close()
             session.index = SessionIndex.in_memory(session.index_path)
         elif saved is not None:
-            if on_disk is None:
-                # The old index goes before the first batch commits, and a rescan interrupted
-                # after it resumes with manifest.json as the old metadata (see _catch_up): the
-                # index's next_seq and status must survive there, or the resumed scan hands
-                # out again seqs the old index had counted past a lost suffix of the log.
-                atomic_write(session.dir / MANIFEST_FILE,
-                             replace(saved.manifest, session_id=session.session_id).to_json(), durable=False)
             session.open_index(fresh=True)
         log.repair_tail(0)
         # A rebuild derives the lazy tables (search chunks) as it goes: it does that anyway,

@@ -249,3 +249,122 @@ def test_a_session_failing_in_a_worker_is_reported_with_its_error_and_the_rest_r
     assert [r["session_id"] for r in failed] == [ids[17]]
     assert "open in another process" in failed[0]["error"]
     assert all(r["event_count"] == 3 for r in rows if "error" not in r)
+
+
+# A writer killed with its index open after handing out seqs 1-10.
+KILLED_AFTER_TEN_SEQS = r"""
+import os, signal, sys
+import memstore
+log = memstore.open_session(sys.argv[1], "s", max_events=0)
+for n in range(5):
+    log.append({"type": "turn.started"})
+    log.append({"type": "turn.completed", "usage": {}})
+log.flush()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def lost_suffix_without_manifest(root: Path) -> Path:
+    """A session whose old index (with a dead writer's side files) counted seqs 1-10, whose log
+    lost its last 3 records and whose manifest.json is gone, as a power cut can leave it."""
+    proc = subprocess.run([sys.executable, "-c", KILLED_AFTER_TEN_SEQS, str(root)], capture_output=True,
+                          timeout=60, env=writer_env())
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    directory = memstore.session_directory(root, "s")
+    lines = (directory / "events.jsonl").read_bytes().splitlines(keepends=True)
+    (directory / "events.jsonl").write_bytes(b"".join(lines[:7]))
+    (directory / "manifest.json").unlink()
+    return directory
+
+
+def test_a_rebuild_killed_between_removing_the_old_index_and_its_rename_hands_out_no_seq_again(tmp_path):
+    directory = lost_suffix_without_manifest(tmp_path)
+    assert (directory / "index" / "session.db-wal").exists()
+    proc = subprocess.run([sys.executable, "-c", KILLED_BEFORE_THE_RENAME, str(tmp_path), "s"],
+                          capture_output=True, timeout=60, env=writer_env())
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    assert not (directory / "index" / "session.db").exists(), "the old index was not removed: nothing was tested"
+    with memstore.open_session(tmp_path, "s", max_events=0) as log:
+        assert log.append({"type": "turn.started"}) == 11
+
+
+def test_an_old_index_with_a_wal_but_no_shm_still_tells_the_rebuild_its_seqs(tmp_path):
+    directory = lost_suffix_without_manifest(tmp_path)
+    (directory / "index" / "session.db-shm").unlink()
+    memstore.rebuild(tmp_path, "s")
+    with memstore.open_session(tmp_path, "s", max_events=0) as log:
+        assert log.append({"type": "turn.started"}) == 11
+
+
+def test_a_hot_rollback_journal_beside_the_old_index_never_reaches_the_new_one(tmp_path):
+    with memstore.open_session(tmp_path, "s", max_events=0) as log:
+        for n in range(300):
+            log.append({"type": "item.completed", "item": {"id": str(n), "type": "agent_message", "text": f"word{n} " * 40}})
+    db = memstore.session_directory(tmp_path, "s") / "index" / "session.db"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    killed_mid_transaction = (
+        "import sqlite3, os, signal\n"
+        f"c = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+        "c.execute('PRAGMA cache_size=1'); c.execute('BEGIN'); c.execute('DELETE FROM chunks')\n"
+        "c.execute('UPDATE events SET ts = NULL')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")
+    subprocess.run([sys.executable, "-c", killed_mid_transaction], check=False, timeout=60)
+    assert (db.parent / "session.db-journal").exists(), "no hot journal was left: nothing was tested"
+    memstore.rebuild(tmp_path, "s")
+    assert sorted(p.name for p in db.parent.iterdir()) == ["session.db"]
+    rows = dump(db.parent.parent)
+    assert len(rows["events"]) == 300 and all(row[4] is not None for row in rows["events"])
+
+
+def test_a_failing_lazy_derived_table_does_not_fail_a_rebuild(tmp_path, caplog):
+    from memstore.index import DerivedTable, MigrationSet, register_derived_table, unregister_derived_table
+
+    with memstore.open_session(tmp_path, "s", max_events=0) as log:
+        log.append({"type": "turn.started"})
+        log.append({"type": "turn.completed", "usage": {}})
+    register_derived_table(DerivedTable(
+        "broken", MigrationSet("test.broken", (("broken", lambda db: db["broken"].create({"seq": int})),)),
+        lambda conn, records: conn.execute("INSERT INTO no_such_table VALUES (1)"),
+        lambda conn, first_kept_seq: None, lambda conn: None, lazy=True))
+    try:
+        manifest = memstore.rebuild(tmp_path, "s")
+    finally:
+        unregister_derived_table("broken")
+    assert manifest.turn_count == 1
+    assert "no_such_table" in caplog.text
+    assert dump(memstore.session_directory(tmp_path, "s"))["events"], "the index was not rebuilt"
+
+
+def test_worker_rebuilds_report_bad_and_repeated_ids_one_by_one(tmp_path):
+    ids = small_store(tmp_path, 40)
+    outcomes = list(memstore.rebuild_each(tmp_path, [ids[0], "..", *ids, ids[3]], jobs=2))
+    assert [sid for sid, _ in outcomes] == [ids[0], "..", *ids[1:]]
+    errors = [sid for sid, outcome in outcomes if isinstance(outcome, memstore.MemstoreError)]
+    assert errors == [".."]
+
+
+def test_derived_tables_registered_here_keep_the_rebuild_in_this_process(tmp_path, monkeypatch):
+    import memstore.log
+    from memstore.index import DerivedTable, MigrationSet, register_derived_table, unregister_derived_table
+
+    ids = small_store(tmp_path, 40)
+    register_derived_table(DerivedTable(
+        "kinds", MigrationSet("test.kinds", (("kinds", lambda db: db["kinds"].create({"seq": int, "type": str})),)),
+        lambda conn, records: conn.executemany("INSERT INTO kinds VALUES (?, ?)", [(r.seq, r.event["type"]) for r in records]),
+        lambda conn, first_kept_seq: None, lambda conn: conn.execute("DELETE FROM kinds"), lazy=True))
+    rebuilt_here = []
+    real = memstore.log._rebuild_session
+    monkeypatch.setattr(memstore.log, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid))
+    try:
+        memstore.rebuild(tmp_path, jobs=2)
+    finally:
+        unregister_derived_table("kinds")
+    assert rebuilt_here == ids
+    conn = sqlite3.connect(readonly_uri(memstore.session_directory(tmp_path, ids[0]) / "index" / "session.db"), uri=True)
+    try:
+        assert conn.execute("SELECT type FROM kinds ORDER BY seq").fetchall() == [
+            ("turn.started",), ("item.completed",), ("turn.completed",)]
+    finally:
+        conn.close()
