@@ -337,6 +337,7 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
             else:
                 click.echo(f"no sessions under {root}")
             return
+    sessions = tuple(dict.fromkeys(sessions))  # each once, as rebuild_each does
     if jobs is None:
         jobs = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8)
     results, failures = [], 0
