@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import os
 import re
 import stat
@@ -19,6 +20,8 @@ from typing import Optional
 from .errors import InvalidSessionId, StoreIOError, UnsafePathError
 
 DIR_MODE = 0o700
+logger = logging.getLogger("memstore")
+
 FILE_MODE = 0o600
 SESSIONS_DIR = "sessions"
 
@@ -286,33 +289,58 @@ def atomic_write(path: os.PathLike | str, data: bytes, *, durable: bool = True) 
             raise UnsafePathError("replace", path, "is a symlink; refusing to follow it")
         if not stat.S_ISREG(st.st_mode):
             raise UnsafePathError("replace", path, "exists and is not a regular file")
-    directory, name = os.path.split(path)
+    directory = os.path.dirname(path)
+    tmp, _st = write_temp_beside(path, data, sync=durable, write_op="fsync")
+    try:
+        os.replace(tmp, path)
+    except BaseException as exc:
+        remove_temp(tmp)
+        if isinstance(exc, OSError):
+            raise StoreIOError.from_os_error("rename", path, exc) from exc
+        raise
+    if durable:
+        fsync_dir(directory or ".")
+
+
+# Python has no os.fdatasync on macOS.
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+def write_temp_beside(path: os.PathLike | str, data: bytes | bytearray, *, sync: bool, create_op: str = "create",
+                      write_op: str = "write") -> tuple[str, os.stat_result]:
+    """Write ``data`` to a new private (0600) temp file in ``path``'s directory, named so that
+    the next open removes it if its writer dies (see :func:`temp_file_pid`), and ``fdatasync``
+    it when ``sync``; return its path and stat. A failure removes it again."""
+    directory, name = os.path.split(os.fspath(path))
     tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
     except OSError as exc:
-        raise StoreIOError.from_os_error("create", tmp, exc) from exc
+        raise StoreIOError.from_os_error(create_op, tmp, exc) from exc
     try:
         try:
             write_all(fd, data, tmp)
-            if durable:
-                os.fsync(fd)
+            if sync:
+                _fdatasync(fd)
+            st = os.fstat(fd)
         except OSError as exc:
-            raise StoreIOError.from_os_error("fsync", tmp, exc) from exc
+            raise StoreIOError.from_os_error(write_op, tmp, exc) from exc
         finally:
             os.close(fd)
-        try:
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise StoreIOError.from_os_error("rename", path, exc) from exc
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        remove_temp(tmp)
         raise
-    if durable:
-        fsync_dir(directory or ".")
+    return tmp, st
+
+
+def remove_temp(tmp: os.PathLike | str) -> None:
+    """Remove a temp file a failed write leaves behind (logged if it cannot be)."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        logger.warning("could not remove the temp file %s: %s", tmp, exc)
 
 
 def remove_if_exists(path: os.PathLike | str) -> bool:

@@ -28,7 +28,6 @@ import os
 import sqlite3
 import stat
 import threading
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -38,7 +37,7 @@ import orjson
 
 from . import events as ev
 from .errors import StoreIOError, UnsafePathError
-from .fsio import write_all
+from .fsio import remove_temp, write_all, write_temp_beside
 from .manifest import Manifest
 
 logger = logging.getLogger("memstore")
@@ -422,24 +421,7 @@ class SessionIndex:
         except sqlite3.Error as exc:
             raise StoreIOError("build index", path, f"serializing it: {exc}") from exc
         data[18:20] = _WAL_FORMAT
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-                         | getattr(os, "O_CLOEXEC", 0), 0o600)
-        except OSError as exc:
-            raise StoreIOError.from_os_error("create index", tmp, exc) from exc
-        try:
-            try:
-                write_all(fd, data, tmp)
-                _fdatasync(fd)
-                st = os.fstat(fd)
-            except OSError as exc:
-                raise StoreIOError.from_os_error("write index", tmp, exc) from exc
-            finally:
-                os.close(fd)
-        except BaseException:
-            _remove_temp(tmp)
-            raise
+        tmp, st = write_temp_beside(path, data, sync=True, create_op="create index", write_op="write index")
         try:
             if any(os.path.lexists(f"{path}{suffix}") for suffix in _SIDE_FILES):
                 SessionIndex.discard(path)
@@ -455,8 +437,7 @@ class SessionIndex:
                     os.rename(tmp, path)
                 except OSError as exc:
                     logger.warning("could not put the rebuilt index %s in place: %s", tmp, exc)
-            if os.path.lexists(tmp):
-                _remove_temp(tmp)
+            remove_temp(tmp)
             raise
         self.close()
         written = SessionIndex(path, None)
@@ -928,16 +909,6 @@ def readonly_uri(path: os.PathLike | str) -> Optional[str]:
 
 
 _SIDE_FILES = ("-wal", "-shm", "-journal")
-# Python has no os.fdatasync on macOS.
-_fdatasync = getattr(os, "fdatasync", os.fsync)
-
-
-def _remove_temp(tmp: Path) -> None:
-    try:
-        os.unlink(tmp)
-    except OSError as exc:
-        logger.warning("could not remove the temp index %s: %s", tmp, exc)
-
 
 _templates: dict[tuple, bytes] = {}
 # File format versions 2/2 (header bytes 18 and 19) mark a database in WAL mode, as every index
