@@ -303,7 +303,7 @@ CHILD = """
 import sys, time
 sys.path.insert(0, {repo!r})
 import orjson, memstore
-from memstore.recovery import recover
+from memstore.session.recovery import recover
 root, what = {root!r}, {what!r}
 start = time.perf_counter()
 if what == "floor":
@@ -423,7 +423,7 @@ def rebuild_all_fixed_cost(base: Path, n_sessions: int, events_each: int) -> dic
             for event in events:
                 log.append(event)
     log.close()
-    from memstore import recovery
+    from memstore.session import recovery
 
     timings = {}
     small = recovery.MEMORY_SCAN_BYTES

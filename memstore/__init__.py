@@ -20,14 +20,14 @@ from .errors import (
     TurnNotFound,
     UnsafePathError,
 )
-from . import chunks as _chunks  # noqa: F401  (registers the search chunks with every session index)
+from .views import chunks as _chunks  # noqa: F401  (registers the search chunks with every session index)
 from .demo import DemoReport, write_demo_store
 from .events import SCHEMA_VERSION
-from .fsio import sanitize_session_id, session_dir_name, session_directory
+from .layout import sanitize_session_id, session_dir_name, session_directory
 from .importers import ImportReport, import_logs
-from .index import Turn
-from .lock import is_live
-from .log import (
+from .session.index import Turn
+from .session.lock import is_live
+from .session.log import (
     DEFAULT_MAX_EVENTS,
     CapPlan,
     SessionLog,
@@ -37,8 +37,8 @@ from .log import (
     rebuild_each,
     write_eviction_summary,
 )
-from .manifest import Manifest, SessionSummary, list_sessions
-from .memory_view import (
+from .session.manifest import Manifest, SessionSummary, list_sessions
+from .views.memory_view import (
     FactRecord,
     memory_facts_of,
     query_facts,
@@ -72,7 +72,7 @@ from .pack import (
     verify_audit_pack,
     write_audit_pack,
 )
-from .progress import (
+from .views.progress import (
     GoalClassifierVerdict,
     GoalEvent,
     GoalHistoryEntry,

@@ -30,15 +30,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from .layout import (
+    catalog_path,
+    DERIVED_DIR,
+    EVENTS_FILE,
+    INDEX_DIR,
+    INDEX_FILE,
+    MANIFEST_FILE,
+    MEMORY_FILE,
+    SESSIONS_DIR,
+    sessions_root,
+)
 from . import events as ev
-from .chunks import event_chunks
+from .views.chunks import event_chunks
 from .search import SearchIndex
 from .errors import InvalidEvent, MemstoreError, SessionNotFound, StoreIOError
-from .fsio import sessions_root
-from .index import INDEX_FILE, TURN_COLUMNS, MigrationSet, _is_corruption, file_stamp, readonly_uri
-from .lock import store_lock
-from .logfile import EVENTS_FILE, TAIL_BYTES
-from .manifest import MANIFEST_FILE
+from .session.index import TURN_COLUMNS, MigrationSet, _is_corruption, file_stamp, readonly_uri
+from .locks import store_lock
+from .session.logfile import TAIL_BYTES
 from .reader import SessionReader, read_session_dir
 
 if TYPE_CHECKING:
@@ -46,8 +55,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("memstore")
 
-CATALOG_FILE = "catalog.db"
-MEMORY_VIEW = "derived/memory.json"
 _ATTEMPTS = 3
 _SQLITE_FULL = 13
 _TITLE_CHARS = 200
@@ -70,9 +77,6 @@ class RefreshReport:
     def changed(self) -> bool:
         return bool(self.added or self.updated or self.recopied or self.removed)
 
-
-def catalog_path(root: os.PathLike | str) -> Path:
-    return Path(root) / CATALOG_FILE
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,7 +320,7 @@ def _stamp(directory: Path) -> Optional[str]:
     when it is no session (no log that is a regular file); any other file that is not one
     (a symlink, say) the reader refuses, or reads the log instead of."""
     parts = []
-    for name in (EVENTS_FILE, MANIFEST_FILE, f"index/{INDEX_FILE}", f"index/{INDEX_FILE}-wal", MEMORY_VIEW):
+    for name in (EVENTS_FILE, MANIFEST_FILE, f"{INDEX_DIR}/{INDEX_FILE}", f"{INDEX_DIR}/{INDEX_FILE}-wal", f"{DERIVED_DIR}/{MEMORY_FILE}"):
         try:
             st = os.stat(directory / name, follow_symlinks=False)
         except FileNotFoundError:
@@ -536,7 +540,7 @@ def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, 
     directory name has no ``:``, so no fact can take the id of an event's chunk,
     ``<session>:<seq>:<part>``, as ``x:5:0``, fact 0 of session ``x:5``, would take session
     ``x``'s event 5)."""
-    from .memory_view import memory_facts_of, memory_view_time
+    from .views.memory_view import memory_facts_of, memory_view_time
 
     old = [row[0] for row in conn.execute("SELECT id FROM chunks WHERE session_id = ? AND source = 'session'",
                                           (session_id,))]
@@ -551,7 +555,7 @@ def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, 
         cursor = conn.execute(
             "INSERT INTO chunks (chunk_id, session_id, source, kind, path, start_line, end_line, created_at, text) "
             "VALUES (?, ?, 'session', ?, ?, 0, 0, ?, ?) RETURNING id",
-            (f"{name}:{fact['index']}", session_id, fact.get("source") or "fact", f"sessions/{name}/{MEMORY_VIEW}",
+            (f"{name}:{fact['index']}", session_id, fact.get("source") or "fact", f"{SESSIONS_DIR}/{name}/{DERIVED_DIR}/{MEMORY_FILE}",
              created_at, fact["fact"]))
         ids.append(cursor.fetchone()[0])
     return ids

@@ -250,7 +250,7 @@ def append_command(session, source, root, durability, max_events, atomic, as_jso
       memstore append run-42 events.jsonl --atomic --durability event
     """
     from .events import check_event, encode_record, utc_now
-    from .log import open_session
+    from .session.log import open_session
 
     def lines():
         number = 0
@@ -322,7 +322,7 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
       memstore rebuild --all --json
       memstore rebuild --all --jobs 1
     """
-    from .log import rebuild_each, session_ids
+    from .session.log import rebuild_each, session_ids
 
     if rebuild_all and sessions:
         raise click.UsageError("give SESSION names or --all, not both")
@@ -380,7 +380,7 @@ def sessions_command(root, limit, as_json):
       memstore sessions --limit 10
       memstore sessions --json | jq '.[].session_id'
     """
-    from .manifest import list_sessions
+    from .session.manifest import list_sessions
 
     _require_store(root)
     summaries = _with_unlisted(root, list_sessions(root), limit)
@@ -402,9 +402,9 @@ def _with_unlisted(root: str, summaries: list, limit: Optional[int]) -> list:
     read from their logs (the manifest is a view), newest first, at most ``limit``."""
     import os
 
-    from .fsio import session_dir_name, sessions_root
-    from .logfile import EVENTS_FILE
-    from .manifest import SessionSummary
+    from .layout import session_dir_name, sessions_root
+    from .layout import EVENTS_FILE
+    from .session.manifest import SessionSummary
     from .reader import read_session_dir
 
     listed = set()
@@ -521,7 +521,7 @@ def progress_command(session, root, as_json):
       memstore progress run-42
       memstore progress run-42 --json
     """
-    from .progress import load_progress, progress_path
+    from .views.progress import load_progress, progress_path
 
     _require_store(root)
     _existing_session_dir(root, session)
@@ -790,7 +790,7 @@ def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_jso
 
 
 def _existing_session_dir(root, session):
-    from .fsio import session_directory
+    from .layout import session_directory
 
     try:
         directory = session_directory(root, session)
@@ -911,7 +911,7 @@ def facts_command(root, limit, session, as_json):
       memstore facts --limit 20
       memstore facts --session run-42 --json
     """
-    from .memory_view import query_facts, session_memory_facts
+    from .views.memory_view import query_facts, session_memory_facts
 
     _require_store(root)
     if session is not None:
@@ -998,7 +998,7 @@ def doctor_command(root, fix, as_json):
       memstore doctor --fix --root ~/project/.vtcode
       memstore doctor --json | jq '.problems'
     """
-    from .explorer.doctor import check_store
+    from .maintenance import check_store
 
     with _progress_bar("checking sessions", enabled=not as_json, minimum=200) as progress:
         report = check_store(root, fix=fix, progress=progress)

@@ -34,7 +34,7 @@ from typing import Callable, Iterator, Optional
 
 import orjson
 
-from .log import SessionLog, open_session
+from .session.log import SessionLog, open_session
 
 logger = logging.getLogger("memstore")
 
@@ -641,7 +641,7 @@ def write_demo_store(root: os.PathLike | str, sessions: int = DEFAULT_SESSIONS, 
                      progress: Optional[Callable[[int, int], None]] = None) -> DemoReport:
     """Write the demonstration store under ``root`` (about ``sessions`` sessions) and return what
     was done. Idempotent; ``progress(done, total)`` is called after each session."""
-    from .progress import Milestone, ProgressLedger, milestone_status_from_str, progress_path, save_progress
+    from .views.progress import Milestone, ProgressLedger, milestone_status_from_str, progress_path, save_progress
 
     root = Path(root)
     report = DemoReport(str(root))

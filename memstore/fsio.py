@@ -1,5 +1,4 @@
-"""Filesystem primitives: private directories and files, atomic replace, no-follow reads, and
-session-id sanitizing.
+"""Filesystem primitives: private directories and files, atomic replace, no-follow reads.
 
 Directories are created 0700 and files 0600. Nothing here follows a symlink when writing: a
 symlink where a store file or directory should be is refused with :class:`UnsafePathError`.
@@ -8,7 +7,6 @@ symlink where a store file or directory should be is refused with :class:`Unsafe
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import os
 import re
@@ -17,13 +15,12 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from .errors import InvalidSessionId, StoreIOError, UnsafePathError
+from .errors import StoreIOError, UnsafePathError
 
 DIR_MODE = 0o700
 logger = logging.getLogger("memstore")
 
 FILE_MODE = 0o600
-SESSIONS_DIR = "sessions"
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -40,76 +37,6 @@ def temp_file_pid(name: str) -> Optional[int]:
     """The writer's pid if ``name`` is one of memstore's temp files, else ``None``."""
     match = _TEMP_NAME.match(name)
     return int(match.group(1)) if match else None
-
-
-MAX_SESSION_ID_CHARS = 1024
-# The longest id kept as its own directory name (NAME_MAX is 255 bytes; leave room for suffixes).
-_PLAIN_NAME_MAX = 200
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*\Z")
-_HASH_PREFIX_CHARS = 64
-
-
-def check_session_id(session_id: str) -> str:
-    """Return ``session_id`` if memstore accepts it, else raise :class:`InvalidSessionId`."""
-    if not isinstance(session_id, str):
-        raise InvalidSessionId(f"a session id must be a str, not {type(session_id).__name__}")
-    if session_id in ("", ".", ".."):
-        raise InvalidSessionId(f"{session_id!r} is not a session id")
-    if "\0" in session_id:
-        raise InvalidSessionId("a session id cannot contain NUL")
-    try:
-        session_id.encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate (undecodable bytes from argv or a file name): it can be written
-        # neither to the log nor to the index.
-        raise InvalidSessionId(f"{session_id!r} is not valid Unicode (it holds a lone surrogate)") from None
-    if len(session_id) > MAX_SESSION_ID_CHARS:
-        raise InvalidSessionId(f"a session id is at most {MAX_SESSION_ID_CHARS} characters (got {len(session_id)})")
-    return session_id
-
-
-def session_dir_name(session_id: str) -> str:
-    """The directory name of ``session_id``: one id, one directory.
-
-    An id that VT Code's sanitizer leaves unchanged (ASCII letters, digits, ``-``, ``_`` and
-    ``.``, not starting with a dot) and that is at most 200 characters is its own name, so VT
-    Code stores open as they are. Any other id is named ``<sanitized prefix>~<hash>``: its first
-    64 sanitized characters, for people, and 24 hex digits of its SHA-256, so that ``a/b``,
-    ``a_b`` and ``a:b`` get three directories. ``~`` never appears in a plain name, so the two
-    kinds cannot collide. Raises :class:`InvalidSessionId` for ``''``, ``.``, ``..``, ids with
-    NUL or a lone surrogate, and ids over 1,024 characters.
-    """
-    check_session_id(session_id)
-    if len(session_id) <= _PLAIN_NAME_MAX and _PLAIN_NAME.match(session_id):
-        return session_id
-    digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:24]
-    return f"{sanitize_session_id(session_id)[:_HASH_PREFIX_CHARS]}~{digest}"
-
-
-def sanitize_session_id(session_id: str) -> str:
-    """VT Code's sanitizer (memstore names directories with :func:`session_dir_name`).
-
-    ASCII letters, digits, ``-``, ``_`` and ``.`` are kept; every other character (a multi-byte
-    one included) becomes one ``_``; leading dots are stripped; an empty result is ``session``.
-    So ``../outside`` becomes ``_outside`` and ``..`` becomes ``session``.
-    """
-    if not isinstance(session_id, str):
-        raise TypeError(f"session id must be a str, not {type(session_id).__name__}")
-    mapped = "".join(
-        ch if (ch.isascii() and (ch.isalnum() or ch in "-_.")) else "_" for ch in session_id
-    )
-    mapped = mapped.lstrip(".")
-    return mapped or "session"
-
-
-def sessions_root(root: os.PathLike | str) -> Path:
-    """The directory that holds one directory per session."""
-    return Path(root) / SESSIONS_DIR
-
-
-def session_directory(root: os.PathLike | str, session_id: str) -> Path:
-    """The directory of ``session_id`` under the store ``root`` (see :func:`session_dir_name`)."""
-    return sessions_root(root) / session_dir_name(session_id)
 
 
 def ensure_private_dir(path: os.PathLike | str, *, sync: bool = True) -> Path:

@@ -57,6 +57,7 @@ from typing import Iterable, Optional
 
 import orjson
 
+from .layout import DERIVED_DIR, MEMORY_FILE, TRAJECTORY_FILE, check_session_id, session_directory
 from . import events as ev
 from .errors import (
     InvalidEvent,
@@ -67,10 +68,10 @@ from .errors import (
     UnsafePathError,
 )
 from .events import Record
-from .fsio import atomic_write, check_session_id, open_read_no_follow, session_directory
-from .lock import remove_session_directory, store_lock
-from .log import SessionLog, open_session
-from .memory_view import ENVELOPE_EVENT, not_after_now, not_before, refresh_memory_view
+from .fsio import atomic_write, open_read_no_follow
+from .locks import remove_session_directory, store_lock
+from .session.log import SessionLog, open_session
+from .views.memory_view import ENVELOPE_EVENT, not_after_now, not_before, refresh_memory_view
 from .reader import read_session
 from .retention import GcLog
 
@@ -82,8 +83,6 @@ ENVELOPE_SUFFIX = ".memory.json"
 LIVE_TRAJECTORY = "trajectory.jsonl"
 LIVE_TRAJECTORY_SESSION = "traj-live"
 TRAJECTORY_EVENT = "trajectory.record"
-TRAJECTORY_VIEW = "trajectory.jsonl"
-MEMORY_VIEW = "memory.json"
 IMPORTER = "memstore.migrate"
 MAX_ENVELOPE_BYTES = 16 << 20
 MAX_TRAJECTORY_BYTES = 512 << 20
@@ -391,9 +390,9 @@ def _unfinished(root: Path, session_id: str, held: _Imported) -> bool:
     next run finishes it, as one uninterrupted run would have)."""
     if held.migrated and not held.completed:
         return True
-    derived = session_directory(root, session_id) / "derived"
-    return (held.memory and not os.path.lexists(derived / MEMORY_VIEW)) or \
-        (held.trajectory and not os.path.lexists(derived / TRAJECTORY_VIEW))
+    derived = session_directory(root, session_id) / DERIVED_DIR
+    return (held.memory and not os.path.lexists(derived / MEMORY_FILE)) or \
+        (held.trajectory and not os.path.lexists(derived / TRAJECTORY_FILE))
 
 
 def _imported(records: Iterable[Record]) -> _Imported:
@@ -623,7 +622,7 @@ def write_trajectory_view(log: SessionLog) -> Optional[Path]:
             lines.append(raw.encode("utf-8", "surrogateescape"))
     if not lines:
         return None
-    path = log.directory / "derived" / TRAJECTORY_VIEW
+    path = log.directory / DERIVED_DIR / TRAJECTORY_FILE
     atomic_write(path, b"\n".join(lines) + b"\n")
     return path
 

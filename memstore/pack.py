@@ -33,14 +33,13 @@ from typing import Any, Iterable, Iterator, Optional
 
 import orjson
 
+from .layout import DERIVED_DIR, MANIFEST_FILE, PACK_FILE, session_directory
 from .errors import InvalidPack, StoreIOError, UnsafePathError
 from .events import utc_now
-from .fsio import atomic_write, ensure_private_dir, read_no_follow, session_directory, temp_file_pid
-from .manifest import MANIFEST_FILE, load_summary
+from .fsio import atomic_write, ensure_private_dir, read_no_follow, temp_file_pid
+from .session.manifest import load_summary
 
 PACK_SCHEMA_VERSION = 1
-PACK_FILE = "audit-pack.json"
-DERIVED_DIR = "derived"
 CHUNK_SIZE = 1 << 20
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

@@ -30,12 +30,12 @@ from typing import Iterator, Optional
 from . import events as ev
 from .errors import EventNotFound, SessionNotFound, StoreIOError, TurnNotFound, UnsafePathError
 from .events import Record
-from .fsio import session_dir_name, session_directory
-from .index import INDEX_FILE, BatchRecord, IndexChanged, SavedState, SessionIndex, Turn
-from .lifecycle import LogState, event_row
-from .logfile import EVENTS_FILE, LogFile
-from .manifest import STATUS_ACTIVE, Manifest, load_manifest, load_marker
-from .recovery import INDEX_DIR, covers_prefix, scan_turn_base
+from .layout import EVENTS_FILE, INDEX_DIR, INDEX_FILE, session_dir_name, session_directory
+from .session.index import BatchRecord, IndexChanged, SavedState, SessionIndex, Turn
+from .session.lifecycle import LogState, event_row
+from .session.logfile import LogFile
+from .session.manifest import STATUS_ACTIVE, Manifest, load_manifest, load_marker
+from .session.recovery import covers_prefix, scan_turn_base
 
 logger = logging.getLogger("memstore")
 

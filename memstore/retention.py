@@ -22,7 +22,7 @@ last event time (the manifest's ``updated_at``, or the log's when the manifest i
 malformed or behind the log), parsed as a time; file mtimes are never used, and a time that
 does not parse is never aged out (and sorts as the newest for the count cap).
 
-Removal goes through :func:`memstore.lock.remove_session_directory`, which takes the session's
+Removal goes through :func:`memstore.locks.remove_session_directory`, which takes the session's
 liveness lock, so a writer that opens a session while retention runs keeps it. Just before each
 removal the session is checked again (its manifest, log and pin must be exactly as when it was
 judged); one that changed is left for the next run. Every removal is recorded as one fsynced
@@ -50,6 +50,20 @@ from typing import Optional, Union
 
 import orjson
 
+from .layout import (
+    DERIVED_DIR,
+    EVENTS_FILE,
+    GC_LOG_FILE,
+    MANIFEST_FILE,
+    MEMORY_FILE,
+    PIN_FILE,
+    PROGRESS_FILE,
+    TRASH_DIR,
+    check_session_id,
+    session_dir_name,
+    session_directory,
+    sessions_root,
+)
 from . import events as ev
 from .errors import (
     InvalidSessionId,
@@ -58,42 +72,15 @@ from .errors import (
     StoreIOError,
     UnsafePathError,
 )
-from .fsio import (
-    atomic_write,
-    check_session_id,
-    open_private_append,
-    read_no_follow,
-    session_dir_name,
-    session_directory,
-    sessions_root,
-    write_all,
-)
-from .lock import (
-    TRASH_DIR,
-    LivenessLock,
-    SessionGone,
-    empty_trash,
-    is_live,
-    remove_session_directory,
-    store_lock,
-)
-from .logfile import EVENTS_FILE
-from .manifest import (
-    MANIFEST_FILE,
-    STATUS_ACTIVE,
-    STATUS_COMPLETED,
-    SessionSummary,
-    summary_cache,
-)
-from .memory_view import VIEW_MARKER
-from .progress import PROGRESS_FILE
+from .fsio import atomic_write, open_private_append, read_no_follow, write_all
+from .session.lock import LivenessLock, SessionGone, is_live
+from .locks import empty_trash, remove_session_directory, store_lock
+from .session.manifest import STATUS_ACTIVE, STATUS_COMPLETED, SessionSummary, summary_cache
+from .views.memory_view import VIEW_MARKER
 from .reader import read_session_dir
 
 logger = logging.getLogger("memstore")
 
-PIN_FILE = "retention-pin.json"
-GC_LOG_FILE = "gc-log.jsonl"
-DERIVED_DIR = "derived"
 # The events an empty shell may hold: a session that started and ended without doing anything.
 SHELL_EVENTS = frozenset({ev.THREAD_STARTED, ev.THREAD_COMPLETED})
 _DAY = 86_400
@@ -618,7 +605,7 @@ def _is_empty_shell(path: str) -> bool:
         except OSError:
             return False
     try:
-        raw = read_no_follow(os.path.join(derived, "memory.json"))
+        raw = read_no_follow(os.path.join(derived, MEMORY_FILE))
     except StoreIOError:
         return False
     if raw is not None:

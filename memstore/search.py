@@ -1393,8 +1393,9 @@ def search_memory(
     RFC 3339 time: only chunks from then on) restrict the results, not the statistics.
     An empty or punctuation-only query gives ``[]``; no query is ever an error.
     """
-    from .catalog import catalog_path, refresh_catalog
-    from .index import readonly_uri
+    from .catalog import refresh_catalog
+    from .layout import catalog_path
+    from .session.index import readonly_uri
 
     if isinstance(max_results, bool) or not isinstance(max_results, int):
         raise TypeError(f"max_results must be an int, not {type(max_results).__name__}")

@@ -59,7 +59,7 @@ def read_index(session_dir: Path) -> dict:
 
 def wait_until_derived(session_dir: Path, seq: int, timeout: float = 10.0) -> None:
     """Wait until the session's deriver (which runs when the agent is idle: tests make that
-    instant by setting ``memstore.deriver.IDLE_SECONDS``) has derived every record up to ``seq``."""
+    instant by setting ``memstore.session.deriver.IDLE_SECONDS``) has derived every record up to ``seq``."""
     import time
 
     db = session_dir / "index" / "session.db"
@@ -102,12 +102,12 @@ def interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path: Path):
     """Make the next rescan commit one batch of two events, then fail as a kill would leave it
     (the StoreIOError names ``path``); returns the real batch commit, to put back."""
     import memstore
-    import memstore.recovery
+    import memstore.session.recovery
 
-    monkeypatch.setattr(memstore.recovery, "SCAN_BATCH_EVENTS", 2)
+    monkeypatch.setattr(memstore.session.recovery, "SCAN_BATCH_EVENTS", 2)
     # A rescan in place: one in memory leaves the old index as it was until it is done.
-    monkeypatch.setattr(memstore.recovery, "MEMORY_SCAN_BYTES", 0)
-    real_commit = memstore.recovery._commit_scan
+    monkeypatch.setattr(memstore.session.recovery, "MEMORY_SCAN_BYTES", 0)
+    real_commit = memstore.session.recovery._commit_scan
     commits = []
 
     def killed_after_the_first_batch(*args, **kwargs):
@@ -116,5 +116,5 @@ def interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path: Path):
         commits.append(1)
         return real_commit(*args, **kwargs)
 
-    monkeypatch.setattr(memstore.recovery, "_commit_scan", killed_after_the_first_batch)
+    monkeypatch.setattr(memstore.session.recovery, "_commit_scan", killed_after_the_first_batch)
     return real_commit

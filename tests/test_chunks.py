@@ -10,8 +10,8 @@ import hypothesis
 import hypothesis.strategies as st
 
 import memstore
-import memstore.deriver
-from memstore.chunks import WINDOW_CHARS, WINDOW_LINES, event_chunks, windows
+import memstore.session.deriver
+from memstore.views.chunks import WINDOW_CHARS, WINDOW_LINES, event_chunks, windows
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
@@ -82,7 +82,7 @@ def write(log, n_turns):
 
 
 def test_the_deriver_catches_up_when_the_agent_is_idle_and_matches_a_rebuild(tmp_path, monkeypatch):
-    monkeypatch.setattr(memstore.deriver, "IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.01)
     log = memstore.open_session(tmp_path, "s")
     write(log, 5)
     rows = wait_for_deriver(tmp_path, "s", 20)
@@ -98,12 +98,12 @@ def test_the_deriver_catches_up_when_the_agent_is_idle_and_matches_a_rebuild(tmp
 
 
 def test_appending_never_derives_and_readers_derive_what_lags(tmp_path, monkeypatch):
-    monkeypatch.setattr(memstore.deriver, "IDLE_SECONDS", 3600)  # the agent never rests
+    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 3600)  # the agent never rests
     with memstore.open_session(tmp_path, "s") as log:
         write(log, 3)
     rows, watermark = session_chunks(tmp_path, "s")
     assert rows == [] and watermark == []
-    from memstore.chunks import record_chunks
+    from memstore.views.chunks import record_chunks
 
     with memstore.read_session(tmp_path, "s") as reader:
         in_memory = [tuple(c) for c in record_chunks(reader.underived_records())]
@@ -113,7 +113,7 @@ def test_appending_never_derives_and_readers_derive_what_lags(tmp_path, monkeypa
 
 
 def test_cap_evictions_drop_their_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(memstore.deriver, "IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.01)
     with memstore.open_session(tmp_path, "s", max_events=10) as log:
         write(log, 2)
         wait_for_deriver(tmp_path, "s", 8)

@@ -358,7 +358,7 @@ def test_append_from_a_source_that_cannot_be_read_is_one_line(tmp_path, atomic):
 
 
 def test_an_os_error_the_library_did_not_wrap_is_one_line(tmp_path, monkeypatch):
-    import memstore.manifest as manifest
+    import memstore.session.manifest as manifest
 
     def failing(root, limit=None):
         raise PermissionError(13, "Permission denied", str(tmp_path / "sessions"))

@@ -27,7 +27,7 @@ def test_a_crash_left_removal_whose_name_was_taken_again_is_kept_once_not_retrie
     old = (directory / "events.jsonl").read_bytes()
     child = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import os, signal
-        from memstore.lock import remove_session_directory
+        from memstore.locks import remove_session_directory
         def on_moved():  # killed before the removal is recorded
             os.kill(os.getpid(), signal.SIGKILL)
         remove_session_directory({str(tmp_path)!r}, {str(directory)!r}, on_moved=on_moved)
@@ -55,7 +55,7 @@ def test_a_rescan_interrupted_between_batches_without_manifest_json_never_reuses
     manifest.json is gone: a rescan keeps next_seq at 11 from the old index. Interrupted after
     its first batch (the old index is discarded by then) and resumed, it must too: seqs 7-10
     were handed out once."""
-    import memstore.recovery
+    import memstore.session.recovery
 
     with memstore.open_session(tmp_path, "s") as log:
         for _ in range(5):
@@ -71,6 +71,6 @@ def test_a_rescan_interrupted_between_batches_without_manifest_json_never_reuses
         memstore.open_session(tmp_path, "s")
     except memstore.StoreIOError:
         pass
-    monkeypatch.setattr(memstore.recovery, "_commit_scan", real_commit)
+    monkeypatch.setattr(memstore.session.recovery, "_commit_scan", real_commit)
     with memstore.open_session(tmp_path, "s") as log:
         assert log.append(TURN_STARTED) == 11, "a seq the old index had counted was handed out again"

@@ -112,7 +112,7 @@ def test_doctor_finds_what_is_wrong_and_fix_repairs_it(tmp_path):
     with memstore.open_session(tmp_path, "stale") as log:  # grew after the catalog's refresh
         log.append({"type": "turn.started"})
         log.append({"type": "turn.completed", "usage": {}})
-    memstore.lock.remove_session_directory(tmp_path, sessions / "gone")
+    memstore.locks.remove_session_directory(tmp_path, sessions / "gone")
     result = CliRunner().invoke(cli, ["doctor", "--root", str(tmp_path), "--json"])
     assert result.exit_code == 1, result.output
     problems = {(p["session"], p["check"]) for p in json.loads(result.output)["problems"]}

@@ -101,7 +101,7 @@ def test_the_search_page_does_not_write_the_catalog(tmp_path):
 
 def test_a_session_page_reads_one_page_of_turns_not_the_whole_session(tmp_path, monkeypatch):
     from memstore.explorer import Urls, data
-    from memstore.index import SessionIndex
+    from memstore.session.index import SessionIndex
 
     with memstore.open_session(tmp_path, "long", durability="none") as log:
         for _ in range(1_000):
@@ -156,7 +156,7 @@ def test_not_found_pages_name_the_number_asked_for(small):
 
 
 def test_an_unreadable_session_is_an_error_page_without_filesystem_paths(tmp_path, monkeypatch):
-    from memstore import logfile
+    from memstore.session import logfile
     from memstore.errors import StoreIOError
 
     write_small_session(tmp_path)
@@ -245,7 +245,7 @@ def test_the_search_pages_link_to_the_chunks_table_always_works(small, q):
 def test_a_symlinked_derived_directory_is_not_followed_for_the_progress_ledger(tmp_path):
     import shutil
 
-    from memstore.progress import ProgressLedger, save_progress
+    from memstore.views.progress import ProgressLedger, save_progress
 
     store, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
     write_small_session(store)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import memstore
-import memstore.publisher
+import memstore.session.publisher
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
@@ -93,7 +93,7 @@ def test_a_plausible_but_false_retained_turn_base_does_not_renumber_a_memstore_l
 def test_an_index_failure_never_fails_an_append_and_is_reported_by_flush(tmp_path, monkeypatch):
     """The index is updated off the agent's path: a full disk there does not fail the append
     (the event is in the log), it is reported by the next flush, and retried until it works."""
-    from memstore.index import SessionIndex
+    from memstore.session.index import SessionIndex
 
     log = memstore.open_session(tmp_path, "s")
     log.append(TURN_STARTED)
@@ -156,7 +156,7 @@ def test_a_failing_eviction_hook_is_not_retried_on_every_append(tmp_path):
 
 def test_closing_one_session_does_not_hold_up_opening_another(tmp_path, monkeypatch):
     slow = threading.Event()
-    real_stop = memstore.publisher.Publisher.stop
+    real_stop = memstore.session.publisher.Publisher.stop
 
     def slow_stop(self):
         if "slow" in str(self.manifest_path):
@@ -164,7 +164,7 @@ def test_closing_one_session_does_not_hold_up_opening_another(tmp_path, monkeypa
             time.sleep(0.8)
         return real_stop(self)
 
-    monkeypatch.setattr(memstore.publisher.Publisher, "stop", slow_stop)
+    monkeypatch.setattr(memstore.session.publisher.Publisher, "stop", slow_stop)
     closing = memstore.open_session(tmp_path, "slow")
     closing.append(TURN_STARTED)
     thread = threading.Thread(target=closing.close)

@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 import memstore
 from memstore.cli import cli
-from memstore.importers.run import PARSERS, STATE_FILE
+from memstore.importers.run import PARSERS
+from memstore.layout import IMPORT_STATE_FILE as STATE_FILE
 from memstore.importers.sources import SourceFile, open_source, sniff
 
 FIXTURES = Path(__file__).parent / "fixtures" / "import"

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 # A demo run killed at its n-th append (os._exit: no cleanup runs, as with SIGKILL or a power cut).
 _CRASH = textwrap.dedent("""
     import json, os, sys
-    import memstore.log as L
+    import memstore.session.log as L
     from memstore.demo import write_demo_store
     stop_at, count = int(sys.argv[2]), [0]
     append = L.SessionLog.append
@@ -160,7 +160,7 @@ def test_an_import_saved_by_the_previous_mapping_is_not_resumed_with_it(tmp_path
     """Claude Code's interrupted turn before a compaction is mapped differently since the
     previous release (whose saved parser state has no ``interrupted_at``): resuming that state
     extended the session with the old mapping, unlike a fresh import of the same source."""
-    from memstore.importers.run import STATE_FILE
+    from memstore.layout import IMPORT_STATE_FILE as STATE_FILE
 
     lines = _INTERRUPTED_THEN_MORE
     fresh = _write_lines(tmp_path / "fresh" / f"{_CLAUDE_SID}.jsonl", lines)

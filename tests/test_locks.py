@@ -14,7 +14,8 @@ import filelock
 import pytest
 
 import memstore
-from memstore.lock import is_live, remove_session_directory, store_lock
+from memstore.session.lock import is_live
+from memstore.locks import remove_session_directory, store_lock
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
@@ -39,8 +40,8 @@ def test_a_session_lock_that_is_not_a_regular_file_refuses_the_open(tmp_path, ki
 
 def test_store_locks_exclude_each_other_across_processes(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
-        import sys, memstore.lock
-        with memstore.lock.store_lock(sys.argv[1], "retention"):
+        import sys, memstore.session.lock
+        with memstore.locks.store_lock(sys.argv[1], "retention"):
             print("held", flush=True)
             sys.stdin.readline()
     """), str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -179,7 +180,7 @@ def test_a_removal_killed_before_it_was_recorded_is_put_back_not_deleted(tmp_pat
     before = (directory / "events.jsonl").read_bytes()
     child = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import os, signal
-        from memstore.lock import remove_session_directory
+        from memstore.locks import remove_session_directory
         def on_moved():  # killed before the removal is recorded
             os.kill(os.getpid(), signal.SIGKILL)
         remove_session_directory({str(tmp_path)!r}, {str(directory)!r}, on_moved=on_moved)
@@ -203,7 +204,7 @@ def test_a_removal_being_recorded_is_not_deleted_by_another_process_emptying_the
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import pathlib, time
         import memstore
-        from memstore.lock import remove_session_directory
+        from memstore.locks import remove_session_directory
         def on_moved():
             pathlib.Path({str(moved)!r}).touch()
             while not pathlib.Path({str(go)!r}).exists():

@@ -20,8 +20,8 @@ import pytest
 
 import memstore
 from memstore import events as ev
-from memstore.log import LogState, plan_cap_eviction
-from memstore.manifest import Manifest
+from memstore.session.log import LogState, plan_cap_eviction
+from memstore.session.manifest import Manifest
 
 USAGE = {"input_tokens": 1200, "cached_input_tokens": 800, "cache_creation_tokens": 0, "output_tokens": 150}
 THREAD_STARTED = {"type": "thread.started", "thread_id": "run-1"}
@@ -152,8 +152,8 @@ def test_manifest_shortcut_skips_scan_on_reopen(tmp_path, monkeypatch):
         sample_turn(log)
 
     rescans = []
-    real_rescan = memstore.recovery._rescan
-    monkeypatch.setattr(memstore.recovery, "_rescan", lambda *args, **kw: rescans.append(args) or real_rescan(*args, **kw))
+    real_rescan = memstore.session.recovery._rescan
+    monkeypatch.setattr(memstore.session.recovery, "_rescan", lambda *args, **kw: rescans.append(args) or real_rescan(*args, **kw))
     with memstore.open_session(tmp_path, "s") as log:
         assert log.turn_count == 1
         assert log.manifest.status == "completed"
@@ -172,13 +172,13 @@ def test_reopen_indexes_only_bytes_past_the_covered_offset(tmp_path, monkeypatch
         fh.write(b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n')
         fh.write(b'{"schema_version":"0.18.0","event":{"type":"turn.completed","usage":{}}}\n')
     scanned_from = []
-    original = memstore.recovery.scan
+    original = memstore.session.recovery.scan
 
     def spy(session, start, **kwargs):
         scanned_from.append(start)
         return original(session, start, **kwargs)
 
-    monkeypatch.setattr(memstore.recovery, "scan", spy)
+    monkeypatch.setattr(memstore.session.recovery, "scan", spy)
     with memstore.open_session(tmp_path, "s") as log:
         assert scanned_from == [covered]
         assert log.turn_count == 2
@@ -1091,7 +1091,7 @@ def test_rebuild_from_the_log_alone_keeps_ordinals_after_a_cap_rewrite(tmp_path)
 
 
 def test_a_session_at_its_cap_does_not_rewrite_the_log_every_turn(tmp_path):
-    from memstore.log import cap_low_water
+    from memstore.session.log import cap_low_water
 
     assert [cap_low_water(n) for n in (1, 2, 9, 10, 100, 10_000)] == [1, 2, 9, 9, 90, 9_000]
     counts = []
@@ -1112,7 +1112,7 @@ def test_a_session_at_its_cap_does_not_rewrite_the_log_every_turn(tmp_path):
 
 
 def test_a_failed_index_transaction_is_retried_without_losing_turns(tmp_path, monkeypatch):
-    from memstore.index import SessionIndex
+    from memstore.session.index import SessionIndex
 
     log = memstore.open_session(tmp_path, "s")
     log.append(TURN_STARTED)
@@ -1155,7 +1155,7 @@ def test_bulk_mode_publishes_the_manifest_on_flush_not_per_batch(tmp_path):
 
 
 def test_index_failure_after_the_cap_rewrite_fails_closed_and_reopen_recovers(tmp_path, monkeypatch):
-    from memstore.index import SessionIndex
+    from memstore.session.index import SessionIndex
 
     def broken_evict(self, *args, **kwargs):
         raise memstore.StoreIOError("update index", self.path, "I/O error")

@@ -22,9 +22,9 @@ import pytest
 
 import memstore
 import memstore.fsio
-import memstore.deriver
-import memstore.log
-import memstore.manifest
+import memstore.session.deriver
+import memstore.session.log
+import memstore.session.manifest
 import support
 
 TURN_STARTED = {"type": "turn.started"}
@@ -155,7 +155,7 @@ def test_a_failure_after_the_cap_rewrite_replaced_the_log_does_not_lose_later_ev
         failed.append(path)
         raise memstore.StoreIOError("fsync directory", path, "Input/output error")
 
-    monkeypatch.setattr(memstore.cap, "fsync_dir", failing_fsync_dir)
+    monkeypatch.setattr(memstore.session.cap, "fsync_dir", failing_fsync_dir)
     with pytest.raises(memstore.StoreIOError):
         capped.append(TURN_STARTED)  # the fifth event: the cap rewrite replaces the log, then fails
     monkeypatch.undo()
@@ -250,8 +250,8 @@ def test_a_failed_rebuild_of_an_open_session_leaves_its_handles_consistent(tmp_p
     for _ in range(4):
         log.append(TURN_STARTED)
         log.append(TURN_COMPLETED)
-    monkeypatch.setattr(memstore.recovery, "SCAN_BATCH_EVENTS", 2)
-    real_commit = memstore.index.SessionIndex.commit
+    monkeypatch.setattr(memstore.session.recovery, "SCAN_BATCH_EVENTS", 2)
+    real_commit = memstore.session.index.SessionIndex.commit
     calls = []
 
     def full_disk_on_second_batch(self, *args, **kwargs):
@@ -260,7 +260,7 @@ def test_a_failed_rebuild_of_an_open_session_leaves_its_handles_consistent(tmp_p
             raise memstore.StoreIOError("update index", self.path, "database or disk is full")
         return real_commit(self, *args, **kwargs)
 
-    monkeypatch.setattr(memstore.index.SessionIndex, "commit", full_disk_on_second_batch)
+    monkeypatch.setattr(memstore.session.index.SessionIndex, "commit", full_disk_on_second_batch)
     with pytest.raises(memstore.StoreIOError):
         memstore.rebuild(tmp_path, "s")
     monkeypatch.undo()
@@ -294,7 +294,7 @@ def test_a_failed_manifest_publish_is_retried_by_the_next_flush(tmp_path, monkey
     Fix: remember what was actually published (in the publisher, after the write succeeded) or
     reset ``published`` when the publisher reports an error.
     """
-    real_write = memstore.publisher.atomic_write
+    real_write = memstore.session.publisher.atomic_write
     broken = {"on": False, "failed": 0}
 
     def maybe_failing(path, data, durable=True):
@@ -303,7 +303,7 @@ def test_a_failed_manifest_publish_is_retried_by_the_next_flush(tmp_path, monkey
             raise memstore.StoreIOError("create", path, "No space left on device")
         return real_write(path, data, durable=durable)
 
-    monkeypatch.setattr(memstore.publisher, "atomic_write", maybe_failing)
+    monkeypatch.setattr(memstore.session.publisher, "atomic_write", maybe_failing)
     log = memstore.open_session(tmp_path, "s")
     log.append(TURN_STARTED)
     log.append(TURN_COMPLETED)
@@ -341,7 +341,7 @@ def test_index_rows_of_dict_subclasses_and_str_enums_equal_a_rebuild(tmp_path, m
     Fix: use ``isinstance`` checks and store plain ``str(...)``/``int(...)`` values (or describe
     the event as it will decode).
     """
-    monkeypatch.setattr(memstore.deriver, "IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.01)
     with memstore.open_session(tmp_path, "s") as log:
         log.append(TURN_STARTED)
         log.append({"type": "item.completed", "item": OrderedDict(
@@ -444,7 +444,7 @@ def test_a_new_store_root_is_synced_into_its_parent(tmp_path, monkeypatch):
         return real(path)
 
     monkeypatch.setattr(memstore.fsio, "fsync_dir", recording)
-    monkeypatch.setattr(memstore.log, "fsync_dir", recording)
+    monkeypatch.setattr(memstore.session.log, "fsync_dir", recording)
     root = tmp_path / "new" / "store"
     with memstore.open_session(root, "s") as log:
         log.append(TURN_STARTED)
@@ -493,18 +493,18 @@ def test_a_handle_opened_with_a_relative_root_survives_a_chdir(tmp_path, monkeyp
 CHILD_GC_INSIDE_REGISTRY_LOCK = """
 import gc, sys
 sys.path.insert(0, {repo!r})
-import memstore, memstore.log
+import memstore, memstore.session.log
 root = {root!r}
 dropped = memstore.open_session(root, "a")
 dropped.self_ref = dropped  # a handle in a reference cycle: only the cyclic collector frees it
 del dropped
-real_init = memstore.log._Session.__init__
+real_init = memstore.session.log._Session.__init__
 
 def init_then_collect(self, *args, **kwargs):
     real_init(self, *args, **kwargs)
     gc.collect()  # the collector may run at any allocation; _Session() is built under _registry_lock
 
-memstore.log._Session.__init__ = init_then_collect
+memstore.session.log._Session.__init__ = init_then_collect
 memstore.open_session(root, "b").close()
 print("ok")
 """

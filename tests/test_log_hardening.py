@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 import memstore
-import memstore.recovery
+import memstore.session.recovery
 import support
 
 TURN_STARTED = {"type": "turn.started"}
@@ -52,7 +52,7 @@ def test_a_rescan_interrupted_between_its_batches_still_never_reuses_a_torn_seq(
     real_commit = support.interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path)
     with pytest.raises(memstore.StoreIOError, match="killed"):
         memstore.open_session(tmp_path, "s")
-    monkeypatch.setattr(memstore.recovery, "_commit_scan", real_commit)
+    monkeypatch.setattr(memstore.session.recovery, "_commit_scan", real_commit)
 
     with memstore.open_session(tmp_path, "s") as log:
         seq = log.append(TURN_STARTED)
@@ -75,7 +75,7 @@ def test_a_resumed_rescan_keeps_a_status_set_outside_the_log(tmp_path, monkeypat
     real_commit = support.interrupt_the_next_rescan_after_its_first_batch(monkeypatch, manifest_path)
     with pytest.raises(memstore.StoreIOError, match="killed"):
         memstore.open_session(tmp_path, "s")
-    monkeypatch.setattr(memstore.recovery, "_commit_scan", real_commit)
+    monkeypatch.setattr(memstore.session.recovery, "_commit_scan", real_commit)
 
     with memstore.open_session(tmp_path, "s") as log:
         assert log.manifest.status == "completed"
@@ -135,7 +135,7 @@ def test_a_handle_collected_in_the_publishers_thread_does_not_deadlock_it(tmp_pa
     result = run_script("""
         import gc, os, sys, threading
         import memstore
-        from memstore.index import SessionIndex
+        from memstore.session.index import SessionIndex
 
         gc.disable()
         dropped, collected = threading.Event(), threading.Event()
@@ -173,7 +173,7 @@ def test_an_index_failure_does_not_fail_appends_past_the_cap(tmp_path, monkeypat
     cap's included: before, every append past the cap raised the index's error, saying
     ``durable=False`` of an event that was in the buffer all the same, so a caller that retried
     it wrote it twice."""
-    from memstore.index import SessionIndex
+    from memstore.session.index import SessionIndex
 
     log = memstore.open_session(tmp_path, "s", max_events=4)
     log.append(TURN_STARTED)
@@ -263,26 +263,26 @@ def test_a_manifest_failure_after_a_cap_rewrite_does_not_fail_the_append(tmp_pat
     """manifest.json is a view like the index: failing to publish it after a cap rewrite that
     succeeded is reported by the next flush, not raised by the append (which said nothing of
     whether the rewrite happened)."""
-    import memstore.publisher
+    import memstore.session.publisher
 
     log = memstore.open_session(tmp_path, "s", max_events=4)
     for _ in range(2):
         log.append(TURN_STARTED)
         log.append(TURN_COMPLETED)
     log.flush()
-    real_write = memstore.publisher.atomic_write
+    real_write = memstore.session.publisher.atomic_write
 
     def full_disk_after_the_rewrite(path, data, *args, **kwargs):
         if json.loads(data)["retained_turn_base"] > 1:
             raise memstore.StoreIOError("write", path, "no space left on device")
         return real_write(path, data, *args, **kwargs)
 
-    monkeypatch.setattr(memstore.publisher, "atomic_write", full_disk_after_the_rewrite)
+    monkeypatch.setattr(memstore.session.publisher, "atomic_write", full_disk_after_the_rewrite)
     log.append(TURN_STARTED)  # the fifth event: the cap evicts the first turn
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5]
     with pytest.raises(memstore.StoreIOError, match="no space"):
         log.flush()
-    monkeypatch.setattr(memstore.publisher, "atomic_write", real_write)
+    monkeypatch.setattr(memstore.session.publisher, "atomic_write", real_write)
     log.append(TURN_COMPLETED)
     log.close()
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5, 6]
@@ -330,7 +330,7 @@ def test_an_inherited_handle_refuses_in_a_forked_child_even_if_a_thread_held_its
     result = run_script("""
         import os, signal, sys, threading
         import memstore
-        from memstore.manifest import summary_cache
+        from memstore.session.manifest import summary_cache
 
         root = sys.argv[1]
         log = memstore.open_session(root, "s")
@@ -378,7 +378,7 @@ def test_an_error_after_a_cap_rewrite_says_the_event_is_durable(tmp_path, monkey
     shorter than where the event was appended: an error raised after the rewrite (here the
     index transaction fails) said ``durable=False`` of an event written, synced and kept, and a
     caller that appended it again (on a reopened handle: this one failed closed) logged it twice."""
-    from memstore.index import SessionIndex
+    from memstore.session.index import SessionIndex
 
     log = memstore.open_session(tmp_path, "s", max_events=4)
     for _ in range(2):
@@ -407,18 +407,18 @@ def test_a_close_interrupted_while_it_waits_for_the_deriver_still_releases_the_s
     The close must still close the files and release the liveness lock: it had already taken
     the session out of the registry, so the next open in this process found its own lock
     held and raised SessionBusyError for as long as the process lived."""
-    import memstore.deriver
+    import memstore.session.deriver
 
     log = memstore.open_session(tmp_path, "s")
     log.append(TURN_STARTED)
     log.append(TURN_COMPLETED)  # starts the deriver
-    real_stop = memstore.deriver.Deriver.stop
+    real_stop = memstore.session.deriver.Deriver.stop
 
     def interrupted_stop(self):
         real_stop(self)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(memstore.deriver.Deriver, "stop", interrupted_stop)
+    monkeypatch.setattr(memstore.session.deriver.Deriver, "stop", interrupted_stop)
     with pytest.raises(KeyboardInterrupt):
         log.close()
     monkeypatch.undo()
@@ -432,8 +432,8 @@ def test_catching_up_after_a_cap_rewrite_does_not_take_a_stale_manifests_status(
     covered; a manifest.json from before a cap rewrite counts offsets of the old log and its
     status is older than the index's. (The cap's manifest follows from the publisher's thread:
     a writer killed meanwhile leaves such a manifest.json behind.)"""
-    import memstore.publisher
-    from memstore.index import SessionIndex
+    import memstore.session.publisher
+    from memstore.session.index import SessionIndex
 
     log = memstore.open_session(tmp_path, "s", max_events=6)
     log.append(TURN_STARTED)
@@ -449,7 +449,7 @@ def test_catching_up_after_a_cap_rewrite_does_not_take_a_stale_manifests_status(
     def full_disk(*args, **kwargs):
         raise memstore.StoreIOError("write", "manifest.json", "no space left on device")
 
-    monkeypatch.setattr(memstore.publisher, "atomic_write", full_disk)
+    monkeypatch.setattr(memstore.session.publisher, "atomic_write", full_disk)
     log.append(TURN_STARTED)  # the session is active again, and the cap evicts turn 1
     monkeypatch.setattr(SessionIndex, "commit_rows", full_disk)
     log.append(TURN_COMPLETED)
@@ -468,8 +468,8 @@ def test_a_cap_rewrite_waits_until_manifest_json_describes_the_log_it_rewrites(t
     had left. (The cap now waits, without failing the append, until the views are current.)"""
     result = run_script("""
         import os, sys
-        import memstore, memstore.publisher
-        from memstore.index import SessionIndex
+        import memstore, memstore.session.publisher
+        from memstore.session.index import SessionIndex
 
         log = memstore.open_session(sys.argv[1], "s", max_events=6)
         log.append({"type": "turn.started"})
@@ -487,7 +487,7 @@ def test_a_cap_rewrite_waits_until_manifest_json_describes_the_log_it_rewrites(t
         def killed(*args, **kwargs):
             os._exit(0)  # SIGKILL between the log's replacement and the index's eviction
 
-        memstore.publisher.atomic_write = full_disk
+        memstore.session.publisher.atomic_write = full_disk
         SessionIndex.evict = killed
         log.append({"type": "turn.started"})  # active again, and over the cap
         os._exit(0)
@@ -611,9 +611,9 @@ def test_the_deriver_comes_back_when_it_found_the_session_busy(tmp_path, monkeyp
     waited for ever."""
     import time
 
-    import memstore.deriver
+    import memstore.session.deriver
 
-    monkeypatch.setattr(memstore.deriver, "IDLE_SECONDS", 0.05)
+    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.05)
     log = memstore.open_session(tmp_path, "s")
     with log._s.lock:  # the agent reads the session as its turn ends (a read takes the lock)
         log.append(TURN_STARTED)

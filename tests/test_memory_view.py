@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 import memstore
-from memstore import memory_view
-from memstore.memory_view import Message, dedup_latest_facts, tool_fact, user_fact
+from memstore.views import memory_view
+from memstore.views.memory_view import Message, dedup_latest_facts, tool_fact, user_fact
 
 
 def item(kind, **fields):

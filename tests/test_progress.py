@@ -5,7 +5,7 @@ import orjson
 import pytest
 
 import memstore
-import memstore.progress as progress_mod
+import memstore.views.progress as progress_mod
 from memstore import (
     GoalEvent,
     GoalHistoryEntry,
@@ -24,7 +24,7 @@ from memstore import (
     progress_path,
     save_progress,
 )
-from memstore.progress import GoalClassifierVerdict, milestone_from_tracker_item
+from memstore.views.progress import GoalClassifierVerdict, milestone_from_tracker_item
 
 F32_EPSILON = 1.1920929e-07
 

@@ -12,7 +12,7 @@ import pytest
 
 import memstore
 from memstore.catalog import refresh_catalog
-from memstore.index import readonly_uri
+from memstore.session.index import readonly_uri
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}}
@@ -265,9 +265,9 @@ def test_a_reader_of_a_log_without_an_index_does_not_hold_its_events(tmp_path):
 def test_the_records_an_index_has_not_derived_are_read_a_bounded_batch_at_a_time(tmp_path, monkeypatch):
     import tracemalloc
 
-    import memstore.deriver
+    import memstore.session.deriver
 
-    monkeypatch.setattr(memstore.deriver, "IDLE_SECONDS", 3600)
+    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 3600)
     output = "widget " * 3000
     with memstore.open_session(tmp_path, "s", durability="none") as log:
         for i in range(300):

@@ -13,7 +13,7 @@ import pytest
 
 import memstore
 import support
-from memstore.lock import is_live
+from memstore.session.lock import is_live
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}}
@@ -181,7 +181,7 @@ def test_a_reader_works_on_an_index_of_the_first_format(tmp_path):
         assert log.turn_count == 2 and [t.number for t in log.turns()] == [1, 2]
     conn = sqlite3.connect(index)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
-    assert ("memstore.index", "log_tables_3") in conn.execute("SELECT migration_set, name FROM _sqlite_migrations").fetchall()
+    assert ("memstore.session.index", "log_tables_3") in conn.execute("SELECT migration_set, name FROM _sqlite_migrations").fetchall()
     conn.close()
 
 

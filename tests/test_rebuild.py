@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import memstore
-import memstore.deriver
-import memstore.recovery
-from memstore.index import readonly_uri
+import memstore.session.deriver
+import memstore.session.recovery
+from memstore.session.index import readonly_uri
 import support
 from test_crash import writer_env
 
@@ -77,7 +77,7 @@ def test_a_small_log_is_rebuilt_in_memory_with_the_rows_of_an_in_place_rebuild(t
     assert (index.stat().st_mode & 0o777) == 0o600
     in_memory = dump(directory)
 
-    monkeypatch.setattr(memstore.recovery, "MEMORY_SCAN_BYTES", 0)
+    monkeypatch.setattr(memstore.session.recovery, "MEMORY_SCAN_BYTES", 0)
     memstore.rebuild(tmp_path, "s")
     in_place = dump(directory)
     assert in_memory == in_place
@@ -103,7 +103,7 @@ def test_an_index_rebuilt_in_memory_is_usable_by_writers_and_readers(tmp_path):
 def test_fts_rows_added_in_one_statement_stay_consistent_through_evictions(tmp_path, monkeypatch):
     """The chunks reach their FTS5 table from a staging table in one statement: the external
     content index must still match the table, also after cap rewrites deleted some."""
-    monkeypatch.setattr(memstore.deriver, "IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.01)
     directory = write_session(tmp_path, turns=3)
     with memstore.open_session(tmp_path, "s", max_events=12) as log:
         for n in range(4):
@@ -126,13 +126,13 @@ def test_fts_rows_added_in_one_statement_stay_consistent_through_evictions(tmp_p
 # into place.
 KILLED_BEFORE_THE_RENAME = r"""
 import os, signal, sys
-import memstore, memstore.index
+import memstore, memstore.session.index
 real_rename = os.rename
 def rename(src, dst):
     if ".session.db.tmp-" in str(src):
         os.kill(os.getpid(), signal.SIGKILL)
     real_rename(src, dst)
-memstore.index.os.rename = rename
+memstore.session.index.os.rename = rename
 memstore.rebuild(sys.argv[1], sys.argv[2])
 """
 
@@ -178,7 +178,7 @@ def test_a_rebuild_never_lets_a_dead_writers_wal_into_the_new_index(tmp_path, mo
     assert rebuilt["manifest"][0]["turn_count"] == 5
     assert [row[0] for row in rebuilt["events"]] == list(range(1, len(rebuilt["events"]) + 1))
     # The same rows as a rebuild in place, which starts from an empty file.
-    monkeypatch.setattr(memstore.recovery, "MEMORY_SCAN_BYTES", 0)
+    monkeypatch.setattr(memstore.session.recovery, "MEMORY_SCAN_BYTES", 0)
     memstore.rebuild(tmp_path, "s")
     assert dump(directory) == rebuilt
 
@@ -194,13 +194,13 @@ def small_store(root: Path, n: int) -> list[str]:
 
 
 def test_worker_processes_rebuild_every_session_as_this_process_does(tmp_path, monkeypatch):
-    import memstore.log
+    import memstore.session.log
 
     ids = small_store(tmp_path, 40)  # more than two tasks of sessions: the workers are used
     held = memstore.open_session(tmp_path, ids[5])  # rebuilt here, under its lock
     rebuilt_here = []
-    real = memstore.log._rebuild_session
-    monkeypatch.setattr(memstore.log, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid))
+    real = memstore.session.log._rebuild_session
+    monkeypatch.setattr(memstore.session.log, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid))
     try:
         held.append({"type": "turn.started"})
         manifests = memstore.rebuild(tmp_path, jobs=2)
@@ -319,7 +319,7 @@ def test_a_hot_rollback_journal_beside_the_old_index_never_reaches_the_new_one(t
 
 
 def test_a_failing_lazy_derived_table_does_not_fail_a_rebuild(tmp_path, caplog):
-    from memstore.index import DerivedTable, MigrationSet, register_derived_table, unregister_derived_table
+    from memstore.session.index import DerivedTable, MigrationSet, register_derived_table, unregister_derived_table
 
     with memstore.open_session(tmp_path, "s", max_events=0) as log:
         log.append({"type": "turn.started"})
@@ -346,8 +346,8 @@ def test_worker_rebuilds_report_bad_and_repeated_ids_one_by_one(tmp_path):
 
 
 def test_derived_tables_registered_here_keep_the_rebuild_in_this_process(tmp_path, monkeypatch):
-    import memstore.log
-    from memstore.index import DerivedTable, MigrationSet, register_derived_table, unregister_derived_table
+    import memstore.session.log
+    from memstore.session.index import DerivedTable, MigrationSet, register_derived_table, unregister_derived_table
 
     ids = small_store(tmp_path, 40)
     register_derived_table(DerivedTable(
@@ -355,8 +355,8 @@ def test_derived_tables_registered_here_keep_the_rebuild_in_this_process(tmp_pat
         lambda conn, records: conn.executemany("INSERT INTO kinds VALUES (?, ?)", [(r.seq, r.event["type"]) for r in records]),
         lambda conn, first_kept_seq: None, lambda conn: conn.execute("DELETE FROM kinds"), lazy=True))
     rebuilt_here = []
-    real = memstore.log._rebuild_session
-    monkeypatch.setattr(memstore.log, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid))
+    real = memstore.session.log._rebuild_session
+    monkeypatch.setattr(memstore.session.log, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid))
     try:
         memstore.rebuild(tmp_path, jobs=2)
     finally:

@@ -706,7 +706,7 @@ def test_a_removal_interrupted_by_a_crash_is_already_recorded(tmp_path, monkeypa
     def crash(path):
         raise Crash()
 
-    monkeypatch.setattr(memstore.lock, "_delete_tree", crash)
+    monkeypatch.setattr(memstore.locks, "_delete_tree", crash)
     with pytest.raises(Crash):
         memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
     assert [(r["session_id"], r["reason"]) for r in gc_log(tmp_path)] == [("shell", "empty_shell")]

@@ -9,7 +9,7 @@ import hypothesis.strategies as st
 import pytest
 
 import memstore
-from memstore.fsio import session_dir_name
+from memstore.layout import session_dir_name
 
 ids = st.one_of(
     st.text(min_size=1, max_size=40),

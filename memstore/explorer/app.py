@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 
-from ..catalog import CATALOG_FILE
+from ..layout import CATALOG_FILE
 from ..errors import (EventNotFound, InvalidSessionId, MemstoreError, SessionNotFound, TurnNotFound,
                       UnsafePathError)
 from . import charts, data

@@ -26,8 +26,10 @@ import orjson
 
 from .. import events as ev
 from ..errors import EventNotFound, InvalidProgress, MemstoreError, TurnNotFound
-from ..fsio import read_no_follow
+from ..layout import derived_dir, session_directory
 from ..reader import read_session
+from ..views.memory_view import memory_facts_of
+from ..views.progress import load_progress
 from .render import display_event
 from .urls import Urls
 
@@ -285,10 +287,7 @@ def _session_catalog(conn: sqlite3.Connection, session_id: str, urls: Urls) -> t
 def progress_of(root: os.PathLike | str, session_id: str) -> Optional[dict]:
     """The session's progress ledger for display (``None`` when it has none; ``{"error": ...}``
     when it cannot be read)."""
-    from ..fsio import session_directory
-    from ..progress import load_progress
-
-    if session_directory(root, session_id).joinpath("derived").is_symlink():
+    if derived_dir(session_directory(root, session_id)).is_symlink():
         return None  # never read through a symlink out of the store (as memory facts do)
     try:
         ledger = load_progress(root, session_id)
@@ -306,26 +305,12 @@ def progress_of(root: os.PathLike | str, session_id: str) -> Optional[dict]:
 
 def memory_facts(directory: Path) -> list[dict]:
     """The grounded facts of the session's memory view (``derived/memory.json``), ``[]`` when it
-    has none. Uses the memory-view module where it exists."""
+    has none or it cannot be read (logged)."""
     try:
-        from ..memory_view import memory_facts_of  # type: ignore[import-not-found]
-    except ImportError:
-        memory_facts_of = None
-    if memory_facts_of is not None:
-        try:
-            return [dict(f) for f in memory_facts_of(directory)]
-        except (MemstoreError, OSError) as exc:
-            logger.warning("explorer: memory facts of %s unreadable: %s", directory, exc)
-            return []
-    try:
-        data = read_no_follow(directory / "derived" / "memory.json")
-        parsed = orjson.loads(data) if data is not None else None
-    except (MemstoreError, orjson.JSONDecodeError) as exc:
-        logger.warning("explorer: memory view of %s unreadable: %s", directory, exc)
+        return [dict(f) for f in memory_facts_of(directory)]
+    except (MemstoreError, OSError) as exc:
+        logger.warning("explorer: memory facts of %s unreadable: %s", directory, exc)
         return []
-    facts = parsed.get("grounded_facts") if isinstance(parsed, dict) else None
-    return [{"fact": f["fact"], "source": f.get("source") if isinstance(f.get("source"), str) else None}
-            for f in facts or [] if isinstance(f, dict) and isinstance(f.get("fact"), str)]
 
 
 # --------------------------------------------------------------------------------------------

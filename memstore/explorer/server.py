@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..catalog import catalog_path, refresh_catalog
+from ..catalog import refresh_catalog
+from ..layout import catalog_path, sessions_root
 from ..errors import StoreIOError
 from .app import configure
 from .refresh import DEFAULT_INTERVAL, CatalogRefresher
@@ -99,7 +100,7 @@ def serve(root: os.PathLike | str, *, host: str = "127.0.0.1", port: int = 8001,
     in (0 turns the background refresh off). ``announce(url)`` is called once the server is
     about to listen."""
     root = Path(root)
-    if not (root / "sessions").is_dir() and not catalog_path(root).is_file():
+    if not sessions_root(root).is_dir() and not catalog_path(root).is_file():
         raise StoreIOError("serve", root, "no memstore store here (no sessions/); run `memstore demo` or pass --root")
     if metadata is not None:
         load_metadata(metadata)  # a bad file fails here, before the catalog is refreshed

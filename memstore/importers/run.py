@@ -36,13 +36,14 @@ from typing import Callable, Optional
 
 import orjson
 
+from ..layout import DERIVED_DIR, EVENTS_FILE, IMPORT_STATE_FILE, PIN_FILE, session_directory
 from ..errors import InvalidEvent, SessionBusyError, StoreIOError
 from ..events import LIFECYCLE_KINDS
-from ..fsio import atomic_write, read_no_follow, session_directory
-from ..lock import remove_session_directory
-from ..log import SessionLog, open_session
-from ..manifest import load_manifest
-from ..retention import PIN_FILE, GcLog, _tree_bytes, session_retention_pinned
+from ..fsio import atomic_write, read_no_follow
+from ..locks import remove_session_directory
+from ..session.log import SessionLog, open_session
+from ..session.manifest import load_manifest
+from ..retention import GcLog, _tree_bytes, session_retention_pinned
 from .base import Parser
 from .claude import ClaudeParser
 from .codex import CodexExecParser, CodexRolloutParser
@@ -58,7 +59,6 @@ from .sources import (
 
 logger = logging.getLogger("memstore")
 
-STATE_FILE = "import-state.json"
 STATE_VERSION = 1
 # Bump when the same lines would produce different events: sessions imported by an older
 # mapping are then re-imported into a new generation rather than extended inconsistently.
@@ -165,7 +165,7 @@ def _stand_in(event: dict) -> dict:
 def load_state(directory: Path) -> Optional[dict]:
     """The import cache of a session; ``None`` when missing or malformed (it is regenerable)."""
     try:
-        data = read_no_follow(directory / "derived" / STATE_FILE)
+        data = read_no_follow(directory / DERIVED_DIR / IMPORT_STATE_FILE)
     except StoreIOError:
         return None
     if data is None:
@@ -195,7 +195,7 @@ def _manifest_events(directory: Path) -> Optional[int]:
 def discard_session(root: Path, session_id: str) -> None:
     """Remove a session no process has open (``SessionBusyError`` if one does; ``SessionPinned``
     if it is pinned), to import its source afresh into a new generation. The removal goes
-    through the store's (``memstore.lock.remove_session_directory``) and is recorded in
+    through the store's (``memstore.locks.remove_session_directory``) and is recorded in
     ``gc-log.jsonl`` before the directory is deleted."""
     directory = session_directory(root, session_id)
     # A pinned session is never removed (retention's rule holds for every removal). The gc-log
@@ -276,7 +276,7 @@ def _import(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, 
         progress(st.st_size)
         return
     log = None
-    if (directory / "events.jsonl").exists() or directory.is_symlink():
+    if (directory / EVENTS_FILE).exists() or directory.is_symlink():
         try:
             log = open_session(root, session_id, max_events=0, durability="none")
         except SessionBusyError:
@@ -481,7 +481,7 @@ def _save_state(directory: Path, kind: str, session_id: str, source: SourceFile,
         "offset": offset, "lines": lines, "head_len": head_len, "head_sha256": head, "tail_sha256": tail,
         "events": events, "finalized": bool(carry.get("finalized")), "carry": carry,
     }
-    atomic_write(directory / "derived" / STATE_FILE, orjson.dumps(state), durable=False)
+    atomic_write(directory / DERIVED_DIR / IMPORT_STATE_FILE, orjson.dumps(state), durable=False)
 
 
 def _mtime_ts(st: os.stat_result) -> str:

@@ -62,30 +62,30 @@ from typing import Any, Iterable, NamedTuple, Optional
 
 import orjson
 
-from . import events as ev
-from .errors import (
+from ..layout import (
+    DERIVED_DIR,
+    MANIFEST_FILE,
+    MEMORY_FILE,
+    session_dir_name,
+    session_directory,
+    sessions_root,
+)
+from .. import events as ev
+from ..errors import (
     InvalidEvent,
     InvalidSessionId,
     SessionNotFound,
     StoreIOError,
     UnsafePathError,
 )
-from .events import Record
-from .fsio import (
-    atomic_write,
-    read_no_follow,
-    session_dir_name,
-    session_directory,
-    sessions_root,
-)
-from .log import SessionLog, open_session
-from .manifest import MANIFEST_FILE, SessionSummary, summary_cache
+from ..events import Record
+from ..fsio import atomic_write, read_no_follow
+from ..session.log import SessionLog, open_session
+from ..session.manifest import SessionSummary, summary_cache
 
 logger = logging.getLogger("memstore")
 
 ENVELOPE_EVENT = "memory.envelope"
-DERIVED_DIR = "derived"
-MEMORY_FILE = "memory.json"
 ENVELOPE_SCHEMA_VERSION = 3
 VIEW_MARKER = "derived_from"
 
@@ -504,7 +504,7 @@ def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None, onl
     foreign = _foreign_view(path, builder.envelope_shas)
     if foreign is not None:
         data, sha, mtime = foreign
-        source = {"importer": "memstore.memory_view", "file": f"{DERIVED_DIR}/{MEMORY_FILE}", "sha256": sha,
+        source = {"importer": "memstore.views.memory_view", "file": f"{DERIVED_DIR}/{MEMORY_FILE}", "sha256": sha,
                   "mtime": mtime}
         floor = _append_envelope(log, data, not_before(not_after_now(mtime), floor), source)
         appended = True

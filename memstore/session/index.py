@@ -35,14 +35,13 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequen
 
 import orjson
 
-from . import events as ev
-from .errors import StoreIOError, UnsafePathError
-from .fsio import remove_temp, write_all, write_temp_beside
+from .. import events as ev
+from ..errors import StoreIOError, UnsafePathError
+from ..fsio import remove_temp, write_all, write_temp_beside
 from .manifest import Manifest
 
 logger = logging.getLogger("memstore")
 
-INDEX_FILE = "session.db"
 # PRAGMA user_version of an index whose schema the migrations manage. memstore's first format
 # had user_version 1 and no migrations table; that memstore reads this one as "newer" and
 # rebuilds it, and this one rebuilds that.
@@ -132,7 +131,7 @@ def _log_tables(db: "sqlite_utils.Database") -> None:
     db["derived_state"].create({"id": int, "seq": int}, pk="id", not_null={"seq"})
 
 
-LOG_MIGRATIONS = MigrationSet("memstore.index", (("log_tables_3", _log_tables),))
+LOG_MIGRATIONS = MigrationSet("memstore.session.index", (("log_tables_3", _log_tables),))
 
 
 @dataclass(slots=True)

@@ -19,17 +19,29 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..catalog import catalog_path, refresh_catalog
-from ..errors import MemstoreError, StoreIOError
-from ..fsio import session_dir_name, sessions_root
-from ..lock import is_live
-from ..manifest import load_manifest
-from ..reader import read_session_dir
+from .catalog import refresh_catalog
+from .errors import MemstoreError, StoreIOError
+from .layout import (
+    DERIVED_DIR,
+    EVENTS_FILE,
+    INDEX_DIR,
+    INDEX_FILE,
+    MANIFEST_FILE,
+    MEMORY_FILE,
+    PROGRESS_FILE,
+    catalog_path,
+    session_dir_name,
+    sessions_root,
+)
+from .session.lock import is_live
+from .session.manifest import load_manifest
+from .reader import read_session_dir
 
 logger = logging.getLogger("memstore")
 
-_PRIVATE_FILES = ("events.jsonl", "manifest.json", "index/session.db", "derived/progress.json", "derived/memory.json")
-_PRIVATE_DIRS = ("", "index", "derived")
+_PRIVATE_FILES = (EVENTS_FILE, MANIFEST_FILE, f"{INDEX_DIR}/{INDEX_FILE}", f"{DERIVED_DIR}/{PROGRESS_FILE}",
+                  f"{DERIVED_DIR}/{MEMORY_FILE}")
+_PRIVATE_DIRS = ("", INDEX_DIR, DERIVED_DIR)
 
 
 @dataclass
@@ -99,7 +111,7 @@ def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         problem("log", "not a session directory (a symlink or a file)", fixable=False)
         return
-    if not (directory / "events.jsonl").is_file():
+    if not (directory / EVENTS_FILE).is_file():
         problem("log", "no events.jsonl: not a session", fixable=False)
         return
     report.sessions += 1
@@ -145,7 +157,7 @@ def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict
     try:
         if session_dir_name(session_id) != name:
             raise StoreIOError("rebuild", directory, f"session id {session_id!r} does not name this directory")
-        from ..log import rebuild
+        from .session.log import rebuild
 
         manifest = rebuild(root, session_id)
         seen[name] = (session_id, manifest)
@@ -192,8 +204,8 @@ def _fix_permissions(directory: Path) -> None:
 def _set_aside(root: Path, path: Path) -> None:
     """Move a catalog SQLite cannot read out of the way (kept beside it, as torn tails are), so
     the refresh that follows builds a new one: the catalog is a view of the sessions."""
-    from ..catalog import set_aside_catalog
-    from ..lock import store_lock
+    from .catalog import set_aside_catalog
+    from .locks import store_lock
 
     with store_lock(root, "catalog"):
         aside = set_aside_catalog(path)

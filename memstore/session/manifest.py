@@ -18,12 +18,11 @@ from typing import Any, Optional
 
 import orjson
 
-from .errors import StoreIOError
-from .events import MAX_SEQ, utc_now
-from .fsio import atomic_write, read_no_follow, remove_if_exists
+from ..layout import MANIFEST_FILE, cap_marker_path, sessions_root
+from ..errors import StoreIOError
+from ..events import MAX_SEQ, utc_now
+from ..fsio import atomic_write, read_no_follow, remove_if_exists
 
-MANIFEST_FILE = "manifest.json"
-MARKER_FILE = "pending-cap-rewrite.json"
 STORE_SCHEMA_VERSION = 1
 _I64_MAX = 2**63 - 1  # counters live in SQLite integers too
 STATUS_ACTIVE = "active"
@@ -170,7 +169,7 @@ class CapRewriteMarker:
 
 
 def marker_path(session_dir: os.PathLike | str) -> Path:
-    return Path(session_dir) / "index" / MARKER_FILE
+    return cap_marker_path(session_dir)
 
 
 def write_marker(session_dir: os.PathLike | str, marker: CapRewriteMarker) -> None:
@@ -257,7 +256,7 @@ def list_sessions(root: os.PathLike | str, limit: Optional[int] = None) -> list[
     Only real directories are considered (symlinks are skipped); sessions whose manifest is
     missing or malformed are left out. Manifests are read through the validated cache.
     """
-    base = Path(root) / "sessions"
+    base = sessions_root(root)
     try:
         entries = list(os.scandir(base))
     except FileNotFoundError:

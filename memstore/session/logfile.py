@@ -16,14 +16,14 @@ from typing import BinaryIO, Iterator, Optional
 
 import orjson
 
-from . import events as ev
-from .errors import StoreIOError
-from .events import Record
-from .fsio import open_private_append, open_read_no_follow, write_all, write_new_file
+from ..layout import EVENTS_FILE, TORN_INFIX, torn_name
+from .. import events as ev
+from ..errors import StoreIOError
+from ..events import Record
+from ..fsio import open_private_append, open_read_no_follow, write_all, write_new_file
 
 logger = logging.getLogger("memstore")
 
-EVENTS_FILE = "events.jsonl"
 TAIL_BYTES = 256
 _READ_CHUNK = 1 << 20
 
@@ -188,7 +188,7 @@ class LogFile:
     def torn_files(self) -> list[Path]:
         """The torn tails cut from this log and kept beside it."""
         try:
-            return sorted(p for p in self.dir.glob(f"{EVENTS_FILE}.torn-*") if not p.is_symlink() and p.is_file())
+            return sorted(p for p in self.dir.glob(f"{EVENTS_FILE}{TORN_INFIX}*") if not p.is_symlink() and p.is_file())
         except OSError as exc:
             logger.warning("could not list the torn tails of %s: %s", self.path, exc)
             return []
@@ -208,7 +208,7 @@ class LogFile:
         if cut >= self.length:
             return None
         torn = self.pread(cut, self.length - cut)
-        keep = self.dir / f"{EVENTS_FILE}.torn-{cut}-{ev.utc_now().replace(':', '')}"
+        keep = self.dir / torn_name(cut, ev.utc_now().replace(':', ''))
         kept = write_new_file(keep, torn)
         try:
             os.ftruncate(self.fd, cut)

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import orjson
 
-from . import events as ev
-from .errors import MemstoreError, StoreIOError
-from .fsio import atomic_write, read_no_follow
+from ..layout import INDEX_DIR, MANIFEST_FILE
+from .. import events as ev
+from ..errors import MemstoreError, StoreIOError
+from ..fsio import atomic_write, read_no_follow
 from .index import BatchRecord, SessionIndex, derived_tables
 from .lifecycle import LogState
 from .logfile import TAIL_BYTES, torn_seq_floor
-from .manifest import MANIFEST_FILE, STATUS_ACTIVE, CapRewriteMarker, Manifest, clear_marker, load_manifest, load_marker, new_generation
+from .manifest import STATUS_ACTIVE, CapRewriteMarker, Manifest, clear_marker, load_manifest, load_marker, new_generation
 
 if TYPE_CHECKING:
     from .index import SavedState
@@ -40,7 +41,6 @@ SCAN_BATCH_EVENTS = 5_000
 # their syncs, which for the small sessions most stores hold cost more than the scan itself.
 # Larger logs are indexed in place, in batches, so memory stays flat however long they are.
 MEMORY_SCAN_BYTES = 8 << 20
-INDEX_DIR = "index"
 
 
 def recover(session: "_Session", force_rescan: bool) -> None:

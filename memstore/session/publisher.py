@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from . import registry
-from .fsio import atomic_write
-from .manifest import MANIFEST_FILE, summary_cache
+from ..fsio import atomic_write
+from .manifest import summary_cache
+from ..layout import MANIFEST_FILE
 
 if TYPE_CHECKING:
     from .log import _Session

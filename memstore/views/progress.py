@@ -31,13 +31,11 @@ from typing import Any, Callable, Optional
 
 import orjson
 
-from .errors import InvalidProgress, MemstoreError, UnsafePathError
-from .events import utc_now
-from .fsio import atomic_write, ensure_private_dir, read_no_follow, session_directory
+from ..layout import DERIVED_DIR, GOAL_DIR, PROGRESS_FILE, session_directory
+from ..errors import InvalidProgress, MemstoreError, UnsafePathError
+from ..events import utc_now
+from ..fsio import atomic_write, ensure_private_dir, read_no_follow
 
-DERIVED_DIR = "derived"
-PROGRESS_FILE = "progress.json"
-GOAL_DIR = "goal"
 STRATEGIST_CAP_BONUS = 3
 
 _U32_MAX = 2**32 - 1

@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple, Optional, Sequence
 
-from . import events as ev
-from .index import BatchRecord, DerivedTable, MigrationSet, register_derived_table
+from .. import events as ev
+from ..session.index import BatchRecord, DerivedTable, MigrationSet, register_derived_table
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -164,7 +164,7 @@ FILE_CHANGES = DerivedTable(
 
 CHUNKS = DerivedTable(
     "chunks",
-    MigrationSet("memstore.chunks", (("chunks_with_fts", _create_chunks),)),
+    MigrationSet("memstore.views.chunks", (("chunks_with_fts", _create_chunks),)),
     _on_batch,
     _on_evict,
     _on_reset,

@@ -26,7 +26,8 @@ from typing import Iterable, Iterator, Optional, Union
 
 import orjson
 
-from . import events as ev
+from ..layout import DERIVED_DIR, EVENTS_FILE, INDEX_DIR, INDEX_FILE, session_directory, sessions_root
+from .. import events as ev
 from . import registry
 from .cap import (
     CapPlan,
@@ -38,21 +39,19 @@ from .cap import (
     write_eviction_summary,
 )
 from .deriver import Deriver, derive_all
-from .errors import LogFailedError, MemstoreError, SessionBusyError, SessionClosedError, StoreIOError, TurnNotFound
-from .events import Record
-from .fsio import ensure_private_dir, fsync_dir, open_read_no_follow, session_directory, sessions_root, temp_file_pid
-from .index import INDEX_FILE, IndexCorrupt, SavedState, SessionIndex, Turn, derived_tables, manifest_row
+from ..errors import LogFailedError, MemstoreError, SessionBusyError, SessionClosedError, StoreIOError, TurnNotFound
+from ..events import Record
+from ..fsio import ensure_private_dir, fsync_dir, open_read_no_follow, temp_file_pid
+from .index import IndexCorrupt, SavedState, SessionIndex, Turn, derived_tables, manifest_row
 from .lifecycle import LogState
 from .lock import LivenessLock, SessionGone
-from .logfile import EVENTS_FILE, LogFile
+from .logfile import LogFile
 from .manifest import Manifest
 from .publisher import Batch, Publisher
 from .recovery import recover
 
 logger = logging.getLogger("memstore")
 
-INDEX_DIR = "index"
-DERIVED_DIR = "derived"
 DEFAULT_MAX_EVENTS = 10_000
 MAX_WRITE_BUFFER_BYTES = 65_536
 BULK_INDEX_BYTES = 1 << 20
@@ -749,8 +748,9 @@ def rebuild(root: os.PathLike | str, session_id: Optional[str] = None, *, refres
 def _rebuild_derived_files(log: SessionLog) -> None:
     """The views kept as files in ``derived/``: the memory view and a migrated trajectory
     (each only where the session has one: the log is searched for their events first)."""
-    from .memory_view import ENVELOPE_EVENT, MEMORY_FILE, refresh_memory_view
-    from .migration import TRAJECTORY_EVENT, write_trajectory_view
+    from ..views.memory_view import ENVELOPE_EVENT, refresh_memory_view
+    from ..layout import MEMORY_FILE
+    from ..migration import TRAJECTORY_EVENT, write_trajectory_view
 
     envelope, trajectory = _log_mentions(log.events_path, (f'"{ENVELOPE_EVENT}"', f'"{TRAJECTORY_EVENT}"'))
     if envelope or (log.directory / DERIVED_DIR / MEMORY_FILE).exists():
@@ -778,14 +778,14 @@ def _log_mentions(path: Path, needles: tuple[str, ...]) -> list[bool]:
 
 
 def _refresh_catalog(root: os.PathLike | str) -> None:
-    from .catalog import refresh_catalog  # the catalog reads sessions; it is not part of writing them
+    from ..catalog import refresh_catalog  # the catalog reads sessions; it is not part of writing them
 
     refresh_catalog(root)
 
 
 def session_ids(root: os.PathLike | str) -> list[str]:
     """The ids of the sessions under ``root``, in directory-name order."""
-    from .reader import session_id_of
+    from ..reader import session_id_of
 
     base = sessions_root(root)
     try:

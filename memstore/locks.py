@@ -1,27 +1,15 @@
-"""The store's locks: each session's liveness lock (``session.lock``) with the ``is_live`` probe,
-and the store-wide locks of its critical sections (catalog refresh, retention, migration,
-import).
-
-A session is *live* while some process holds an exclusive ``flock`` on its ``session.lock``.
-``flock`` locks belong to an open file description, so a second open of the same file conflicts
-even inside one process; POSIX record locks (``lockf``) would not, which is why they are not used.
-``session.lock`` stays on raw ``flock`` rather than filelock because ``is_live`` must probe
-another process's lock without creating, replacing or removing the file. A filesystem without
-``flock`` leaves the session unlocked rather than failing the open; a ``session.lock`` that is a
-symlink or not a regular file fails it (running unprotected would let two writers in).
+"""The store-wide locks of its critical sections (catalog refresh, retention, migration, import),
+and the removal of a session directory through the store's trash.
 
 The store-wide locks are filelock ``FileLock``s in ``<root>/locks/``.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
 import os
 import shutil
 import stat
-import time
 import uuid
 from pathlib import Path
 from typing import Callable, Optional
@@ -29,13 +17,12 @@ from typing import Callable, Optional
 from filelock import FileLock
 
 from .errors import StoreIOError, UnsafePathError
-from .fsio import ensure_private_dir, open_private_rw
+from .fsio import ensure_private_dir
+from .layout import locks_dir, sessions_root, trash_dir
+from .session.lock import LivenessLock, SessionGone, is_live
 
-logger = logging.getLogger("memstore")
+logger = logging.getLogger(__name__)
 
-LOCK_FILE = "session.lock"
-LOCKS_DIR = "locks"
-TRASH_DIR = ".trash"
 # A trash entry keeps this suffix until its removal is recorded (``on_moved`` returned): one a
 # crash left with it was never recorded, and is put back rather than deleted.
 PENDING_SUFFIX = ".pending"
@@ -44,122 +31,6 @@ PENDING_SUFFIX = ".pending"
 # back again on every emptying would fail (and log) on every retention run for ever.
 UNRECORDED_SUFFIX = ".unrecorded"
 STORE_LOCKS = ("catalog", "retention", "migration", "import")
-_ATTEMPTS = 5
-
-
-class SessionGone(Exception):
-    """The session directory was removed (by retention, say) while its lock was being taken."""
-
-
-class LivenessLock:
-    """An exclusive, non-blocking ``flock`` on ``<session_dir>/session.lock``.
-
-    ``held`` tells whether the lock was obtained; ``holder_elsewhere`` whether it failed because
-    another open file description (another process, usually) holds it.
-    """
-
-    def __init__(self, session_dir: os.PathLike | str):
-        self.path = Path(session_dir) / LOCK_FILE
-        self._fd: Optional[int] = None
-        self.holder_elsewhere = False
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> bool:
-        """Try to take the lock; return whether it is now held.
-
-        Raises :class:`StoreIOError` (:class:`UnsafePathError` for a symlink or FIFO) when the
-        lock file cannot be opened safely, and :class:`SessionGone` when the session directory
-        was removed or replaced while the lock was taken. A filesystem that cannot ``flock``
-        leaves the session unlocked (logged), as VT Code does.
-        """
-        if self._fd is not None:
-            return True
-        try:
-            fd = open_private_rw(self.path)
-        except StoreIOError as exc:
-            if exc.errno == errno.ENOENT:  # the directory was removed under us
-                raise SessionGone(str(self.path)) from exc
-            raise
-        for attempt in range(_ATTEMPTS):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                self.holder_elsewhere = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
-                if not self.holder_elsewhere:
-                    os.close(fd)
-                    logger.warning("cannot flock %s (%s): the session stays unlocked", self.path, exc)
-                    return False
-                if attempt == _ATTEMPTS - 1:
-                    os.close(fd)
-                    return False
-                # Another process's is_live() probe holds the lock for an instant: try again.
-                time.sleep(0.01)
-        # Retention removes a session by taking this lock and renaming its directory away: a
-        # lock obtained on a file no longer at its path protects nothing.
-        try:
-            here = os.stat(self.path, follow_symlinks=False)
-        except FileNotFoundError:
-            here = None
-        mine = os.fstat(fd)
-        if here is None or (here.st_dev, here.st_ino) != (mine.st_dev, mine.st_ino):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-            raise SessionGone(str(self.path))
-        self.holder_elsewhere = False
-        self._fd = fd
-        return True
-
-    def forget(self) -> None:
-        """Close this process's descriptor without unlocking: after fork() the lock belongs to
-        the parent, whose descriptor shares it."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError as exc:
-                logger.debug("closing an inherited lock descriptor: %s", exc)
-
-    def release(self) -> None:
-        """Release the lock if held. The file stays: deleting it would race another locker."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
-
-
-def is_live(session_dir: os.PathLike | str) -> bool:
-    """Whether some process holds the session's liveness lock.
-
-    A missing lock file means not live; a lock file that cannot be opened counts as live (the
-    safe answer for retention). Otherwise an exclusive non-blocking ``flock`` is tried: if it would
-    block the session is live; if it succeeds it is released at once and the session is not live.
-    """
-    path = Path(session_dir) / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-                     | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return True
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        # EWOULDBLOCK is the usual answer; any other failure also reads as live, the safe side.
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
 
 
 def store_lock(root: os.PathLike | str, name: str, timeout: float = -1) -> FileLock:
@@ -168,7 +39,7 @@ def store_lock(root: os.PathLike | str, name: str, timeout: float = -1) -> FileL
     manager. ``timeout`` in seconds (-1: wait for ever); filelock raises ``filelock.Timeout``."""
     if name not in STORE_LOCKS:
         raise ValueError(f"unknown store lock {name!r} (one of {', '.join(STORE_LOCKS)})")
-    directory = ensure_private_dir(Path(root) / LOCKS_DIR)
+    directory = ensure_private_dir(locks_dir(root))
     return FileLock(directory / f"{name}.lock", timeout=timeout, mode=0o600)
 
 
@@ -192,7 +63,7 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
     """
     root = Path(root)
     session_dir = Path(session_dir)
-    sessions = root / "sessions"
+    sessions = sessions_root(root)
     if session_dir.parent != sessions:
         raise UnsafePathError("remove session", session_dir, f"is not a direct child of {sessions}")
     try:
@@ -213,7 +84,7 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
         if still_removable is not None and not still_removable():
             lock.release()
             return False
-        trash = ensure_private_dir(root / TRASH_DIR)
+        trash = ensure_private_dir(trash_dir(root))
     except BaseException:
         lock.release()
         raise
@@ -260,7 +131,7 @@ def empty_trash(root: os.PathLike | str) -> None:
     one a crash left was never recorded, so it is put back into ``<root>/sessions`` (or, if a
     newer session took its name, kept in the trash as ``*.unrecorded``, which no emptying
     touches)."""
-    trash = Path(root) / TRASH_DIR
+    trash = trash_dir(root)
     try:
         if not stat.S_ISDIR(os.lstat(trash).st_mode):
             logger.warning("%s is a symlink or not a directory; not emptying it", trash)
@@ -277,7 +148,7 @@ def empty_trash(root: os.PathLike | str) -> None:
         if entry.name.endswith(PENDING_SUFFIX):
             if not is_live(entry.path):
                 stem = entry.name[: -len(PENDING_SUFFIX)]
-                home = Path(root) / "sessions" / stem.rpartition("-")[0]
+                home = sessions_root(root) / stem.rpartition("-")[0]
                 if os.path.lexists(home):
                     _set_aside(Path(entry.path), trash / (stem + UNRECORDED_SUFFIX), home)
                 else:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import events as ev
-from .events import Record
+from .. import events as ev
+from ..events import Record
 from .index import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, TURN_INTERRUPTED, TURN_OPEN, Turn
 from .manifest import STATUS_ACTIVE, STATUS_COMPLETED, Manifest
 

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 import orjson
 
-from . import events as ev
-from .errors import CapEvictionError, MemstoreError, StoreIOError
-from .fsio import atomic_write, ensure_private_dir, fsync_dir, open_private_append, write_all
+from ..layout import DERIVED_DIR, EVICTION_LOG, EVICTION_SUMMARY_PREFIX
+from .. import events as ev
+from ..errors import CapEvictionError, MemstoreError, StoreIOError
+from ..fsio import atomic_write, ensure_private_dir, fsync_dir, open_private_append, write_all
 from .manifest import CapRewriteMarker, clear_marker, new_generation, write_marker
 
 if TYPE_CHECKING:
@@ -28,11 +29,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("memstore")
 
-DERIVED_DIR = "derived"
 EVICTION_SUMMARY_FACTS = 5
 EVICTION_FACT_CHARS = 180
 EVICTION_SUMMARY_FILES = 10
-EVICTION_LOG = "eviction-summaries.jsonl"
 
 EvictionHook = Callable[[Path, str, Iterable[dict]], object]
 
@@ -132,7 +131,7 @@ def write_eviction_summary(session_dir: Path, session_id: str, events: Iterable[
         "grounded_facts": list(facts.values()),
     }
     derived = ensure_private_dir(Path(session_dir) / DERIVED_DIR)
-    path = derived / f"eviction-summary-{uuid.uuid4().hex}.json"
+    path = derived / f"{EVICTION_SUMMARY_PREFIX}{uuid.uuid4().hex}.json"
     atomic_write(path, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     _append_line(derived / EVICTION_LOG, orjson.dumps(summary, option=orjson.OPT_APPEND_NEWLINE))
     _prune_summary_files(derived, keep=path)
@@ -156,7 +155,7 @@ def _prune_summary_files(derived: Path, keep: Path) -> None:
     bound."""
     try:
         entries = [e for e in os.scandir(derived)
-                   if e.name.startswith("eviction-summary-") and e.name.endswith(".json") and e.is_file(follow_symlinks=False)]
+                   if e.name.startswith(EVICTION_SUMMARY_PREFIX) and e.name.endswith(".json") and e.is_file(follow_symlinks=False)]
     except OSError as exc:
         logger.warning("could not list %s to prune old eviction summaries: %s", derived, exc)
         return

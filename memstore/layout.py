@@ -1,0 +1,263 @@
+"""Where everything of a store lives: every path name of a store and of a session, spelled once,
+session ids and their directory names, and the one enumeration of session directories.
+
+```
+<root>/
+  sessions/<session directory>/
+    events.jsonl  events.jsonl.torn-*  manifest.json  session.lock  retention-pin.json
+    index/session.db  index/pending-cap-rewrite.json
+    derived/memory.json  derived/progress.json  derived/trajectory.jsonl  derived/goal/
+    derived/eviction-summaries.jsonl  derived/eviction-summary-*.json
+    derived/import-state.json  derived/audit-pack.json
+  catalog.db  gc-log.jsonl  locks/  .trash/
+```
+
+Nothing here touches the disk except :func:`iter_session_dirs`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from .errors import InvalidSessionId, StoreIOError
+
+logger = logging.getLogger(__name__)
+
+# -- the store ------------------------------------------------------------------------------
+SESSIONS_DIR = "sessions"
+CATALOG_FILE = "catalog.db"
+GC_LOG_FILE = "gc-log.jsonl"
+LOCKS_DIR = "locks"
+TRASH_DIR = ".trash"
+
+# -- a session directory --------------------------------------------------------------------
+EVENTS_FILE = "events.jsonl"
+TORN_INFIX = ".torn-"  # events.jsonl.torn-<offset>-<time>: bytes a torn-tail repair cut
+MANIFEST_FILE = "manifest.json"
+LOCK_FILE = "session.lock"
+PIN_FILE = "retention-pin.json"
+INDEX_DIR = "index"
+INDEX_FILE = "session.db"
+CAP_MARKER_FILE = "pending-cap-rewrite.json"
+DERIVED_DIR = "derived"
+MEMORY_FILE = "memory.json"
+PROGRESS_FILE = "progress.json"
+TRAJECTORY_FILE = "trajectory.jsonl"
+GOAL_DIR = "goal"
+EVICTION_LOG = "eviction-summaries.jsonl"
+EVICTION_SUMMARY_PREFIX = "eviction-summary-"
+IMPORT_STATE_FILE = "import-state.json"
+PACK_FILE = "audit-pack.json"
+
+
+# -- session ids ----------------------------------------------------------------------------
+
+MAX_SESSION_ID_CHARS = 1024
+# The longest id kept as its own directory name (NAME_MAX is 255 bytes; leave room for suffixes).
+_PLAIN_NAME_MAX = 200
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*\Z")
+_HASH_PREFIX_CHARS = 64
+
+
+def check_session_id(session_id: str) -> str:
+    """Return ``session_id`` if memstore accepts it, else raise :class:`InvalidSessionId`."""
+    if not isinstance(session_id, str):
+        raise InvalidSessionId(f"a session id must be a str, not {type(session_id).__name__}")
+    if session_id in ("", ".", ".."):
+        raise InvalidSessionId(f"{session_id!r} is not a session id")
+    if "\0" in session_id:
+        raise InvalidSessionId("a session id cannot contain NUL")
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (undecodable bytes from argv or a file name): it can be written
+        # neither to the log nor to the index.
+        raise InvalidSessionId(f"{session_id!r} is not valid Unicode (it holds a lone surrogate)") from None
+    if len(session_id) > MAX_SESSION_ID_CHARS:
+        raise InvalidSessionId(f"a session id is at most {MAX_SESSION_ID_CHARS} characters (got {len(session_id)})")
+    return session_id
+
+
+def session_dir_name(session_id: str) -> str:
+    """The directory name of ``session_id``: one id, one directory.
+
+    An id that VT Code's sanitizer leaves unchanged (ASCII letters, digits, ``-``, ``_`` and
+    ``.``, not starting with a dot) and that is at most 200 characters is its own name, so VT
+    Code stores open as they are. Any other id is named ``<sanitized prefix>~<hash>``: its first
+    64 sanitized characters, for people, and 24 hex digits of its SHA-256, so that ``a/b``,
+    ``a_b`` and ``a:b`` get three directories. ``~`` never appears in a plain name, so the two
+    kinds cannot collide. Raises :class:`InvalidSessionId` for ``''``, ``.``, ``..``, ids with
+    NUL or a lone surrogate, and ids over 1,024 characters.
+    """
+    check_session_id(session_id)
+    if len(session_id) <= _PLAIN_NAME_MAX and _PLAIN_NAME.match(session_id):
+        return session_id
+    digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:24]
+    return f"{sanitize_session_id(session_id)[:_HASH_PREFIX_CHARS]}~{digest}"
+
+
+def sanitize_session_id(session_id: str) -> str:
+    """VT Code's sanitizer (memstore names directories with :func:`session_dir_name`).
+
+    ASCII letters, digits, ``-``, ``_`` and ``.`` are kept; every other character (a multi-byte
+    one included) becomes one ``_``; leading dots are stripped; an empty result is ``session``.
+    So ``../outside`` becomes ``_outside`` and ``..`` becomes ``session``.
+    """
+    if not isinstance(session_id, str):
+        raise TypeError(f"session id must be a str, not {type(session_id).__name__}")
+    mapped = "".join(ch if (ch.isascii() and (ch.isalnum() or ch in "-_.")) else "_" for ch in session_id)
+    mapped = mapped.lstrip(".")
+    return mapped or "session"
+
+
+# -- paths of a store -----------------------------------------------------------------------
+
+
+def sessions_root(root: os.PathLike | str) -> Path:
+    """The directory that holds one directory per session."""
+    return Path(root) / SESSIONS_DIR
+
+
+def session_directory(root: os.PathLike | str, session_id: str) -> Path:
+    """The directory of ``session_id`` under the store ``root`` (see :func:`session_dir_name`)."""
+    return sessions_root(root) / session_dir_name(session_id)
+
+
+def catalog_path(root: os.PathLike | str) -> Path:
+    """The store's catalog database."""
+    return Path(root) / CATALOG_FILE
+
+
+def gc_log_path(root: os.PathLike | str) -> Path:
+    """The store's record of every removal."""
+    return Path(root) / GC_LOG_FILE
+
+
+def locks_dir(root: os.PathLike | str) -> Path:
+    """The directory of the store-wide lock files."""
+    return Path(root) / LOCKS_DIR
+
+
+def trash_dir(root: os.PathLike | str) -> Path:
+    """Where sessions being removed wait for their deletion."""
+    return Path(root) / TRASH_DIR
+
+
+# -- paths of a session ---------------------------------------------------------------------
+
+
+def events_path(session_dir: os.PathLike | str) -> Path:
+    return Path(session_dir) / EVENTS_FILE
+
+
+def manifest_path(session_dir: os.PathLike | str) -> Path:
+    return Path(session_dir) / MANIFEST_FILE
+
+
+def lock_path(session_dir: os.PathLike | str) -> Path:
+    return Path(session_dir) / LOCK_FILE
+
+
+def pin_path(session_dir: os.PathLike | str) -> Path:
+    return Path(session_dir) / PIN_FILE
+
+
+def index_dir(session_dir: os.PathLike | str) -> Path:
+    return Path(session_dir) / INDEX_DIR
+
+
+def index_path(session_dir: os.PathLike | str) -> Path:
+    return Path(session_dir) / INDEX_DIR / INDEX_FILE
+
+
+def cap_marker_path(session_dir: os.PathLike | str) -> Path:
+    return Path(session_dir) / INDEX_DIR / CAP_MARKER_FILE
+
+
+def derived_dir(session_dir: os.PathLike | str) -> Path:
+    return Path(session_dir) / DERIVED_DIR
+
+
+def derived_path(session_dir: os.PathLike | str, name: str) -> Path:
+    """The file ``name`` of the session's ``derived/`` directory."""
+    return Path(session_dir) / DERIVED_DIR / name
+
+
+def torn_name(offset: int, stamp: str) -> str:
+    """The name a torn tail cut at ``offset`` is kept under, beside the log."""
+    return f"{EVENTS_FILE}{TORN_INFIX}{offset}-{stamp}"
+
+
+def is_torn_name(name: str) -> bool:
+    return name.startswith(EVENTS_FILE + TORN_INFIX)
+
+
+# -- the one enumeration --------------------------------------------------------------------
+
+
+def iter_session_dirs(
+    root: os.PathLike | str,
+    *,
+    require_log: bool = False,
+    sort: bool = False,
+    on_skip: Optional[Callable[[str, str], None]] = None,
+) -> Iterator[os.DirEntry]:
+    """The session directories under ``<root>/sessions``, as ``os.DirEntry`` objects.
+
+    Always left out, each said to ``on_skip(name, reason)`` when given: names starting with a
+    dot (memstore's own temporaries), symlinks (never followed), anything that is not a
+    directory, and names that are not UTF-8 (no session id names such a directory). With
+    ``require_log``, directories whose ``events.jsonl`` is not a regular file are left out too.
+    ``sort`` yields them in name order. A missing ``sessions/`` (or one that is a symlink) is an
+    empty store; any other failure to list it raises :class:`StoreIOError`.
+    """
+    base = sessions_root(root)
+    try:
+        if not stat.S_ISDIR(os.lstat(base).st_mode):
+            logger.warning("%s is a symlink or not a directory; it is not followed", base)
+            return
+        with os.scandir(base) as it:
+            entries = list(it)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreIOError.from_os_error("list", base, exc) from exc
+    if sort:
+        entries.sort(key=lambda e: e.name)
+    for entry in entries:
+        reason = _not_a_session(entry, require_log)
+        if reason is None:
+            yield entry
+        elif on_skip is not None:
+            on_skip(entry.name, reason)
+
+
+def _not_a_session(entry: os.DirEntry, require_log: bool) -> Optional[str]:
+    name = entry.name
+    if name.startswith("."):
+        return "not a session directory (its name starts with a dot)"
+    try:
+        if entry.is_symlink():
+            return "a symlink; never followed"
+        if not entry.is_dir(follow_symlinks=False):
+            return "not a directory"
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror or exc})"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "not a session directory (its name is not UTF-8)"
+    if require_log:
+        try:
+            st = os.stat(os.path.join(entry.path, EVENTS_FILE), follow_symlinks=False)
+        except OSError:
+            return f"not a session (no {EVENTS_FILE})"
+        if not stat.S_ISREG(st.st_mode):
+            return f"not a session ({EVENTS_FILE} is not a regular file)"
+    return None
