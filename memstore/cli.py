@@ -322,7 +322,7 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
       memstore rebuild --all --json
       memstore rebuild --all --jobs 1
     """
-    from .session.log import rebuild_each, session_ids
+    from .maintenance import rebuild_each, session_ids
 
     if rebuild_all and sessions:
         raise click.UsageError("give SESSION names or --all, not both")

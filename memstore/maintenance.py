@@ -1,4 +1,11 @@
-"""``memstore doctor``: is every session of a store healthy, and is the catalog current?
+"""Store-wide maintenance: rebuilding sessions' views from their logs (one, many, or all, in
+worker processes), and ``doctor``.
+
+Rebuild regenerates, from each session's ``events.jsonl``, its index, search chunks and manifest
+(:func:`memstore.session.log.rebuild_index`), then every registered file view
+(:mod:`memstore.views.registry`), then the session's rows in the catalog.
+
+``doctor``: is every session of a store healthy, and is the catalog current?
 
 For each session directory: its log and index agree (the index covers the whole log, the
 manifest says what the log holds), the log has no torn tail, its files and directories are
@@ -12,15 +19,21 @@ has open is reported and left to its writer.
 from __future__ import annotations
 
 import logging
+import mmap
+import multiprocessing
 import os
 import sqlite3
 import stat
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Iterator, Optional, Union
 
-from .catalog import refresh_catalog
+from .catalog import refresh_catalog, set_aside_catalog
 from .errors import MemstoreError, StoreIOError
+from .fsio import open_read_no_follow
+from .layout import iter_session_dirs, session_directory
 from .layout import (
     DERIVED_DIR,
     EVENTS_FILE,
@@ -33,15 +46,190 @@ from .layout import (
     session_dir_name,
     sessions_root,
 )
+from .locks import store_lock
+from .session import registry
+from .session.index import derived_tables
 from .session.lock import is_live
-from .session.manifest import load_manifest
-from .reader import read_session_dir
+from .session.log import SessionLog, rebuild_index
+from .session.manifest import Manifest, load_manifest
+from .views.registry import file_views
+from .reader import read_session_dir, session_id_of
 
-logger = logging.getLogger("memstore")
+logger = logging.getLogger(__name__)
 
 _PRIVATE_FILES = (EVENTS_FILE, MANIFEST_FILE, f"{INDEX_DIR}/{INDEX_FILE}", f"{DERIVED_DIR}/{PROGRESS_FILE}",
                   f"{DERIVED_DIR}/{MEMORY_FILE}")
 _PRIVATE_DIRS = ("", INDEX_DIR, DERIVED_DIR)
+
+
+# --------------------------------------------------------------------------------------------
+# Rebuild
+
+
+def rebuild(root: os.PathLike | str, session_id: Optional[str] = None, *, refresh: bool = True, jobs: int = 1):
+    """Regenerate every view of the session ``session_id`` from its ``events.jsonl`` (its index,
+    search chunks, manifest and file views, and its rows in the catalog); return its
+    :class:`Manifest`. With no ``session_id``, do that for every session and return their
+    manifests.
+
+    See :func:`memstore.session.log.rebuild_index` for what a rebuild keeps from the old
+    metadata. Works on a session this process has open (under its lock); refuses with
+    :class:`SessionBusyError` one that another process has open. ``refresh=False`` leaves the
+    catalog alone. ``jobs`` > 1 rebuilds every session in that many worker processes (see
+    :func:`rebuild_each`).
+    """
+    if session_id is None:
+        manifests = []
+        for _sid, outcome in rebuild_each(root, session_ids(root), jobs=jobs):
+            if isinstance(outcome, BaseException):
+                raise outcome
+            manifests.append(outcome)
+        if refresh:
+            refresh_catalog(root)
+        return manifests
+    manifest = _rebuild_session(root, session_id)
+    if refresh:
+        refresh_catalog(root)
+    return manifest
+
+
+def rebuild_file_views(log: SessionLog) -> None:
+    """Regenerate the registered file views of the open session ``log``, each only where the
+    session has one (its file exists, or the log mentions one of its event types: a byte search,
+    no JSON decoding): a rebuild brings views back; it does not invent them."""
+    views = file_views()
+    needles = [f'"{kind}"' for view in views for kind in view.event_types]
+    mentioned = dict(zip(needles, _log_mentions(log.events_path, tuple(needles))))
+    for view in views:
+        if any(mentioned[f'"{kind}"'] for kind in view.event_types) or \
+                (log.directory / DERIVED_DIR / view.filename).exists():
+            view.rebuild(log)
+
+
+def _log_mentions(path: Path, needles: tuple[str, ...]) -> list[bool]:
+    """Whether each string occurs in the file (a byte search, no JSON decoding)."""
+    fd = open_read_no_follow(path)
+    if fd is None:
+        return [False] * len(needles)
+    try:
+        if os.fstat(fd).st_size == 0:
+            return [False] * len(needles)
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
+            return [data.find(n.encode()) >= 0 for n in needles]
+    except OSError as exc:
+        raise StoreIOError.from_os_error("read", path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def session_ids(root: os.PathLike | str) -> list[str]:
+    """The ids of the sessions under ``root`` that hold a log, in directory-name order."""
+
+    def skipped(name: str, reason: str) -> None:
+        if "UTF-8" in reason:
+            logger.warning("%r under %s is %s", name, root, reason)
+
+    return [session_id_of(Path(e.path)) for e in iter_session_dirs(root, require_log=True, sort=True,
+                                                                     on_skip=skipped)]
+
+
+# Sessions per task of a worker process: enough to make the round trip negligible, few enough
+# that the workers finish together.
+_REBUILD_CHUNK = 16
+# The derived tables a fresh process registers (importing memstore): worker processes have
+# these and no others.
+_OWN_DERIVED_TABLES = {"event_details", "chunks", "file_changes"}
+
+
+def rebuild_each(root: os.PathLike | str, ids: Iterable[str], *, jobs: int = 1,
+                 ) -> Iterator[tuple[str, Union[Manifest, MemstoreError]]]:
+    """Rebuild the views of each session of ``ids`` (each distinct id once) as :func:`rebuild`
+    does, not the catalog, yielding ``(session_id, manifest)`` in order as each is done, or
+    ``(session_id, error)`` for one that failed with a :class:`MemstoreError` (the others are
+    rebuilt all the same).
+
+    With ``jobs`` > 1 the sessions are rebuilt in that many worker processes, started fresh
+    (``spawn``) so that nothing of this process, its threads or its open sessions, is
+    inherited; as with any use of ``spawn``, a script that asks for them must guard its top
+    level with ``if __name__ == "__main__":``. Here instead are rebuilt: a session this
+    process has open (under its lock), every session when derived tables other than
+    memstore's own are registered (a fresh process would not have them), fewer sessions than
+    would keep the workers busy (starting one costs a few hundred ms), and whatever a worker
+    that died (killed, out of memory) left undone.
+    """
+    ids = list(dict.fromkeys(ids))
+    if type(jobs) is not int or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, not {jobs!r}")
+    if jobs > 1 and {t.name for t in derived_tables()} != _OWN_DERIVED_TABLES:
+        logger.info("rebuilding in this process: worker processes would not have the derived tables registered here")
+        jobs = 1
+    if jobs == 1 or len(ids) < 2 * _REBUILD_CHUNK:
+        for sid in ids:
+            yield sid, _rebuild_outcome(root, sid)
+        return
+    root = Path(root).absolute()
+    here = _open_here(root, ids)
+    away = [sid for sid in ids if sid not in here]
+    chunks = [away[i:i + _REBUILD_CHUNK] for i in range(0, len(away), _REBUILD_CHUNK)]
+    with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {chunk[0]: pool.submit(_rebuild_chunk, str(root), chunk) for chunk in chunks}
+        broken = False
+        try:
+            done: dict[str, Union[Manifest, MemstoreError]] = {}
+            for sid in ids:
+                if sid in futures and not broken:
+                    try:
+                        done.update(futures.pop(sid).result())
+                    except BrokenProcessPool as exc:
+                        logger.warning("a rebuild worker process died (%s): rebuilding the rest here", exc)
+                        broken = True
+                if sid in here or sid not in done:
+                    yield sid, _rebuild_outcome(root, sid)
+                else:
+                    yield sid, done.pop(sid)
+        finally:
+            for future in futures.values():
+                future.cancel()
+
+
+def _open_here(root: Path, ids: list[str]) -> set[str]:
+    """The ids of ``ids`` that name a session this process has open, and those that name none
+    (they fail here, with their error)."""
+    open_keys = registry.open_keys()
+    here = set()
+    for sid in ids:
+        try:
+            if os.path.realpath(session_directory(root, sid)) in open_keys:
+                here.add(sid)
+        except MemstoreError:
+            here.add(sid)
+    return here
+
+
+def _rebuild_chunk(root: str, ids: list[str]) -> list[tuple[str, Union[Manifest, MemstoreError]]]:
+    """A worker process's task: rebuild these sessions."""
+    return [(sid, _rebuild_outcome(root, sid)) for sid in ids]
+
+
+def _rebuild_outcome(root: os.PathLike | str, session_id: str) -> Union[Manifest, MemstoreError]:
+    try:
+        return _rebuild_session(root, session_id)
+    except MemstoreError as exc:
+        return exc
+
+
+def _rebuild_session(root: os.PathLike | str, session_id: str) -> Manifest:
+    log = rebuild_index(root, session_id)
+    try:
+        rebuild_file_views(log)
+        return log.manifest
+    finally:
+        log.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Doctor
 
 
 @dataclass
@@ -157,8 +345,6 @@ def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict
     try:
         if session_dir_name(session_id) != name:
             raise StoreIOError("rebuild", directory, f"session id {session_id!r} does not name this directory")
-        from .session.log import rebuild
-
         manifest = rebuild(root, session_id)
         seen[name] = (session_id, manifest)
     except (MemstoreError, ValueError) as exc:
@@ -204,9 +390,6 @@ def _fix_permissions(directory: Path) -> None:
 def _set_aside(root: Path, path: Path) -> None:
     """Move a catalog SQLite cannot read out of the way (kept beside it, as torn tails are), so
     the refresh that follows builds a new one: the catalog is a view of the sessions."""
-    from .catalog import set_aside_catalog
-    from .locks import store_lock
-
     with store_lock(root, "catalog"):
         aside = set_aside_catalog(path)
     logger.warning("doctor: %s could not be read; kept as %s, and a new catalog is built", path, aside)

@@ -68,10 +68,11 @@ from .errors import (
     UnsafePathError,
 )
 from .events import Record
-from .fsio import atomic_write, open_read_no_follow
+from .fsio import open_read_no_follow
 from .locks import remove_session_directory, store_lock
 from .session.log import SessionLog, open_session
 from .views.memory_view import ENVELOPE_EVENT, not_after_now, not_before, refresh_memory_view
+from .views.trajectory import TRAJECTORY_EVENT, write_trajectory_view
 from .reader import read_session
 from .retention import GcLog
 
@@ -82,7 +83,6 @@ LOGS_DIR = "logs"
 ENVELOPE_SUFFIX = ".memory.json"
 LIVE_TRAJECTORY = "trajectory.jsonl"
 LIVE_TRAJECTORY_SESSION = "traj-live"
-TRAJECTORY_EVENT = "trajectory.record"
 IMPORTER = "memstore.migrate"
 MAX_ENVELOPE_BYTES = 16 << 20
 MAX_TRAJECTORY_BYTES = 512 << 20
@@ -607,26 +607,6 @@ def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, rep
             live.lines[trajectory.generation] = writer.found.lines[trajectory.generation]
 
 
-def write_trajectory_view(log: SessionLog) -> Optional[Path]:
-    """Regenerate ``derived/trajectory.jsonl`` of the open session ``log`` from its
-    ``trajectory.record`` events (``rebuild`` calls this): one line per record in log order, the
-    record as compact JSON (or its raw text). ``None`` (and nothing written) when it has none."""
-    lines = []
-    for event in log.iter_events():
-        if event.get("type") != TRAJECTORY_EVENT:
-            continue
-        record, raw = event.get("record"), event.get("raw")
-        if isinstance(record, dict):
-            lines.append(orjson.dumps(record))
-        elif isinstance(raw, str):
-            lines.append(raw.encode("utf-8", "surrogateescape"))
-    if not lines:
-        return None
-    path = log.directory / DERIVED_DIR / TRAJECTORY_FILE
-    atomic_write(path, b"\n".join(lines) + b"\n")
-    return path
-
-
 # --------------------------------------------------------------------------------------------
 # Public API
 
@@ -773,7 +753,6 @@ __all__ = [
     "SkippedSource",
     "migrate_legacy",
     "gc_legacy",
-    "write_trajectory_view",
     "envelope_session_id",
     "trajectory_session_id",
 ]

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import memstore
+import memstore.locks
 from memstore.catalog import refresh_catalog
 from memstore.cli import cli
 from memstore.demo import write_demo_store

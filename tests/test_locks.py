@@ -40,7 +40,7 @@ def test_a_session_lock_that_is_not_a_regular_file_refuses_the_open(tmp_path, ki
 
 def test_store_locks_exclude_each_other_across_processes(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
-        import sys, memstore.session.lock
+        import sys, memstore.locks
         with memstore.locks.store_lock(sys.argv[1], "retention"):
             print("held", flush=True)
             sys.stdin.readline()

@@ -15,8 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 import memstore
+import memstore.migration
 from memstore.cli import cli
-from memstore.migration import write_trajectory_view
+from memstore.views.trajectory import write_trajectory_view
 
 WIDGET = {
     "session_id": "session-foo",

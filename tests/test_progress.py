@@ -24,7 +24,8 @@ from memstore import (
     progress_path,
     save_progress,
 )
-from memstore.views.progress import GoalClassifierVerdict, milestone_from_tracker_item
+from memstore.goals import GoalClassifierVerdict
+from memstore.views.progress import milestone_from_tracker_item
 
 F32_EPSILON = 1.1920929e-07
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import memstore
+import memstore.maintenance
 import memstore.session.deriver
 import memstore.session.recovery
 from memstore.session.index import readonly_uri
@@ -199,8 +200,8 @@ def test_worker_processes_rebuild_every_session_as_this_process_does(tmp_path, m
     ids = small_store(tmp_path, 40)  # more than two tasks of sessions: the workers are used
     held = memstore.open_session(tmp_path, ids[5])  # rebuilt here, under its lock
     rebuilt_here = []
-    real = memstore.session.log._rebuild_session
-    monkeypatch.setattr(memstore.session.log, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid))
+    real = memstore.maintenance._rebuild_session
+    monkeypatch.setattr(memstore.maintenance, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid))
     try:
         held.append({"type": "turn.started"})
         manifests = memstore.rebuild(tmp_path, jobs=2)
@@ -355,8 +356,8 @@ def test_derived_tables_registered_here_keep_the_rebuild_in_this_process(tmp_pat
         lambda conn, records: conn.executemany("INSERT INTO kinds VALUES (?, ?)", [(r.seq, r.event["type"]) for r in records]),
         lambda conn, first_kept_seq: None, lambda conn: conn.execute("DELETE FROM kinds"), lazy=True))
     rebuilt_here = []
-    real = memstore.session.log._rebuild_session
-    monkeypatch.setattr(memstore.session.log, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid))
+    real = memstore.maintenance._rebuild_session
+    monkeypatch.setattr(memstore.maintenance, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid))
     try:
         memstore.rebuild(tmp_path, jobs=2)
     finally:

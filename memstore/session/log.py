@@ -1,4 +1,4 @@
-"""``SessionLog``, ``open_session`` and ``rebuild``: the coordinator of one session's writing.
+"""``SessionLog``, ``open_session`` and ``rebuild_index``: the coordinator of one session's writing.
 
 Its parts live beside it, one concern each: the state machine (``lifecycle.py``), the log file
 and its buffer (``logfile.py``), recovery on open (``recovery.py``), the cap (``cap.py``), the
@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Union
+from typing import Iterator, Optional
 
 import orjson
 
@@ -41,7 +41,7 @@ from .cap import (
 from .deriver import Deriver, derive_all
 from ..errors import LogFailedError, MemstoreError, SessionBusyError, SessionClosedError, StoreIOError, TurnNotFound
 from ..events import Record
-from ..fsio import ensure_private_dir, fsync_dir, open_read_no_follow, temp_file_pid
+from ..fsio import ensure_private_dir, fsync_dir, temp_file_pid
 from .index import IndexCorrupt, SavedState, SessionIndex, Turn, derived_tables, manifest_row
 from .lifecycle import LogState
 from .lock import LivenessLock, SessionGone
@@ -717,213 +717,34 @@ def _create_root(root: Path) -> None:
         raise StoreIOError("open store", root, "is not a directory")
 
 
-def rebuild(root: os.PathLike | str, session_id: Optional[str] = None, *, refresh: bool = True, jobs: int = 1):
-    """Regenerate every view of the session ``session_id`` from its ``events.jsonl`` (its index,
-    search chunks and manifest, and its rows in the catalog); return its :class:`Manifest`. With
-    no ``session_id``, do that for every session and return their manifests.
+def rebuild_index(root: os.PathLike | str, session_id: str) -> SessionLog:
+    """Open the session ``session_id`` with its index, search chunks and manifest regenerated
+    from its ``events.jsonl``, and return the open handle (the caller closes it, after
+    regenerating the file views it wants).
 
     The log decides everything it records. What it cannot record is kept from the old metadata
     when present: ``created_at``, a status set outside the log (retention marking a session
     completed, or a ``thread.completed`` the cap evicted), and, for logs VT Code rewrote, the
     first retained turn's number. A torn tail is cut (and kept) as on any open. Works on a
     session this process has open (under its lock); refuses with :class:`SessionBusyError` one
-    that another process has open. ``refresh=False`` leaves the catalog alone. ``jobs`` > 1
-    rebuilds every session in that many worker processes (see :func:`rebuild_each`).
+    that another process has open, and with :class:`StoreIOError` a directory that holds no
+    log.
     """
-    if session_id is None:
-        manifests = []
-        for _sid, outcome in rebuild_each(root, session_ids(root), jobs=jobs):
-            if isinstance(outcome, BaseException):
-                raise outcome
-            manifests.append(outcome)
-        if refresh:
-            _refresh_catalog(root)
-        return manifests
-    manifest = _rebuild_session(root, session_id)
-    if refresh:
-        _refresh_catalog(root)
-    return manifest
-
-
-def _rebuild_derived_files(log: SessionLog) -> None:
-    """The views kept as files in ``derived/``: the memory view and a migrated trajectory
-    (each only where the session has one: the log is searched for their events first)."""
-    from ..views.memory_view import ENVELOPE_EVENT, refresh_memory_view
-    from ..layout import MEMORY_FILE
-    from ..migration import TRAJECTORY_EVENT, write_trajectory_view
-
-    envelope, trajectory = _log_mentions(log.events_path, (f'"{ENVELOPE_EVENT}"', f'"{TRAJECTORY_EVENT}"'))
-    if envelope or (log.directory / DERIVED_DIR / MEMORY_FILE).exists():
-        refresh_memory_view(log)
-    if trajectory:
-        write_trajectory_view(log)
-
-
-def _log_mentions(path: Path, needles: tuple[str, ...]) -> list[bool]:
-    """Whether each string occurs in the file (a byte search, no JSON decoding)."""
-    import mmap
-
-    fd = open_read_no_follow(path)
-    if fd is None:
-        return [False] * len(needles)
-    try:
-        if os.fstat(fd).st_size == 0:
-            return [False] * len(needles)
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
-            return [data.find(n.encode()) >= 0 for n in needles]
-    except OSError as exc:
-        raise StoreIOError.from_os_error("read", path, exc) from exc
-    finally:
-        os.close(fd)
-
-
-def _refresh_catalog(root: os.PathLike | str) -> None:
-    from ..catalog import refresh_catalog  # the catalog reads sessions; it is not part of writing them
-
-    refresh_catalog(root)
-
-
-def session_ids(root: os.PathLike | str) -> list[str]:
-    """The ids of the sessions under ``root``, in directory-name order."""
-    from ..reader import session_id_of
-
-    base = sessions_root(root)
-    try:
-        entries = sorted(os.scandir(base), key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise StoreIOError.from_os_error("list", base, exc) from exc
-    ids = []
-    for e in entries:
-        if e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
-            continue
-        if not _is_utf8(e.name):
-            # No session id names such a directory (the catalog skips it too).
-            logger.warning("%r under %s is not a session directory (its name is not UTF-8)", e.name, base)
-            continue
-        if os.path.isfile(os.path.join(e.path, EVENTS_FILE)):
-            ids.append(session_id_of(Path(e.path)))
-    return ids
-
-
-def _is_utf8(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-        return True
-    except UnicodeEncodeError:
-        return False
-
-
-# Sessions per task of a worker process: enough to make the round trip negligible, few enough
-# that the workers finish together.
-_REBUILD_CHUNK = 16
-
-
-def rebuild_each(root: os.PathLike | str, ids: Iterable[str], *, jobs: int = 1,
-                 ) -> Iterator[tuple[str, Union[Manifest, MemstoreError]]]:
-    """Rebuild the views of each session of ``ids`` (each distinct id once) as :func:`rebuild`
-    does, not the catalog, yielding ``(session_id, manifest)`` in order as each is done, or
-    ``(session_id, error)`` for one that failed with a :class:`MemstoreError` (the others are
-    rebuilt all the same).
-
-    With ``jobs`` > 1 the sessions are rebuilt in that many worker processes, started fresh
-    (``spawn``) so that nothing of this process, its threads or its open sessions, is
-    inherited; as with any use of ``spawn``, a script that asks for them must guard its top
-    level with ``if __name__ == "__main__":``. Here instead are rebuilt: a session this
-    process has open (under its lock), every session when derived tables other than
-    memstore's own are registered (a fresh process would not have them), fewer sessions than
-    would keep the workers busy (starting one costs a few hundred ms), and whatever a worker
-    that died (killed, out of memory) left undone.
-    """
-    ids = list(dict.fromkeys(ids))
-    if type(jobs) is not int or jobs < 1:
-        raise ValueError(f"jobs must be a positive int, not {jobs!r}")
-    if jobs > 1 and {t.name for t in derived_tables()} != _OWN_DERIVED_TABLES:
-        logger.info("rebuilding in this process: worker processes would not have the derived tables registered here")
-        jobs = 1
-    if jobs == 1 or len(ids) < 2 * _REBUILD_CHUNK:
-        for sid in ids:
-            yield sid, _rebuild_outcome(root, sid)
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
-    root = Path(root).absolute()
-    here = _open_here(root, ids)
-    away = [sid for sid in ids if sid not in here]
-    chunks = [away[i:i + _REBUILD_CHUNK] for i in range(0, len(away), _REBUILD_CHUNK)]
-    with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {chunk[0]: pool.submit(_rebuild_chunk, str(root), chunk) for chunk in chunks}
-        broken = False
-        try:
-            done: dict[str, Union[Manifest, MemstoreError]] = {}
-            for sid in ids:
-                if sid in futures and not broken:
-                    try:
-                        done.update(futures.pop(sid).result())
-                    except BrokenProcessPool as exc:
-                        logger.warning("a rebuild worker process died (%s): rebuilding the rest here", exc)
-                        broken = True
-                if sid in here or sid not in done:
-                    yield sid, _rebuild_outcome(root, sid)
-                else:
-                    yield sid, done.pop(sid)
-        finally:
-            for future in futures.values():
-                future.cancel()
-
-
-# The derived tables a fresh process registers (importing memstore): worker processes have
-# these and no others.
-_OWN_DERIVED_TABLES = {"event_details", "chunks", "file_changes"}
-
-
-def _open_here(root: Path, ids: list[str]) -> set[str]:
-    """The ids of ``ids`` that name a session this process has open, and those that name none
-    (they fail here, with their error)."""
-    open_keys = registry.open_keys()
-    here = set()
-    for sid in ids:
-        try:
-            if os.path.realpath(session_directory(root, sid)) in open_keys:
-                here.add(sid)
-        except MemstoreError:
-            here.add(sid)
-    return here
-
-
-def _rebuild_chunk(root: str, ids: list[str]) -> list[tuple[str, Union[Manifest, MemstoreError]]]:
-    """A worker process's task: rebuild these sessions."""
-    return [(sid, _rebuild_outcome(root, sid)) for sid in ids]
-
-
-def _rebuild_outcome(root: os.PathLike | str, session_id: str) -> Union[Manifest, MemstoreError]:
-    try:
-        return _rebuild_session(root, session_id)
-    except MemstoreError as exc:
-        return exc
-
-
-def _rebuild_session(root: os.PathLike | str, session_id: str) -> Manifest:
     directory = session_directory(root, session_id)
     if directory.is_symlink() or not (directory / EVENTS_FILE).is_file():
         raise StoreIOError("rebuild", directory, "no such session (no events.jsonl)")
     log = _open(root, session_id, 0, "turn", None, force_rescan=True)
     try:
-        try:
-            if not log._s.index.fully_derived:  # (a small log's rescan derived as it went)
-                derive_all(log._s)
-        except StoreIOError as exc:
-            # The index itself is rebuilt; only the search chunks lag, and readers derive
-            # them in memory until a writer catches up.
-            logger.warning("rebuild of %s: the search chunks could not be derived: %s", log.directory, exc)
-        _rebuild_derived_files(log)
-        return log.manifest
-    finally:
+        if not log._s.index.fully_derived:  # (a small log's rescan derived as it went)
+            derive_all(log._s)
+    except StoreIOError as exc:
+        # The index itself is rebuilt; only the search chunks lag, and readers derive
+        # them in memory until a writer catches up.
+        logger.warning("rebuild of %s: the search chunks could not be derived: %s", log.directory, exc)
+    except BaseException:
         log.close()
+        raise
+    return log
 
 
 __all__ = [
@@ -933,9 +754,7 @@ __all__ = [
     "SessionLog",
     "open_session",
     "plan_cap_eviction",
-    "rebuild",
-    "rebuild_each",
-    "session_ids",
+    "rebuild_index",
     "write_eviction_summary",
     "cap_low_water",
 ]

@@ -82,6 +82,7 @@ from ..events import Record
 from ..fsio import atomic_write, read_no_follow
 from ..session.log import SessionLog, open_session
 from ..session.manifest import SessionSummary, summary_cache
+from .registry import FileView, register_file_view
 
 logger = logging.getLogger("memstore")
 
@@ -807,3 +808,6 @@ __all__ = [
     "ENVELOPE_EVENT",
     "VIEW_MARKER",
 ]
+
+
+register_file_view(FileView("memory", MEMORY_FILE, (ENVELOPE_EVENT,), refresh_memory_view))
