@@ -1,0 +1,267 @@
+"""``Store(root)``: the one object a memstore user holds.
+
+A ``Store`` opens, reads, lists, searches, imports, rebuilds, keeps and packs the sessions under
+one root, in the way sqlite-utils' ``Database(path)`` is the way into one database. It is cheap
+to create (nothing touches the disk until a method needs it) and may keep warm state between
+calls: the catalog connection and the search index of this process. The free functions of
+:mod:`memstore` remain, each a thin wrapper over the same library code.
+
+    >>> store = Store("/tmp/agents")
+    >>> with store.open("run-42") as log:
+    ...     log.append({"type": "turn.started"})
+    >>> hits = store.search("cargo test failed")
+
+Opening and appending load only the write path: search (numpy), the catalog, importers and the
+store-wide maintenance modules are imported by the methods that use them, so an agent that
+only appends never pays for them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Optional, Union
+
+from typing import TYPE_CHECKING
+
+from . import reader
+from .errors import SessionNotFound
+from .layout import catalog_path, session_directory, sessions_root
+from .session.log import DEFAULT_MAX_EVENTS, SessionLog, open_session
+from .session.manifest import Manifest, SessionSummary, list_sessions
+from .views import memory_view
+from .views import progress as ledger
+
+if TYPE_CHECKING:
+    from .catalog import RefreshReport
+    from .importers import ImportReport
+    from .maintenance import DoctorReport
+    from .migration import MigrationReport
+    from .pack import PackVerification, SessionAuditPack
+    from .retention import RetentionPolicy, RetentionReport
+    from .search import MemorySearchResult
+
+Progress = Optional[Callable[[int, int], None]]
+PathArg = Union[str, "os.PathLike[str]"]
+
+
+class Store:
+    """The store rooted at ``root`` (a directory holding ``sessions/``; a VT Code workspace's
+    ``.vtcode`` works too). ``~`` is expanded and the path made absolute once, so a later
+    ``os.chdir`` cannot move the store under its user."""
+
+    def __init__(self, root: PathArg):
+        self.path = Path(root).expanduser().absolute()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Store {str(self.path)!r}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Store) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release what the store keeps warm (nothing a later call cannot reopen)."""
+
+    # -- where things are --------------------------------------------------------------------
+
+    @property
+    def exists(self) -> bool:
+        """Whether the root is a directory (a store with no session yet counts)."""
+        return self.path.is_dir()
+
+    @property
+    def sessions_path(self) -> Path:
+        return sessions_root(self.path)
+
+    @property
+    def catalog_path(self) -> Path:
+        return catalog_path(self.path)
+
+    def session_path(self, session_id: str) -> Path:
+        """The directory of ``session_id`` (which need not exist)."""
+        return session_directory(self.path, session_id)
+
+    # -- one session ---------------------------------------------------------------------------
+
+    def open(
+        self,
+        session_id: str,
+        *,
+        max_events: int = DEFAULT_MAX_EVENTS,
+        durability: str = "turn",
+        on_evict: Optional[Callable] = None,
+    ) -> SessionLog:
+        """Open (creating if needed) ``session_id`` for writing: see :func:`memstore.open_session`."""
+        return open_session(self.path, session_id, max_events, durability, on_evict=on_evict)
+
+    def read(self, session_id: str) -> reader.SessionReader:
+        """A reader of ``session_id`` that never locks and never writes (see
+        :func:`memstore.read_session`); :class:`SessionNotFound` when it is not there."""
+        return reader.read_session(self.path, session_id)
+
+    def __getitem__(self, session_id: str) -> Manifest:
+        """The manifest of ``session_id`` as its log says it is now."""
+        with self.read(session_id) as session:
+            return session.manifest
+
+    def __contains__(self, session_id: object) -> bool:
+        if not isinstance(session_id, str):
+            return False
+        try:
+            with self.read(session_id):
+                return True
+        except SessionNotFound:
+            return False
+
+    # -- many sessions -------------------------------------------------------------------------
+
+    def session_ids(self) -> list[str]:
+        """The ids of the sessions that hold a log, in directory-name order."""
+        from .maintenance import session_ids
+
+        return session_ids(self.path)
+
+    def sessions(self, limit: Optional[int] = None) -> list[SessionSummary]:
+        """Summaries of the sessions, most recently updated first, at most ``limit``."""
+        return list_sessions(self.path, limit)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.session_ids())
+
+    def __len__(self) -> int:
+        return len(self.session_ids())
+
+    # -- search, facts and the catalog ---------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 6,
+        session: Optional[str] = None,
+        since: Optional[str] = None,
+        source: Optional[str] = None,
+        recency: bool = True,
+        min_score: float = 0.0,
+    ) -> list[MemorySearchResult]:
+        """BM25 search over every session (see :func:`memstore.search_memory`)."""
+        from .search import search_memory
+
+        return search_memory(self.path, query, limit, min_score, source=source, session_id=session, since=since,
+                             recency=recency)
+
+    def refresh(self, *, progress: Progress = None) -> RefreshReport:
+        """Bring the catalog up to date with the sessions (see :func:`memstore.refresh_catalog`)."""
+        from .catalog import refresh_catalog
+
+        return refresh_catalog(self.path, progress=progress)
+
+    def facts(self, limit: Optional[int] = 100, *, session: Optional[str] = None) -> list[memory_view.FactRecord]:
+        """The grounded facts of the memory views, newest sessions first (or one session's)."""
+        if session is None:
+            return memory_view.query_facts(self.path, limit)
+        rows = memory_view.session_memory_facts(self.path, session)
+        if limit is not None:
+            rows = rows[:limit]
+        return [memory_view.FactRecord(session, row["fact"], row["source"]) for row in rows]
+
+    def recent(self, n: int) -> list[SessionSummary]:
+        """The ``n`` most recently updated sessions, newest first."""
+        return memory_view.recent_sessions(self.path, n)
+
+    def progress(self, session_id: str) -> Optional[ledger.ProgressLedger]:
+        """The session's progress ledger, ``None`` when it has none."""
+        return ledger.load_progress(self.path, session_id)
+
+    # -- maintenance -----------------------------------------------------------------------------
+
+    def rebuild(self, session_id: Optional[str] = None, *, jobs: int = 1, refresh: bool = True):
+        """Regenerate views from the logs: one session's (returning its manifest) or, with no
+        ``session_id``, every session's (returning their manifests). See :func:`memstore.rebuild`."""
+        from .maintenance import rebuild
+
+        return rebuild(self.path, session_id, refresh=refresh, jobs=jobs)
+
+    def rebuild_each(self, ids: Iterable[str], *, jobs: int = 1):
+        """Rebuild each of ``ids``, yielding ``(session_id, manifest or error)``."""
+        from .maintenance import rebuild_each
+
+        return rebuild_each(self.path, ids, jobs=jobs)
+
+    def doctor(self, *, fix: bool = False, progress: Progress = None) -> DoctorReport:
+        """Check (and with ``fix``, repair) every session and the catalog."""
+        from .maintenance import check_store
+
+        return check_store(self.path, fix=fix, progress=progress)
+
+    def retention(
+        self,
+        policy: Optional[RetentionPolicy] = None,
+        *,
+        apply: bool = False,
+        preserve: Optional[str] = None,
+    ) -> RetentionReport:
+        """What retention would remove under ``policy`` (a dry run), or, with ``apply=True``,
+        remove it: a removal is always asked for explicitly. ``preserve`` is never touched."""
+        from .retention import RetentionPolicy, apply_retention_preserving
+
+        return apply_retention_preserving(self.path, policy or RetentionPolicy(), preserve, dry_run=not apply)
+
+    def pin(self, session_id: str, reason: str = "") -> Path:
+        """Keep ``session_id`` from retention until :meth:`unpin`."""
+        from .retention import pin_session_retention
+
+        return pin_session_retention(self.session_path(session_id), reason)
+
+    def unpin(self, session_id: str) -> bool:
+        """Let retention consider ``session_id`` again; whether it was pinned."""
+        from .retention import unpin_session_retention
+
+        return unpin_session_retention(self.session_path(session_id))
+
+    # -- in and out ------------------------------------------------------------------------------
+
+    def import_logs(
+        self,
+        paths: Union[PathArg, Iterable[PathArg]],
+        source: str = "auto",
+        *,
+        settle_seconds: Optional[float] = None,
+        progress: Progress = None,
+    ) -> ImportReport:
+        """Import Codex CLI and Claude Code logs (see :func:`memstore.import_logs`; ``settle_seconds``
+        ``None`` is its default)."""
+        from .importers import DEFAULT_SETTLE_SECONDS, import_logs
+
+        settle = DEFAULT_SETTLE_SECONDS if settle_seconds is None else settle_seconds
+        return import_logs(self.path, paths, source, settle_seconds=settle, progress=progress)
+
+    def migrate(self, *, remove_legacy: bool = False) -> MigrationReport:
+        """Import VT Code's legacy stores under the root (see :func:`memstore.migrate_legacy`)."""
+        from .migration import migrate_legacy
+
+        return migrate_legacy(self.path, remove_legacy)
+
+    def pack(self, session_id: str, output: Optional[PathArg] = None) -> tuple[SessionAuditPack, Path]:
+        """Write an audit pack of ``session_id``; returns ``(pack, path)``."""
+        from .pack import write_audit_pack
+
+        return write_audit_pack(self.path, session_id, output)
+
+    def verify(self, session_id: str, pack_path: Optional[PathArg] = None) -> PackVerification:
+        """Verify ``session_id`` against an audit pack (by default its own)."""
+        from .pack import default_pack_path, read_audit_pack, verify_audit_pack
+
+        path = pack_path if pack_path is not None else default_pack_path(self.path, session_id)
+        return verify_audit_pack(self.path, session_id, read_audit_pack(path))
