@@ -494,7 +494,7 @@ def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: s
     files. From the attached index as far as its deriver went (and the reader's snapshot of
     it), then made here from the records themselves (all of them, when the index could not be
     attached). Returns the new chunk ids and the last seq copied."""
-    path = f"sessions/{name}/{EVENTS_FILE}"
+    path = f"{SESSIONS_DIR}/{name}/{EVENTS_FILE}"
     ids: list[int] = []
     copied = after
     if attached:

@@ -20,6 +20,7 @@ import orjson
 
 from . import errors
 from .events import MAX_SEQ
+from .layout import DERIVED_DIR, PACK_FILE
 
 
 def _echo_json(data) -> None:
@@ -544,7 +545,7 @@ def progress_command(session, root, as_json):
     "-o",
     type=click.Path(dir_okay=False, path_type=str),
     default=None,
-    help="Where to write the pack (default: <session>/derived/audit-pack.json).",
+    help=f"Where to write the pack (default: <session>/{DERIVED_DIR}/{PACK_FILE}).",
 )
 @root_option
 @json_option

@@ -55,6 +55,11 @@ EVICTION_SUMMARY_PREFIX = "eviction-summary-"
 IMPORT_STATE_FILE = "import-state.json"
 PACK_FILE = "audit-pack.json"
 
+# -- VT Code's legacy stores in a workspace's .vtcode/ (read by ``memstore migrate``) -------
+LEGACY_HISTORY_DIR = "history"  # history/<sid>_<turn>_<stamp>.memory.json
+LEGACY_LOGS_DIR = "logs"  # logs/trajectory.jsonl (live) and logs/trajectory-<stamp>.jsonl
+LEGACY_TRAJECTORY_FILE = TRAJECTORY_FILE  # the live trajectory log has the view's name
+
 
 # -- session ids ----------------------------------------------------------------------------
 

@@ -326,7 +326,7 @@ def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict
     if torn > 0:
         found.append(problem("torn_tail", f"{torn} bytes after the last complete line of events.jsonl", session_id))
     if not index_ok:
-        found.append(problem("index", "index/session.db is missing or unusable (reads fall back to the log)", session_id))
+        found.append(problem("index", f"{INDEX_DIR}/{INDEX_FILE} is missing or unusable (reads fall back to the log)", session_id))
     elif behind and not live:
         found.append(problem("index", f"the index is behind the log by {behind} events", session_id))
     on_disk = load_manifest(directory)

@@ -57,7 +57,16 @@ from typing import Iterable, Optional
 
 import orjson
 
-from .layout import DERIVED_DIR, MEMORY_FILE, TRAJECTORY_FILE, check_session_id, session_directory
+from .layout import (
+    DERIVED_DIR,
+    LEGACY_HISTORY_DIR,
+    LEGACY_LOGS_DIR,
+    LEGACY_TRAJECTORY_FILE,
+    MEMORY_FILE,
+    TRAJECTORY_FILE,
+    check_session_id,
+    session_directory,
+)
 from . import events as ev
 from .errors import (
     InvalidEvent,
@@ -78,10 +87,7 @@ from .retention import GcLog
 
 logger = logging.getLogger("memstore")
 
-HISTORY_DIR = "history"
-LOGS_DIR = "logs"
 ENVELOPE_SUFFIX = ".memory.json"
-LIVE_TRAJECTORY = "trajectory.jsonl"
 LIVE_TRAJECTORY_SESSION = "traj-live"
 IMPORTER = "memstore.migrate"
 MAX_ENVELOPE_BYTES = 16 << 20
@@ -245,7 +251,7 @@ def envelope_session_id(name: str, envelope: dict) -> str:
 
 
 def _read_envelope(root: Path, entry: os.DirEntry, skipped: list[SkippedSource]) -> Optional[_Envelope]:
-    rel = f"{HISTORY_DIR}/{entry.name}"
+    rel = f"{LEGACY_HISTORY_DIR}/{entry.name}"
     try:
         raw, st = _read_source(Path(entry.path), MAX_ENVELOPE_BYTES)
     except (StoreIOError, ValueError) as exc:
@@ -270,11 +276,11 @@ def _read_envelope(root: Path, entry: os.DirEntry, skipped: list[SkippedSource])
 
 def _collect_envelopes(root: Path, skipped: list[SkippedSource]) -> dict[str, list[_Envelope]]:
     groups: dict[str, list[_Envelope]] = {}
-    for entry in _listing(root, HISTORY_DIR, skipped):
+    for entry in _listing(root, LEGACY_HISTORY_DIR, skipped):
         name = entry.name
         if not name.endswith(".json"):
             continue  # compaction history artifacts (*.jsonl), temp files: not envelopes
-        rel = f"{HISTORY_DIR}/{name}"
+        rel = f"{LEGACY_HISTORY_DIR}/{name}"
         if not name.endswith(ENVELOPE_SUFFIX):
             skipped.append(SkippedSource(rel, "not a memory envelope (*.memory.json)"))
             continue
@@ -288,7 +294,7 @@ def _collect_envelopes(root: Path, skipped: list[SkippedSource]) -> dict[str, li
 
 def trajectory_session_id(name: str) -> Optional[str]:
     """The session a ``logs/<name>`` trajectory log goes to, or ``None`` if it is not one."""
-    if name == LIVE_TRAJECTORY:
+    if name == LEGACY_TRAJECTORY_FILE:
         return LIVE_TRAJECTORY_SESSION
     match = _ROTATED.match(name)
     return f"traj-{match['stamp']}" if match else None
@@ -311,7 +317,7 @@ def _split_lines(data: bytes, *, complete_only: bool) -> tuple[list[tuple[int, b
 
 
 def _read_trajectory(entry: os.DirEntry, sid: str, skipped: list[SkippedSource]) -> Optional[_Trajectory]:
-    rel = f"{LOGS_DIR}/{entry.name}"
+    rel = f"{LEGACY_LOGS_DIR}/{entry.name}"
     try:
         raw, st = _read_source(Path(entry.path), MAX_TRAJECTORY_BYTES)
     except (StoreIOError, ValueError) as exc:
@@ -324,18 +330,18 @@ def _read_trajectory(entry: os.DirEntry, sid: str, skipped: list[SkippedSource])
 
 def _collect_trajectories(root: Path, skipped: list[SkippedSource]) -> list[_Trajectory]:
     rotated, live = [], []
-    for entry in _listing(root, LOGS_DIR, skipped):
+    for entry in _listing(root, LEGACY_LOGS_DIR, skipped):
         name = entry.name
         if not name.endswith(".jsonl"):
             continue
         sid = trajectory_session_id(name)
         if sid is None:
-            skipped.append(SkippedSource(f"{LOGS_DIR}/{name}", "not a trajectory log (trajectory*.jsonl)"))
+            skipped.append(SkippedSource(f"{LEGACY_LOGS_DIR}/{name}", "not a trajectory log (trajectory*.jsonl)"))
             continue
         try:
             check_session_id(sid)
         except InvalidSessionId as exc:
-            skipped.append(SkippedSource(f"{LOGS_DIR}/{name}", f"no usable session id in its name ({exc})"))
+            skipped.append(SkippedSource(f"{LEGACY_LOGS_DIR}/{name}", f"no usable session id in its name ({exc})"))
             continue
         trajectory = _read_trajectory(entry, sid, skipped)
         if trajectory is not None:
@@ -677,8 +683,8 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
 
     removable: list[tuple[str, Path, os.stat_result, str]] = []  # (rel, path, as read, session)
     kept = report.kept
-    for entry in _listing(root, HISTORY_DIR, kept):
-        rel = f"{HISTORY_DIR}/{entry.name}"
+    for entry in _listing(root, LEGACY_HISTORY_DIR, kept):
+        rel = f"{LEGACY_HISTORY_DIR}/{entry.name}"
         if not entry.name.endswith(ENVELOPE_SUFFIX):
             kept.append(SkippedSource(rel, "not a memory envelope; migrate does not import it"))
             continue
@@ -691,8 +697,8 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
             kept.append(SkippedSource(rel, f"not imported into session {envelope.session_id!r} (run migrate)"))
             continue
         removable.append((rel, Path(entry.path), envelope.st, envelope.session_id))
-    for entry in _listing(root, LOGS_DIR, kept):
-        rel = f"{LOGS_DIR}/{entry.name}"
+    for entry in _listing(root, LEGACY_LOGS_DIR, kept):
+        rel = f"{LEGACY_LOGS_DIR}/{entry.name}"
         sid = trajectory_session_id(entry.name) if entry.name.endswith(".jsonl") else None
         if sid is None:
             kept.append(SkippedSource(rel, "not a trajectory log; migrate does not import it"))
@@ -728,7 +734,7 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
                               updated_at=None)
                 report.removed.append(rel)
                 report.bytes_freed += before.st_size
-    for name in (HISTORY_DIR, LOGS_DIR):
+    for name in (LEGACY_HISTORY_DIR, LEGACY_LOGS_DIR):
         try:
             os.rmdir(root / name)  # only when empty; never follows a symlink
         except OSError:

@@ -58,6 +58,8 @@ from .layout import (
     MEMORY_FILE,
     PIN_FILE,
     PROGRESS_FILE,
+    SESSIONS_DIR,
+    TRAJECTORY_FILE,
     TRASH_DIR,
     check_session_id,
     session_dir_name,
@@ -595,7 +597,7 @@ def _is_empty_shell(path: str) -> bool:
     derived = os.path.join(path, DERIVED_DIR)
     # A trajectory VT Code's migration wrote, or the session's progress ledger (goal,
     # milestones, handoff): data that no log holds.
-    for name in ("trajectory.jsonl", PROGRESS_FILE):
+    for name in (TRAJECTORY_FILE, PROGRESS_FILE):
         try:
             data = os.lstat(os.path.join(derived, name))
             if not stat.S_ISREG(data.st_mode) or data.st_size > 0:
@@ -751,7 +753,7 @@ def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_lo
     def log_removal() -> None:
         # Recorded once the session is in the trash and before it is deleted: a crash between
         # the two leaves a record and a trash entry, never a removal nobody recorded.
-        gc_log.record(session_id=record.session_id, directory=f"sessions/{seen.name}", reason=reason, size=size,
+        gc_log.record(session_id=record.session_id, directory=f"{SESSIONS_DIR}/{seen.name}", reason=reason, size=size,
                       updated_at=record.updated_at)
 
     try:

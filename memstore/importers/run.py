@@ -36,7 +36,7 @@ from typing import Callable, Optional
 
 import orjson
 
-from ..layout import DERIVED_DIR, EVENTS_FILE, IMPORT_STATE_FILE, PIN_FILE, session_directory
+from ..layout import DERIVED_DIR, EVENTS_FILE, IMPORT_STATE_FILE, PIN_FILE, SESSIONS_DIR, session_directory
 from ..errors import InvalidEvent, SessionBusyError, StoreIOError
 from ..events import LIFECYCLE_KINDS
 from ..fsio import atomic_write, read_no_follow
@@ -212,7 +212,7 @@ def discard_session(root: Path, session_id: str) -> None:
             manifest = None
 
         def record() -> None:
-            gc_log.record(session_id=session_id, directory=f"sessions/{directory.name}", reason=REASON_REGENERATED,
+            gc_log.record(session_id=session_id, directory=f"{SESSIONS_DIR}/{directory.name}", reason=REASON_REGENERATED,
                           size=size, updated_at=manifest.updated_at if manifest is not None else None)
 
         # Asked again under the session's lock, where no one can pin it unseen any more.
