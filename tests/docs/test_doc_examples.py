@@ -15,7 +15,7 @@ RUNNABLE_PAGES = ["python-api.md"]
 
 
 def _blocks(page: str) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(encoding="utf-8"), flags=re.S)
+    return re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(encoding="utf-8"), flags=re.DOTALL)
 
 
 @pytest.mark.parametrize("page", RUNNABLE_PAGES)
