@@ -41,7 +41,7 @@ import logging
 import math
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
 from enum import Enum
@@ -234,7 +234,13 @@ class PriceData:
 
     @property
     def price_version(self) -> str:
-        return f"{self.package} {self.version} (data {self.data_sha256[:12]})"
+        """What every estimate names: ``genai-prices 0.2.3 (data 5f4d8e175a91)``."""
+        return _price_version(self.package, self.version, self.data_sha256)
+
+
+@lru_cache(maxsize=8)
+def _price_version(package: str, version: str, data_sha256: str) -> str:
+    return f"{package} {version} (data {data_sha256[:12]})"
 
 
 class _Library(NamedTuple):
@@ -298,6 +304,34 @@ class ModelRates:
     request_fee: Optional[Decimal]  # per request
     tiered: bool
     time_of_day: bool
+    first_tier_start: Optional[int] = field(init=False)  # the smallest prompt size a tier starts above
+    base: tuple[Decimal, Decimal, Decimal, Decimal] = field(init=False)  # prices(0, single_request=False)
+
+    def __post_init__(self) -> None:
+        rates = (self.input, self.cached_input, self.cache_write, self.output)
+        starts = [rate[1][0][0] for rate in rates if rate is not None and rate[1]]
+        object.__setattr__(self, "first_tier_start", min(starts) if starts else None)
+        object.__setattr__(self, "base", self.prices(0, single_request=False))
+
+    def prices(self, prompt_tokens: int, *, single_request: bool) -> tuple[Decimal, Decimal, Decimal, Decimal]:
+        """The per-token price of (uncached input, cached input, cache writes, output) for a usage
+        whose prompt is ``prompt_tokens``: base rates, or for one request the tier its prompt
+        reaches. Cache reads and writes without a price of their own take the input price; a
+        class the table has no price for is 0 here (:func:`price_usage` leaves usage of it
+        unpriced rather than use that 0)."""
+        def pick(rate: Optional[Rate]) -> Optional[Decimal]:
+            if rate is None:
+                return None
+            base, tiers = rate
+            if single_request:
+                for start, price in reversed(tiers):
+                    if prompt_tokens > start:
+                        return price
+            return base
+        input_price = pick(self.input) or _ZERO
+        cached, written, output = pick(self.cached_input), pick(self.cache_write), pick(self.output)
+        return (input_price, input_price if cached is None else cached, input_price if written is None else written,
+                _ZERO if output is None else output)
 
     def per_million(self, rate: Optional[Rate]) -> Optional[Decimal]:
         """A base per-token rate as the usual price per million tokens."""
@@ -416,6 +450,7 @@ def _moment(when: Union[datetime, str, None]) -> tuple[str, str]:
     return dt.date().isoformat(), dt.strftime("%Y-%m-%dT%H:%M")
 
 
+@lru_cache(maxsize=256)
 def _hint(provider_hint: Optional[str]) -> Optional[str]:
     """A provider id from a hint that is one or a memstore agent name (``None`` for an agent of
     no one provider, or for an empty hint)."""
@@ -425,6 +460,7 @@ def _hint(provider_hint: Optional[str]) -> Optional[str]:
     return AGENT_PROVIDERS[key] if key in AGENT_PROVIDERS else key or None
 
 
+@lru_cache(maxsize=256)
 def _provider(provider: Optional[str]) -> Optional[str]:
     return provider.strip().lower() or None if provider else None
 
@@ -460,15 +496,6 @@ def _warn_once(model: str, note: str) -> None:
     if key not in _warned:
         _warned.add(key)
         logger.warning("cost of %r is unpriced: %s", model, note)
-
-
-def _pick(rate: Rate, prompt_tokens: int, single_request: bool) -> Decimal:
-    base, tiers = rate
-    if single_request and tiers:
-        for start, price in reversed(tiers):
-            if prompt_tokens > start:
-                return price
-    return base
 
 
 def price_usage(model: Optional[str], usage: UsageLike, *, provider_hint: Optional[str] = None,
@@ -507,42 +534,32 @@ def price_usage(model: Optional[str], usage: UsageLike, *, provider_hint: Option
     prompt, cached, written, output = tokens
     uncached = prompt - cached - written
     if uncached < 0:
-        note = (f"usage is inconsistent: cached input ({cached}) and cache writes ({written}) exceed the "
-                f"whole prompt ({prompt}); memstore's input_tokens includes both")
         _warn_once(model, "inconsistent usage")
-        return _unpriced(model, note, version, day)
-    input_rate = rates.input
-    if input_rate is None and prompt:
-        note = f"the price table has no input price for {rates.model_matched}"
-        _warn_once(model, note)
-        return _unpriced(model, note, version, day)
+        return _unpriced(model, f"usage is inconsistent: cached input ({cached}) and cache writes ({written}) "
+                                f"exceed the whole prompt ({prompt}); memstore's input_tokens includes both",
+                         version, day)
+    if rates.input is None and prompt:
+        missing = f"the price table has no input price for {rates.model_matched}"
+        _warn_once(model, missing)
+        return _unpriced(model, missing, version, day)
     if rates.output is None and output:
-        note = f"the price table has no output price for {rates.model_matched}"
-        _warn_once(model, note)
-        return _unpriced(model, note, version, day)
-    in_price = _pick(input_rate, prompt, single_request) if input_rate is not None else _ZERO
-    cached_rate, write_rate = rates.cached_input, rates.cache_write
-    parts = CostParts(
-        input=uncached * in_price,
-        cached_input=cached * (_pick(cached_rate, prompt, single_request) if cached_rate is not None else in_price),
-        cache_write=written * (_pick(write_rate, prompt, single_request) if write_rate is not None else in_price),
-        output=output * _pick(rates.output, prompt, single_request) if rates.output is not None else _ZERO,
-        requests=rates.request_fee if single_request and rates.request_fee is not None else _ZERO,
-    )
-    notes = []
+        missing = f"the price table has no output price for {rates.model_matched}"
+        _warn_once(model, missing)
+        return _unpriced(model, missing, version, day)
+    in_price, cached_price, write_price, out_price = (
+        rates.prices(prompt, single_request=True) if single_request else rates.base)
+    fee = rates.request_fee if single_request and rates.request_fee is not None else _ZERO
+    parts = CostParts(uncached * in_price, cached * cached_price, written * write_price, output * out_price, fee)
+    note: Optional[str] = None
     if not single_request:
-        if rates.tiered and prompt > _first_tier_start(rates):
-            notes.append("priced at base rates: long-context tiers apply per request, and this usage may sum several")
+        first_tier = rates.first_tier_start
+        if first_tier is not None and prompt > first_tier:
+            note = "priced at base rates: long-context tiers apply per request, and this usage may sum several"
         if rates.request_fee is not None:
-            notes.append("per-request fees left out: the number of requests is not recorded")
-    return Cost(parts.total(), CostSource.ESTIMATED, version, model, rates.model_matched, rates.provider,
-                parts, rates.price_date, "; ".join(notes) or None)
-
-
-def _first_tier_start(rates: ModelRates) -> int:
-    starts = [tiers[0][0] for rate in (rates.input, rates.cached_input, rates.cache_write, rates.output)
-              if rate is not None and (tiers := rate[1])]
-    return min(starts) if starts else 2**63
+            fees = "per-request fees left out: the number of requests is not recorded"
+            note = fees if note is None else f"{note}; {fees}"
+    return Cost(parts.input + parts.cached_input + parts.cache_write + parts.output + fee, CostSource.ESTIMATED,
+                version, model, rates.model_matched, rates.provider, parts, rates.price_date, note)
 
 
 # --------------------------------------------------------------------------------------------
