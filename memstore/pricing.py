@@ -155,8 +155,7 @@ def as_token_usage(usage: UsageLike) -> TokenUsage:
 # Figures
 
 
-@dataclass(frozen=True, slots=True)
-class CostParts:
+class CostParts(NamedTuple):
     """What each token class cost, in USD: uncached input, cached input (cache reads), cache
     writes, output, and per-request fees (only for a single request: see :func:`price_usage`).
     Each part is priced at the rate the table applies to it: a model without a cache-read or
@@ -172,9 +171,9 @@ class CostParts:
         return self.input + self.cached_input + self.cache_write + self.output + self.requests
 
 
-@dataclass(frozen=True, slots=True)
-class Cost:
-    """One dollar figure and its provenance.
+class Cost(NamedTuple):
+    """One dollar figure and its provenance (immutable; a named tuple, as a store's worth of
+    turns makes a million of them).
 
     ``usd`` is ``None`` exactly when ``source`` is ``UNPRICED``. ``model`` is the name as
     recorded, ``model_matched`` and ``provider`` the price table's entry it was matched to,
@@ -436,7 +435,7 @@ def _moment(when: Union[datetime, str, None]) -> tuple[str, str]:
     if when is None:
         now = datetime.now(timezone.utc)
         return now.date().isoformat(), now.strftime("%Y-%m-%dT%H:%M")
-    if type(when) is str and _MEMSTORE_DAY.match(when):
+    if type(when) is str and _MEMSTORE_DAY.match(when) and _is_date(when[:10]):
         return when[:10], when[:16]
     if isinstance(when, str):
         dt = parse_ts(when)
@@ -448,6 +447,15 @@ def _moment(when: Union[datetime, str, None]) -> tuple[str, str]:
         raise PricingInputError(f"when must be a datetime or a timestamp string, not {type(when).__name__}")
     dt = dt.astimezone(timezone.utc)
     return dt.date().isoformat(), dt.strftime("%Y-%m-%dT%H:%M")
+
+
+@lru_cache(maxsize=4096)
+def _is_date(text: str) -> bool:
+    try:
+        datetime.strptime(text, "%Y-%m-%d")
+    except ValueError:
+        return False
+    return True
 
 
 @lru_cache(maxsize=256)
@@ -512,7 +520,8 @@ def price_usage(model: Optional[str], usage: UsageLike, *, provider_hint: Option
     served the usage, when the source says (Codex's ``model_provider``: ``openai``, ``azure``,
     ``openrouter``, ``ollama``...): only its prices apply, and a provider the table does not
     know leaves the usage unpriced. ``when``: the time of the usage (a memstore timestamp, any
-    RFC 3339 string, or a datetime; default now): the prices in force then apply.
+    RFC 3339 string, or a datetime, naive ones taken as UTC; default now): the prices in force
+    then apply.
 
     ``single_request``: the usage is one API request. Long-context price tiers apply per
     request, by that request's prompt size; a turn's usage sums many requests whose sizes are

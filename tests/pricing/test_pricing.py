@@ -534,3 +534,9 @@ def test_concurrent_pricing_gives_the_same_figures():
     for t in threads:
         t.join()
     assert results == [expected] * 4
+
+
+@pytest.mark.parametrize("when", ["2026-13-01T00:00:00.000Z", "2026-02-30T10:00:00.000Z", "2026-11-30"])
+def test_an_impossible_date_is_refused_clearly(when):
+    with pytest.raises(PricingInputError):
+        pricing.price_usage("gpt-5", TokenUsage(1, 0, 0, 1), when=when)
