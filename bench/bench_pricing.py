@@ -120,7 +120,8 @@ def main() -> None:
     lib_per_turn = lib / sum(1 for agent, *_ in sample if agent in ("claude", "codex"))
     print(f"{args.turns:,} turns, {args.repeat} repetitions (median), price table {pricing.price_data().price_version}")
     print(f"  baseline (build TokenUsage)    {base:8.3f} s  {args.turns / base:12,.0f} turns/s   1.0x")
-    print(f"  price_usage (cached lookups)   {ours:8.3f} s  {args.turns / ours:12,.0f} turns/s  {ours / base:6.1f}x baseline")
+    print(f"  price_usage (cached lookups)   {ours:8.3f} s  {args.turns / ours:12,.0f} turns/s  "
+          f"{ours / base:6.1f}x baseline")
     print(f"  genai-prices calc_price/turn   {lib_per_turn * args.turns:8.3f} s* {1 / lib_per_turn:12,.0f} turns/s "
           f"{lib_per_turn * args.turns / base:6.1f}x baseline  (*from {len(sample):,} turns)")
     print(f"  price_usage vs calc_price: {lib_per_turn * args.turns / ours:.1f}x faster; "
