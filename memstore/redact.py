@@ -349,7 +349,7 @@ _SHORT_KEYS = ("pass", "pwd")  # only as a whole word: not bypass, not cwd
 
 _VALUE = re.compile(
     r"[ \t]{0,8}(?:"
-    r"(?P<esc>\\{1,3})?(?:\"(?P<dq>(?:[^\"\\\n]|\\[^\"\n]){1,%d})|'(?P<sq>[^'\\\n]{1,%d})|`(?P<bq>[^`\\\n]{1,%d}))"
+    r"(?P<esc>\\{1,3})?(?:\"(?P<dq>(?:[^\"\\\n]|\\[^\"\nnrt]){1,%d})|'(?P<sq>[^'\\\n]{1,%d})|`(?P<bq>[^`\\\n]{1,%d}))"
     r"|(?P<uv>[^\s\"'`\\,;&|<>(){}\[\]]{1,%d}))" % (_MAX_VALUE, _MAX_VALUE, _MAX_VALUE, _MAX_VALUE))
 _AUTH_SCHEME = re.compile(r"(?i:(bearer|basic|token|digest|apikey))[ \t]+(?=\S)")
 _PLACEHOLDER_WORDS = frozenset(
@@ -362,12 +362,13 @@ _HEX_OR_UUID = re.compile(r"[0-9a-fA-F]+(?:-[0-9a-fA-F]+)*")
 _HASH_PREFIX = re.compile(r"(?i:sha1|sha224|sha256|sha384|sha512|md5|blake2b?|xxh\d*)[-:]")
 _ENTROPY_TOKEN = re.compile(r"[A-Za-z0-9+/=_~.-]{20,%d}" % _MAX_VALUE)
 _IDENT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
-_URL_USERINFO = re.compile(r"//(?P<user>[^\s/@:?#\"'<>]{1,256}):(?P<password>[^\s/?#\"'<>]{1,256})@(?=[A-Za-z0-9\[])")
+_URL_USERINFO = re.compile(r"//(?P<user>[^\s/@:?#\"'<>]{0,256}):(?P<password>[^\s/?#\"'<>]{1,256})@(?=[A-Za-z0-9\[])")
 _URL_SCHEME_END = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}\Z")
 _FLAG = re.compile(r"--?(?P<name>(?:[A-Za-z0-9]+-)*(?:[A-Za-z0-9]+))(?:=|[ \t]+)")
 _CURL_USER = re.compile(r"-(?:u|-user)(?:[ \t]+|=)(?P<q>[\"']?)[^\s:\"'@]{1,128}:(?P<password>[^\s\"']{1,256})")
 
-_PRIORITY_FORMAT, _PRIORITY_USER, _PRIORITY_ASSIGNED, _PRIORITY_ENTROPY = 0, 1, 2, 3
+# Which kind names a secret that several rules found: the most specific.
+_PRIORITY_FORMAT, _PRIORITY_URL, _PRIORITY_USER, _PRIORITY_ASSIGNED, _PRIORITY_ENTROPY = 0, 1, 2, 3, 4
 
 
 def _key_kind(key: str) -> Optional[str]:
@@ -413,6 +414,8 @@ def _assigned_value_is_secret(value: str, kind: str, *, quoted: bool, spaced: bo
     """Whether ``value``, assigned to a key whose name says ``kind``, is a literal secret."""
     if not value or _is_placeholder(value) or _is_path(value):
         return False
+    if quoted and value[0] in ",;)]}":
+        return False  # the quote closed a string that ended with the key ('Password: ', stream)
     if not quoted:
         if follower and follower in "([":
             return False  # password=get_password(), token = tokens[0]
@@ -462,6 +465,7 @@ def _decodes_to_text(token: str) -> bool:
 
 
 _JOINERS = re.compile(r"[/._~-]+")
+_CAMEL_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 
 def _wordish(part: str) -> bool:
@@ -482,11 +486,16 @@ def looks_random(token: str) -> bool:
         return False
     if token.startswith(_ID_PREFIXES):
         return False
+    words = _CAMEL_WORDS.findall(token)
+    if sum(map(len, words)) == len(token) and len(token) >= 4 * len(words):
+        return False  # an identifier: stringEndArchive64Locator, AWSLambdaBasicExecutionRole2
     parts = [p for p in _JOINERS.split(token) if p]
     if len(parts) > 1 and sum(len(p) for p in parts if _wordish(p)) >= 0.75 * sum(len(p) for p in parts):
         return False  # words and numbers joined: a slug, a version, a host name, a path
     if _shannon(token) < 0.82 * math.log2(min(n, 64)):
         return False
+    if sum(ord(b) - ord(a) == 1 for a, b in zip(token, token[1:])) * 4 >= n:
+        return False  # an alphabet or a counting sequence: abcdef...0123456789
     return not _decodes_to_text(token)
 
 
@@ -602,6 +611,18 @@ def _format_triggers() -> list[_Trigger]:
     return triggers
 
 
+def _value_span(m: re.Match[str]) -> tuple[bool, int, int]:
+    """Whether a :data:`_VALUE` match is quoted, and where its value is. An unquoted value
+    ends before a trailing ``:`` or ``.`` (``if token == other:``, the end of a sentence)."""
+    for group in ("dq", "sq", "bq"):
+        if m.group(group) is not None:
+            return True, m.start(group), m.end(group)
+    start, end = m.span("uv")
+    while end > start and m.string[end - 1] in ":.":
+        end -= 1
+    return False, start, end
+
+
 def _separator_handler(text: str, at: int) -> Iterator[tuple[int, int, str, int]]:
     """At a ``=`` or ``:``: the value of a secret-named key, else a random-looking value."""
     end_key = at
@@ -617,10 +638,8 @@ def _separator_handler(text: str, at: int) -> Iterator[tuple[int, int, str, int]
     m = _VALUE.match(text, after)
     if m is None:
         return
-    quoted = m.group("uv") is None
-    group = next(g for g in ("dq", "sq", "bq", "uv") if m.group(g) is not None)
-    vstart, vend = m.span(group)
-    value = m.group(group)
+    quoted, vstart, vend = _value_span(m)
+    value = text[vstart:vend]
     kind = _key_kind(key) if key else None
     if kind is not None:
         if kind == "bearer-token":
@@ -644,7 +663,9 @@ def _separator_handler(text: str, at: int) -> Iterator[tuple[int, int, str, int]
             return
     if key and key.lower().replace("-", "_").endswith(_NOT_SECRET_KEYS):
         return
-    if not quoted and (text[vend:vend + 1] in ("(", "[") or _DOTTED_NAME.fullmatch(value)):
+    if text[at - 1:at] in ("!", "<", ">"):
+        return  # a comparison, not an assignment
+    if not quoted and (text[vend:vend + 1] in ("(", "[") or _DOTTED_NAME.fullmatch(value.lstrip("~!-+"))):
         return  # code: a call, an index, an attribute (retriever = BM25HF.load_from_hub(...))
     token = _ENTROPY_TOKEN.match(text, vstart, vend)
     if token is not None and token.end() == vend and looks_random(token.group()):
@@ -668,12 +689,10 @@ def _flag_handler(text: str, at: int) -> Iterator[tuple[int, int, str, int]]:
     value = _VALUE.match(text, m.end())
     if value is None:
         return
-    group = next(g for g in ("dq", "sq", "bq", "uv") if value.group(g) is not None)
-    text_value = value.group(group)
-    quoted = group != "uv"
-    follower = text[value.end(group):value.end(group) + 1]
-    if _assigned_value_is_secret(text_value, kind, quoted=quoted, spaced=False, colon=False, follower=follower):
-        yield (value.start(group), value.end(group), kind, _PRIORITY_ASSIGNED)
+    quoted, vstart, vend = _value_span(value)
+    if _assigned_value_is_secret(text[vstart:vend], kind, quoted=quoted, spaced=False, colon=False,
+                                 follower=text[vend:vend + 1]):
+        yield (vstart, vend, kind, _PRIORITY_ASSIGNED)
 
 
 def _url_handler(text: str, at: int) -> Iterator[tuple[int, int, str, int]]:
@@ -686,7 +705,7 @@ def _url_handler(text: str, at: int) -> Iterator[tuple[int, int, str, int]]:
     password = m.group("password")
     if _is_placeholder(password) or password.lower() in ("password", "pass", "secret"):
         return
-    yield (m.start("password"), m.end("password"), "url-password", _PRIORITY_FORMAT)
+    yield (m.start("password"), m.end("password"), "url-password", _PRIORITY_URL)
 
 
 def _keyword_condition() -> str:
@@ -699,7 +718,8 @@ def _keyword_condition() -> str:
 
 # A run of at least 20 token characters (not a path), with a digit in it, after optional space
 # and an opening quote: all a random-looking value needs, tested before Python sees it.
-_ENTROPY_AHEAD = r"(?=[ \t]?(?:\\{0,3}[\"'`])?[A-Za-z+=_~.-][A-Za-z+/=_~.-]{0,%d}\d)" % _MAX_VALUE
+_ENTROPY_AHEAD = (r"(?=[ \t]?(?:\\{0,3}[\"'`])?(?=[A-Za-z0-9+=_~.-][A-Za-z0-9+/=_~.-]{19})"
+                  r"[A-Za-z+/=_~.-]{0,%d}\d)" % _MAX_VALUE)
 _FLAG_KEYS = "|".join(_fold(k) for k in sorted({k.replace("_", "-").replace(".", "-") for k in _KEYS}, key=len, reverse=True))
 
 
