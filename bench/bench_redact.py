@@ -222,7 +222,8 @@ def run_detect_secrets(clean: list[dict], budget_bytes: int) -> None:
     text = "\n".join(_text(e) for e in clean)[:budget_bytes]
     lines = text.splitlines()
     size = len(text.encode()) / 1e6
-    names = [cls.__name__ for cls in get_mapping_from_secret_type_to_class().values()]
+    mapping: dict[str, type] = get_mapping_from_secret_type_to_class()
+    names = [plugin.__name__ for plugin in mapping.values()]
     print(f"\n## detect-secrets 1.5 and memstore.redact, line by line over {size:.2f} MB of the text without secrets")
     print(f"import: detect-secrets {with_import:.2f} s (it imports requests), "
           f"memstore.redact with its regex compiled {ours_import:.3f} s")
