@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 import orjson
 
+from .. import faults
 from ..layout import DERIVED_DIR, EVICTION_LOG, EVICTION_SUMMARY_PREFIX
 from .. import events as ev
 from ..errors import CapEvictionError, MemstoreError, StoreIOError
@@ -221,6 +222,7 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
             session.failed = None
     delta = len(head) - skip
     new_len = log.length - cut + delta
+    faults.check("cap.marker", path=session.dir)
     write_marker(session.dir, CapRewriteMarker(log.length, new_len, base))
     try:
         log.replace_from(cut + skip, head)
@@ -231,6 +233,7 @@ def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[Evictio
         # The log is replaced from here on. Should anything fail now, the descriptors or the
         # index may still describe the old log: the session fails closed and a reopen, guided
         # by the marker, brings them together again.
+        faults.check("cap.replaced", path=session.dir)
         fsync_dir(session.dir)
         log.close()
         log.open()

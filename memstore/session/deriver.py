@@ -16,6 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Optional
 
+from .. import faults
 from . import registry
 from .index import BatchRecord, derived_tables
 
@@ -140,6 +141,7 @@ class Deriver:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        faults.check("deriver.stopped", path=self.session.dir)
 
     def forget(self) -> None:
         """In a forked child: the thread does not exist there."""

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from .. import faults
 from . import registry
 from ..fsio import atomic_write
 from .manifest import summary_cache
@@ -146,6 +147,7 @@ class Publisher:
             # Committed: should the manifest fail now, only it is tried again.
             batch.rows, batch.lines, batch.turns, batch.manifest_row = [], None, {}, None
         if batch.manifest_json is not None and batch.manifest_json != self.published:
+            faults.check("manifest.publish", path=self.manifest_path, data=batch.manifest_json)
             atomic_write(self.manifest_path, batch.manifest_json, durable=False)
             summary_cache.invalidate(self.manifest_path)
             self.published = batch.manifest_json
@@ -181,6 +183,7 @@ class Publisher:
 
     def stop(self) -> None:
         """Drain, then end the thread."""
+        faults.check("publisher.stop", path=self.manifest_path)
         try:
             self.drain()
         finally:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import orjson
 
+from .. import faults
 from ..layout import INDEX_DIR, MANIFEST_FILE
 from .. import events as ev
 from ..errors import MemstoreError, StoreIOError
@@ -95,6 +96,7 @@ def recover(session: "_Session", force_rescan: bool) -> None:
         elif adopted:  # the index says what manifest.json says (a scan would have committed it)
             session.index.commit((), (), saved.manifest, log.tail)
     else:
+        faults.check("recovery.rescan", path=log.path, why=why)
         if log.length and not force_rescan:
             # A session VT Code wrote, opened here for the first time, has no index, and an
             # upgrade of memstore outdates every index: no news.
@@ -288,6 +290,7 @@ def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0,
     """Index the log from byte ``start`` to the end of the file, committing in batches so an
     interrupted scan resumes where it stopped. ``next_seq`` ends at least at ``seq_floor``.
     With ``derive_lazy`` the lazy derived tables get each batch too."""
+    faults.check("recovery.scan", path=session.log.path, start=start)
     state = session.state
     log = session.log
     rows: list[tuple] = []
@@ -332,6 +335,7 @@ def _commit_scan(session: "_Session", rows: list, offset: int, reset: bool, reco
     manifest.persisted_file_len = offset
     session.log.tail = session.log.read_tail(offset)
     try:
+        faults.check("recovery.batch", path=session.log.path, offset=offset)
         session.index.commit(rows, state.dirty.values(), manifest, session.log.tail, reset=reset, records=records,
                              derive_lazy=derive_lazy)
     except StoreIOError as exc:

@@ -17,6 +17,8 @@ import queue
 import threading
 from typing import Callable, Optional, Protocol
 
+from .. import faults
+
 logger = logging.getLogger("memstore")
 
 
@@ -52,6 +54,7 @@ def acquire(key: str, create: Callable[[], Shared]) -> tuple[Shared, bool]:
                 created = session is None
                 if created:
                     session = create()
+                    faults.check("registry.create", key=key)
                     _sessions[key] = session
                 session.handles += 1
                 return session, created
