@@ -59,7 +59,8 @@ def read_index(session_dir: Path) -> dict:
 
 def wait_until_derived(session_dir: Path, seq: int, timeout: float = 10.0) -> None:
     """Wait until the session's deriver (which runs when the agent is idle: tests make that
-    instant by setting ``memstore.session.deriver.IDLE_SECONDS``) has derived every record up to ``seq``."""
+    instant by setting ``TUNING.derive_idle_seconds``, see ``memstore.session.tuning``) has derived every
+    record up to ``seq``."""
     import time
 
     db = session_dir / "index" / "session.db"
@@ -103,11 +104,11 @@ def interrupt_the_next_rescan_after_its_first_batch(monkeypatch, fault, path: Pa
     (the StoreIOError names ``path``), at the ``recovery.batch`` fault point; the test disarms
     that point (``fault.disarm("recovery.batch")``) to let rescans work again."""
     import memstore
-    import memstore.session.recovery
+    from memstore.session.tuning import TUNING
 
-    monkeypatch.setattr(memstore.session.recovery, "SCAN_BATCH_EVENTS", 2)
+    monkeypatch.setattr(TUNING, "scan_batch_events", 2)
     # A rescan in place: one in memory leaves the old index as it was until it is done.
-    monkeypatch.setattr(memstore.session.recovery, "MEMORY_SCAN_BYTES", 0)
+    monkeypatch.setattr(TUNING, "memory_scan_bytes", 0)
     commits = []
 
     def killed_after_the_first_batch(**context):

@@ -22,8 +22,7 @@ import pytest
 
 import memstore
 import support
-import memstore.session.deriver
-import memstore.session.recovery
+from memstore.session.tuning import TUNING
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {"input_tokens": 1200, "output_tokens": 150}}
@@ -248,7 +247,7 @@ def test_a_failed_rebuild_of_an_open_session_leaves_its_handles_consistent(tmp_p
     for _ in range(4):
         log.append(TURN_STARTED)
         log.append(TURN_COMPLETED)
-    monkeypatch.setattr(memstore.session.recovery, "SCAN_BATCH_EVENTS", 2)
+    monkeypatch.setattr(TUNING, "scan_batch_events", 2)
     calls = []
 
     def full_disk_on_second_batch(path, offset):
@@ -336,7 +335,7 @@ def test_index_rows_of_dict_subclasses_and_str_enums_equal_a_rebuild(tmp_path, m
     Fix: use ``isinstance`` checks and store plain ``str(...)``/``int(...)`` values (or describe
     the event as it will decode).
     """
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 0.01)
     with memstore.open_session(tmp_path, "s") as log:
         log.append(TURN_STARTED)
         log.append({"type": "item.completed", "item": OrderedDict(

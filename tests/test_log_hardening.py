@@ -12,8 +12,7 @@ import pytest
 
 import memstore
 import support
-import memstore.session.deriver
-import memstore.session.recovery
+from memstore.session.tuning import TUNING
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
@@ -594,7 +593,7 @@ def test_the_deriver_comes_back_when_it_found_the_session_busy(tmp_path, monkeyp
     waited for ever."""
     import time
 
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.05)
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 0.05)
     log = memstore.open_session(tmp_path, "s")
     with log._s.lock:  # the agent reads the session as its turn ends (a read takes the lock)
         log.append(TURN_STARTED)

@@ -19,15 +19,12 @@ from typing import TYPE_CHECKING, Optional
 from .. import faults
 from . import registry
 from .index import BatchRecord, derived_tables
+from .tuning import TUNING
 
 if TYPE_CHECKING:
     from .log import _Session
 
 logger = logging.getLogger("memstore")
-
-IDLE_SECONDS = 0.2
-BATCH_EVENTS = 500
-BATCH_BYTES = 256 * 1024
 
 
 # What derive_batch returns when it did nothing but is not caught up: the session's lock was
@@ -37,9 +34,14 @@ INTERRUPTED = -1
 
 
 def derive_batch(session: "_Session", *, stop: Optional[threading.Event] = None,
-                 max_events: int = BATCH_EVENTS, max_bytes: int = BATCH_BYTES) -> int:
-    """Derive the next batch of records; return how many (0 when caught up, ``INTERRUPTED``
-    when it had to give way)."""
+                 max_events: Optional[int] = None, max_bytes: Optional[int] = None) -> int:
+    """Derive the next batch of records (at most ``max_events`` and, past the first, ``max_bytes``;
+    by default the :data:`TUNING` batch); return how many (0 when caught up, ``INTERRUPTED`` when
+    it had to give way)."""
+    if max_events is None:
+        max_events = TUNING.derive_batch_events
+    if max_bytes is None:
+        max_bytes = TUNING.derive_batch_bytes
     if not _acquire(session, stop):
         return INTERRUPTED
     try:
@@ -155,16 +157,17 @@ class Deriver:
             self._wake.wait()
             self._wake.clear()
             while not self._stop.is_set():
+                idle = TUNING.derive_idle_seconds
                 quiet = time.monotonic() - session.active
-                if quiet < IDLE_SECONDS:
-                    self._stop.wait(IDLE_SECONDS - quiet)
+                if quiet < idle:
+                    self._stop.wait(idle - quiet)
                     continue
                 try:
                     done = derive_batch(session, stop=self._stop)
                     if done == INTERRUPTED:
                         # The agent is at work (or rewrote the log): look again once it is idle,
                         # not only at its next append, which may be long in coming.
-                        self._stop.wait(IDLE_SECONDS)
+                        self._stop.wait(idle)
                         continue
                     if not done:
                         break

@@ -25,15 +25,12 @@ from . import registry
 from ..fsio import atomic_write
 from .manifest import summary_cache
 from ..layout import MANIFEST_FILE
+from .tuning import TUNING
 
 if TYPE_CHECKING:
     from .log import _Session
 
 logger = logging.getLogger("memstore")
-
-# When this many event rows wait for the publisher, the writer waits for it: memory stays
-# bounded however fast a bulk import appends.
-MAX_PENDING_ROWS = 200_000
 
 
 @dataclass
@@ -89,7 +86,7 @@ class Publisher:
                 self._thread = threading.Thread(target=self._run, name="memstore-publisher", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
-            while (self._pending is not None and len(self._pending.rows) >= MAX_PENDING_ROWS
+            while (self._pending is not None and len(self._pending.rows) >= TUNING.max_pending_rows
                    and not self._held and self._thread.is_alive()):
                 self._cond.wait()
 

@@ -26,22 +26,13 @@ from .index import BatchRecord, SessionIndex, derived_tables
 from .lifecycle import LogState
 from .logfile import TAIL_BYTES, torn_seq_floor
 from .manifest import STATUS_ACTIVE, CapRewriteMarker, Manifest, clear_marker, load_manifest, load_marker, new_generation
+from .tuning import TUNING
 
 if TYPE_CHECKING:
     from .index import SavedState
     from .log import _Session
 
 logger = logging.getLogger("memstore")
-
-# Events per rescan transaction: a batch's rows and records stay a few MB (peak RSS of a
-# rescan: 51 MB at 250,000 events, 55 MB at 1,000,000, 39 MB of it the open session), and the
-# per-transaction cost vanishes (5,000 measured as fast as 20,000 or faster).
-SCAN_BATCH_EVENTS = 5_000
-# A rescan of a log up to this size builds the index in memory and writes it out whole (see
-# SessionIndex.in_memory): one write and one fdatasync instead of a WAL, its checkpoint and
-# their syncs, which for the small sessions most stores hold cost more than the scan itself.
-# Larger logs are indexed in place, in batches, so memory stays flat however long they are.
-MEMORY_SCAN_BYTES = 8 << 20
 
 
 def recover(session: "_Session", force_rescan: bool) -> None:
@@ -55,7 +46,7 @@ def recover(session: "_Session", force_rescan: bool) -> None:
     had_index = session.index_path.exists()
     # A rebuild of a small log reads the old index only for what it knew, and builds the new
     # one in memory: opening the old one for writing would cost its WAL and a checkpoint.
-    small = log.length <= MEMORY_SCAN_BYTES
+    small = log.length <= TUNING.memory_scan_bytes
     saved = session.open_index(readonly=force_rescan and small)
     marker_applies = marker is not None and marker.matches(log.length)
     # Why the index cannot be trusted as it is (None: it can), said when it is rebuilt.
@@ -287,10 +278,11 @@ def _rescan(session: "_Session", base: int, on_disk: Optional[Manifest], saved: 
 
 def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0, seq_floor: int = 0,
          derive_lazy: bool = False) -> None:
-    """Index the log from byte ``start`` to the end of the file, committing in batches so an
-    interrupted scan resumes where it stopped. ``next_seq`` ends at least at ``seq_floor``.
+    """Index the log from byte ``start`` to the end of the file, committing in batches (of
+    ``TUNING.scan_batch_events``) so an interrupted scan resumes where it stopped. ``next_seq`` ends at least at ``seq_floor``.
     With ``derive_lazy`` the lazy derived tables get each batch too."""
     faults.check("recovery.scan", path=session.log.path, start=start)
+    batch_events = TUNING.scan_batch_events
     state = session.state
     log = session.log
     rows: list[tuple] = []
@@ -311,7 +303,7 @@ def scan(session: "_Session", start: int, *, reset: bool, status_floor: int = 0,
         add(row)
         if derive:
             records.append(BatchRecord(seq, row[3], record.ts, line_start, offset - line_start, record.event))
-        if len(rows) >= SCAN_BATCH_EVENTS:
+        if len(rows) >= batch_events:
             _commit_scan(session, rows, offset, reset, records, derive_lazy)
             rows, records, reset = [], [], False
             add = rows.append
