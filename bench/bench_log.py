@@ -303,7 +303,6 @@ CHILD = """
 import sys, time
 sys.path.insert(0, {repo!r})
 import orjson, memstore
-from memstore.session.recovery import recover
 root, what = {root!r}, {what!r}
 start = time.perf_counter()
 if what == "floor":
@@ -316,8 +315,8 @@ elif what == "rescan":
     # What an open does when the index is gone: the index rebuilt from the log (search chunks
     # are derived later, off the agent's path).
     log = memstore.open_session(root, "big", max_events=0)
-    with log._s.lock:
-        recover(log._s, force_rescan=True)
+    with log._writer.lock:
+        log._writer.recover(force_rescan=True)
     count = log.event_count
     log.close()
 elif what == "reopen":

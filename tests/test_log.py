@@ -95,7 +95,7 @@ def test_large_buffer_flush_persists_manifest_progress(tmp_path):
     for _ in range(1000):
         log.append(event)
     # Published from the background thread: the 64 KiB write point submitted it.
-    log._s.publisher.drain()
+    log._writer.publisher.drain()
     manifest = json.loads((session_dir(tmp_path) / "manifest.json").read_text())
     assert 0 < manifest["event_count"] < 1000
     log.close()
@@ -1135,7 +1135,7 @@ def test_bulk_mode_publishes_the_manifest_on_flush_not_per_batch(tmp_path):
         log.append(TURN_STARTED)
         log.append({"type": "note", "text": "x" * 4000})
         log.append(TURN_COMPLETED)
-    log._s.publisher.drain()
+    log._writer.publisher.drain()
     assert json.loads(path.read_text())["event_count"] == 0  # indexed in batches, not published
     assert db(tmp_path).execute("SELECT event_count FROM manifest").fetchone()[0] > 0
     log.flush()

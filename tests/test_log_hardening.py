@@ -330,7 +330,7 @@ def test_an_inherited_handle_refuses_in_a_forked_child_even_if_a_thread_held_its
         held, release = threading.Event(), threading.Event()
 
         def busy_thread():
-            with log._s.lock, log._s.index_lock, summary_cache._lock:
+            with log._writer.lock, log._writer.slot.lock, summary_cache._lock:
                 held.set()
                 release.wait()
 
@@ -595,7 +595,7 @@ def test_the_deriver_comes_back_when_it_found_the_session_busy(tmp_path, monkeyp
 
     monkeypatch.setattr(TUNING, "derive_idle_seconds", 0.05)
     log = memstore.open_session(tmp_path, "s")
-    with log._s.lock:  # the agent reads the session as its turn ends (a read takes the lock)
+    with log._writer.lock:  # the agent reads the session as its turn ends (a read takes the lock)
         log.append(TURN_STARTED)
         log.append({"type": "item.completed", "item": {"type": "agent_message", "text": "hello"}})
         log.append(TURN_COMPLETED)

@@ -2,7 +2,7 @@
 repair, and the atomic replacement a cap rewrite makes.
 
 :class:`LogFile` knows bytes and lines, not events: what a line means is decided in
-``events.py``, and what the session does with it in ``log.py``.
+``events.py``, and what the session does with it in ``writer.py``.
 """
 
 from __future__ import annotations
