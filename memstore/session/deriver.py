@@ -31,8 +31,9 @@ class DeriveSource(Protocol):
 
     @property
     def lock(self) -> threading.RLock:
-        """The session's lock: held while the deriver reads the index and the log, so the agent
-        never waits for a batch being derived, and a rewrite never happens under one."""
+        """The session's lock, taken without waiting (a busy lock means the agent is at work:
+        the deriver gives way) while the deriver reads the index and the log and while it
+        commits a batch, so no rewrite of the log happens meanwhile."""
 
     @property
     def slot(self) -> IndexSlot:

@@ -69,9 +69,9 @@ class SessionWriter:
     """The state every handle of one session in this process shares: one log file, one
     lifecycle state, one index slot, one publisher, one cap policy and one liveness lock.
 
-    Every method but the deriver's reads runs with ``lock`` held (``open_session`` and the
-    handles take it); the index connection is used under ``slot.lock`` wherever the publisher's
-    or the deriver's thread may be using it too.
+    Its state changes only under ``lock`` (``open_session``, the handles and the deriver take
+    it; a forked child's inherited copy is abandoned without it); the index connection is used
+    under ``slot.lock`` wherever the publisher's or the deriver's thread may be using it too.
     """
 
     def __init__(self, session_id: str, directory: Path, key: str):
