@@ -43,7 +43,7 @@ from . import events as ev
 from .errors import EventNotFound, InvalidSessionId, MemstoreError, SessionNotFound, TurnNotFound
 from .layout import check_session_id
 from .redact import Redactor, redactor_for
-from .sql import QueryError, QueryLimits, catalog_uri, query_catalog
+from .sql import QueryError, QueryLimits, catalog_uri, query_catalog, redact_chunk, redact_fact
 from .store import Store
 
 if TYPE_CHECKING:
@@ -314,12 +314,12 @@ def _check_value(tool: str, name: str, spec: dict[str, Any], value: Any) -> Any:
     if kind == "string":
         if not isinstance(value, str):
             raise ToolError(f"{tool}: {name} must be a string, not {type(value).__name__}")
-        if len(value) > spec["maxLength"]:
+        if "enum" in spec and value not in spec["enum"]:
+            raise ToolError(f"{tool}: {name} must be one of {', '.join(spec['enum'])} (got {_shown(value)})")
+        if len(value) > spec.get("maxLength", len(value)):
             raise ToolError(f"{tool}: {name} is {len(value)} characters long; at most {spec['maxLength']}")
         if len(value) < spec.get("minLength", 0) or (spec.get("minLength") and not value.strip()):
             raise ToolError(f"{tool}: {name} must not be empty")
-        if "enum" in spec and value not in spec["enum"]:
-            raise ToolError(f"{tool}: {name} must be one of {', '.join(spec['enum'])} (got {_shown(value)})")
         if "\0" in value:
             raise ToolError(f"{tool}: {name} contains a NUL character")
         return value
@@ -506,8 +506,8 @@ class MemoryTools:
         texts, sessions = self._hit_context(page)
         results = []
         for hit in page:
-            text = texts.get(hit.chunk_id)
-            snippet = _snippet(self.redactor.redact_text(text), tokens) if text is not None else hit.snippet
+            text = texts.get(hit.chunk_id)  # redacted; None if a refresh replaced the chunk meanwhile
+            snippet = _snippet(text, tokens) if text is not None else None
             agent_name, session_cwd = sessions.get(hit.session_id, (None, None))
             if hit.seq is None:
                 fetch = _call("memory_facts", session_id=hit.session_id)
@@ -603,17 +603,17 @@ class MemoryTools:
             n *= 4
 
     def _hit_context(self, hits: list) -> tuple[dict[str, str], dict[str, tuple[Optional[str], Optional[str]]]]:
-        """The whole text of each hit's chunk (its snippet is made again from the redacted text,
-        so no secret is cut in half by the window) and each session's agent and cwd."""
+        """The whole text of each hit's chunk, redacted (the snippet is cut from it, so the
+        window cannot cut a secret in half and hide it from the redactor), and each session's
+        agent and cwd."""
         if not hits:
             return {}, {}
         with self._catalog() as conn:
-            chunk_ids = json.dumps([h.chunk_id for h in hits])
-            texts = dict(
-                conn.execute(
-                    "SELECT chunk_id, text FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))", (chunk_ids,)
-                ).fetchall()
-            )
+            texts = {}
+            for hit in hits:
+                text = self._redacted_chunk(conn, hit.chunk_id)
+                if text is not None:
+                    texts[hit.chunk_id] = text
             session_ids = json.dumps(sorted({h.session_id for h in hits}))
             sessions = {
                 row[0]: (row[1], row[2])
@@ -623,6 +623,33 @@ class MemoryTools:
                 )
             }
         return texts, sessions
+
+    def _redacted_chunk(self, conn: sqlite3.Connection, chunk_id: str) -> Optional[str]:
+        """A chunk's text redacted with its neighbours of the same event (see
+        :func:`memstore.sql.redact_chunk`), or ``None`` if a refresh replaced it meanwhile."""
+        row = conn.execute(
+            "SELECT session_id, seq, part, start_line, end_line, source, text FROM chunks WHERE chunk_id = ?",
+            (chunk_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        session_id, seq, part, start_line, end_line, source, text = row
+        neighbours = []
+        if seq is not None and part is not None:
+            neighbours = conn.execute(
+                "SELECT part, start_line, end_line, text FROM chunks WHERE session_id = ? AND seq = ? "
+                "AND part IN (?, ?)",
+                (session_id, seq, part - 1, part + 1),
+            ).fetchall()
+        return redact_chunk(
+            self.redactor,
+            text,
+            source=source,
+            part=part,
+            start_line=start_line,
+            end_line=end_line,
+            neighbours=neighbours,
+        )
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -911,7 +938,10 @@ class MemoryTools:
                 "ORDER BY s.updated_at DESC, c.session_id, c.id LIMIT ? OFFSET ?",
                 (*params, limit + 1, offset),
             ).fetchall()
-        facts = [{"session_id": r[0], "fact": r[1], "source": r[2], "created_at": r[3]} for r in rows[:limit]]
+        facts = [
+            {"session_id": r[0], "fact": redact_fact(self.redactor, r[1]), "source": r[2], "created_at": r[3]}
+            for r in rows[:limit]
+        ]
         return {
             "count": len(facts),
             "offset": offset,
@@ -925,7 +955,7 @@ class MemoryTools:
 
     def sql_query(self, sql: str, params: Optional[list], max_rows: int) -> dict:
         result = query_catalog(
-            self.root, sql, params or [], limits=QueryLimits(max_rows=max_rows), redact=self.redactor.redact_text
+            self.root, sql, params or [], limits=QueryLimits(max_rows=max_rows), redactor=self.redactor
         )
         answer = result.to_dict()
         if result.truncated == "rows":

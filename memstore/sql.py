@@ -27,7 +27,9 @@ trusted: an agent through MCP, a person in the explorer.
   database's own views are recreated over them: ``WHERE text LIKE 'ghp_%'``, ``substr()`` or
   ``hex()`` see the redacted text, never the secret. Reading such a column any other way
   (``main.chunks``, a view of the database named with ``main.``) is refused, as is any read of
-  a hidden table (search postings and the FTS index hold the raw words). Every text value of
+  a hidden table (search postings and the FTS index hold the raw words). A catalog chunk is
+  redacted together with its neighbours (:func:`redact_chunk`): a secret that chunking cut in
+  two is still found. Every text value of
   the result (and every column name) goes through ``redact`` too.
 
 :func:`query_catalog` applies this to a store's ``catalog.db`` with the store's redactor, the
@@ -39,6 +41,7 @@ from __future__ import annotations
 import base64
 import errno
 import fnmatch
+import json
 import logging
 import os
 import re
@@ -51,6 +54,8 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from .errors import MemstoreError, StoreIOError
+from .redact import Redactor, marker
+from .views.memory_view import FACT_CHARS
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +70,8 @@ __all__ = (
     "catalog_policy",
     "catalog_uri",
     "query_catalog",
+    "redact_chunk",
+    "redact_fact",
     "run_query",
 )
 
@@ -152,11 +159,18 @@ class ReadPolicy:
     """What a query may read: no table matching a ``hidden_tables`` pattern (``fnmatch``), and
     the ``redacted_columns`` (table -> columns) only through ``redact``, which also applies to
     every text value and column name of the result. Without ``redact`` nothing is redacted and
-    ``redacted_columns`` is ignored."""
+    ``redacted_columns`` is ignored.
+
+    ``column_sql`` may give, for a redacted ``"table.column"``, the SQL expression that reads it
+    instead of ``memstore_redact(_r."column")`` (``_r`` is the table's row; the expression may
+    read the table again, e.g. a row's neighbours); ``functions(conn)`` registers the SQL
+    functions those expressions call."""
 
     hidden_tables: tuple[str, ...] = ()
     redacted_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     redact: Optional[Callable[[str], str]] = None
+    column_sql: Mapping[str, str] = field(default_factory=dict)
+    functions: Optional[Callable[[sqlite3.Connection], None]] = None
 
     def hides(self, table: Optional[str]) -> bool:
         return table is not None and any(fnmatch.fnmatchcase(table.lower(), p.lower()) for p in self.hidden_tables)
@@ -217,7 +231,7 @@ def run_query(
         started = time.monotonic()
         deadline = started + float(limits.max_seconds)
         conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_STEPS)
-        conn.set_authorizer(_authorizer(policy, state))
+        conn.set_authorizer(_authorizer(policy, state, _first_keyword(sql) in _READING_KEYWORDS))
         try:
             cursor = conn.execute(sql, bound)
             columns = [d[0] for d in cursor.description or ()]
@@ -295,6 +309,7 @@ _WRITING_KEYWORDS = frozenset(
         "RELEASE",
     }
 )
+_READING_KEYWORDS = frozenset({"SELECT", "WITH", "VALUES", "EXPLAIN"})
 _LEADING = re.compile(r"(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?(?:\*/|\Z)|\()*", re.DOTALL)
 _WORD = re.compile(r"[A-Za-z]+")
 
@@ -363,6 +378,8 @@ def _prepare(
             conn.create_function(
                 _REDACT_FUNCTION, 1, lambda v: redact(v) if isinstance(v, str) else v, deterministic=True
             )
+            if policy.functions is not None:
+                policy.functions(conn)
             _shadow_redacted_tables(conn, policy)
         conn.execute("PRAGMA query_only = 1")
         if limits.heap_limit_bytes is not None:
@@ -387,9 +404,12 @@ def _shadow_redacted_tables(conn: sqlite3.Connection, policy: ReadPolicy) -> Non
             continue
         columns = [row[1] for row in conn.execute(f"PRAGMA main.table_info({_quote(table)})")]
         select = ", ".join(
-            f"{_REDACT_FUNCTION}({_quote(c)}) AS {_quote(c)}" if c in redacted else _quote(c) for c in columns
+            f"{policy.column_sql.get(f'{table}.{c}', f'{_REDACT_FUNCTION}(_r.{_quote(c)})')} AS {_quote(c)}"
+            if c in redacted
+            else f"_r.{_quote(c)}"
+            for c in columns
         )
-        conn.execute(f"CREATE TEMP VIEW {_quote(table)} AS SELECT {select} FROM main.{_quote(table)}")
+        conn.execute(f"CREATE TEMP VIEW {_quote(table)} AS SELECT {select} FROM main.{_quote(table)} AS _r")
     for name, sql in conn.execute("SELECT name, sql FROM main.sqlite_master WHERE type = 'view'").fetchall():
         match = re.match(r"CREATE\s+VIEW\s+", sql or "", re.IGNORECASE)
         if match is None:
@@ -400,7 +420,9 @@ def _shadow_redacted_tables(conn: sqlite3.Connection, policy: ReadPolicy) -> Non
             logger.info("sql: view %s is not shadowed (%s); reading it through main is refused", name, exc)
 
 
-def _authorizer(policy: ReadPolicy, state: _State) -> Callable[..., int]:
+def _authorizer(policy: ReadPolicy, state: _State, reading: bool) -> Callable[..., int]:
+    """The authorizer of one statement; ``reading``: it starts with SELECT, WITH, VALUES or
+    EXPLAIN."""
     redacted = (
         {t.lower(): {c.lower() for c in cols} for t, cols in policy.redacted_columns.items()}
         if policy.redact is not None
@@ -443,6 +465,10 @@ def _authorizer(policy: ReadPolicy, state: _State) -> Callable[..., int]:
             )
         if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
             return refuse("ATTACH and DETACH are not allowed (VACUUM INTO attaches too): only this database is read")
+        if action == sqlite3.SQLITE_UPDATE and reading and arg1 == "sqlite_master" and database == "main":
+            # SQLite asks this while it sets up a pragma function (SELECT ... FROM pragma_table_info(..)),
+            # which writes nothing; mode=ro and query_only refuse any real write in any case.
+            return sqlite3.SQLITE_OK
         if action in (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE):
             return refuse("the query would write: only SELECT statements run here (the database is read-only)")
         if action in (sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT):
@@ -502,6 +528,8 @@ def _translate(exc: sqlite3.Error, state: _State, limits: QueryLimits, policy: R
         return state.function_error
     if state.refusal is not None and ("not authorized" in message or "prohibited" in message):
         return QueryError(QueryErrorKind.REFUSED, f"refused: {state.refusal}")
+    if message == "not authorized":  # SQLite's own refusal: load_extension() is disabled, say
+        return QueryError(QueryErrorKind.REFUSED, "refused: SQLite does not allow this here (not authorized)")
     constructor = re.match(r"vtable constructor failed: (\S+)", message)
     if constructor is not None and policy.hides(constructor.group(1)):
         return QueryError(
@@ -636,10 +664,104 @@ def _printf_bound(args: Sequence[Any]) -> int:
 # The catalog
 
 
-def catalog_policy(redact: Optional[Callable[[str], str]]) -> ReadPolicy:
+def catalog_policy(redactor: Redactor) -> ReadPolicy:
     """The policy for a store's catalog: the search index and FTS tables hidden, the free-text
-    columns (:data:`CATALOG_REDACTED_COLUMNS`) read through ``redact``."""
-    return ReadPolicy(CATALOG_HIDDEN_TABLES, dict(CATALOG_REDACTED_COLUMNS), redact)
+    columns (:data:`CATALOG_REDACTED_COLUMNS`) redacted; a chunk's text with its neighbours of
+    the same event (see :func:`redact_chunk`)."""
+
+    def functions(conn: sqlite3.Connection) -> None:
+        def chunk(source: Any, part: Any, start_line: Any, end_line: Any, text: Any, neighbours: Any) -> Any:
+            if not isinstance(text, str):
+                return text
+            others = [tuple(row) for row in json.loads(neighbours)] if isinstance(neighbours, str) else []
+            return redact_chunk(
+                redactor, text, source=source, part=part, start_line=start_line, end_line=end_line, neighbours=others
+            )
+
+        conn.create_function("memstore_redact_chunk", 6, chunk, deterministic=True)
+
+    return ReadPolicy(
+        CATALOG_HIDDEN_TABLES,
+        dict(CATALOG_REDACTED_COLUMNS),
+        redactor.redact_text,
+        {"chunks.text": _CHUNK_TEXT_SQL},
+        functions,
+    )
+
+
+# The neighbours of a chunk that has any (a part before it, or a part 1 after part 0): one
+# index lookup on (session_id, seq); most chunks are an event's only part and cost one probe.
+_CHUNK_TEXT_SQL = (
+    "memstore_redact_chunk(_r.source, _r.part, _r.start_line, _r.end_line, _r.text, "
+    "CASE WHEN _r.part > 0 OR EXISTS (SELECT 1 FROM main.chunks n WHERE n.session_id = _r.session_id "
+    "AND n.seq = _r.seq AND n.part = _r.part + 1) THEN (SELECT json_group_array(json_array(n.part, n.start_line, "
+    "n.end_line, n.text)) FROM main.chunks n WHERE n.session_id = _r.session_id AND n.seq = _r.seq "
+    "AND n.part IN (_r.part - 1, _r.part + 1)) END)"
+)
+
+
+def redact_chunk(
+    redactor: Redactor,
+    text: str,
+    *,
+    source: Optional[str] = None,
+    part: Optional[int] = None,
+    start_line: Optional[int] = None,
+    end_line: Optional[int] = None,
+    neighbours: Sequence[tuple[int, int, int, str]] = (),
+) -> str:
+    """A catalog chunk's ``text``, redacted, so that no part of a secret survives.
+
+    A long event is split into chunks of 40 lines or 2,000 characters, a long line even in
+    mid-line, so a secret may straddle two chunks and each piece alone may not be recognizable:
+    the chunk is redacted joined with its ``neighbours`` (``(part, start_line, end_line,
+    text)`` of the parts just before and after it), and a secret that reaches into it from
+    either side is replaced too. A memory fact (``source == "session"``) cut by the memory view
+    (177 characters and ``...``) may end in the start of a secret: its last word is dropped."""
+    if source == "session":
+        return redact_fact(redactor, text)
+    if part is None or not neighbours:
+        return redactor.redact_text(text)
+    rows = sorted(
+        [row for row in neighbours if row[0] != part] + [(part, start_line, end_line, text)], key=lambda row: row[0]
+    )
+    joined, start, end, last_line = "", 0, 0, None
+    for number, first_line, line, piece in rows:
+        if joined:
+            joined += "" if first_line == last_line else "\n"  # a line cut in pieces, or the next line
+        if number == part:
+            start, end = len(joined), len(joined) + len(piece)
+        joined += piece
+        last_line = line
+    return _redact_span(redactor, joined, start, end)
+
+
+def _redact_span(redactor: Redactor, text: str, start: int, end: int) -> str:
+    """``text[start:end]`` with every secret of ``text`` that overlaps it replaced by its marker
+    (a secret reaching in from outside the span included)."""
+    out, position = [], start
+    for found in redactor.findings(text):
+        if found.end <= start or found.start >= end:
+            continue
+        out.append(text[position : max(found.start, start)])
+        out.append(marker(found.kind))
+        position = min(found.end, end)
+    out.append(text[position:end])
+    return "".join(out)
+
+
+_CUT_WORD = re.compile(r"\S*\.\.\.\Z")
+
+
+def redact_fact(redactor: Redactor, fact: str) -> str:
+    """A memory fact, redacted; the last word of a fact the memory view cut is dropped (unless
+    it is a redaction marker), since it may be the start of a secret no rule recognizes."""
+    text = redactor.redact_text(fact)
+    if len(fact) >= FACT_CHARS and text.endswith("..."):
+        match = _CUT_WORD.search(text)
+        if match is not None and not text[: match.end() - 3].endswith("]"):
+            text = text[: match.start()].rstrip() + " ..."
+    return text
 
 
 def catalog_uri(root: Union[str, os.PathLike[str]], *, refresh: bool = True) -> str:
@@ -680,18 +802,18 @@ def query_catalog(
     params: Params = (),
     *,
     limits: QueryLimits = QueryLimits(),
-    redact: Optional[Callable[[str], str]] = None,
+    redactor: Optional[Redactor] = None,
     refresh: bool = True,
 ) -> QueryResult:
     """:func:`run_query` on the store's catalog (see :func:`catalog_uri`), with
-    :func:`catalog_policy` and the pricing functions (``memstore_cost_usd`` ...). ``redact``
-    defaults to the store's own redactor (its ``config.toml``)."""
+    :func:`catalog_policy` and the pricing functions (``memstore_cost_usd`` ...). ``redactor``
+    defaults to the store's own (its ``config.toml``)."""
     from .pricing import price_data, register_sql_functions
     from .redact import redactor_for
 
-    if redact is None:
-        redact = redactor_for(root).redact_text
+    if redactor is None:
+        redactor = redactor_for(root)
     if isinstance(sql, str) and "memstore_" in sql.lower():
         price_data()  # the price table loads once per process, outside the query's time limit
     uri = catalog_uri(root, refresh=refresh)
-    return run_query(uri, sql, params, limits=limits, policy=catalog_policy(redact), functions=register_sql_functions)
+    return run_query(uri, sql, params, limits=limits, policy=catalog_policy(redactor), functions=register_sql_functions)
