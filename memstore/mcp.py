@@ -424,9 +424,10 @@ class MemoryTools:
     # -- helpers -------------------------------------------------------------------------------
 
     @contextmanager
-    def _catalog(self) -> Iterator[sqlite3.Connection]:
-        """The catalog, refreshed first when the store can be written, open read-only."""
-        conn = sqlite3.connect(catalog_uri(self.root), uri=True, isolation_level=None)
+    def _catalog(self, uri: Optional[str] = None) -> Iterator[sqlite3.Connection]:
+        """The catalog open read-only: at ``uri`` (from :func:`catalog_uri`, when this answer
+        already refreshed it), else refreshed first when the store can be written."""
+        conn = sqlite3.connect(uri or catalog_uri(self.root), uri=True, isolation_level=None)
         try:
             conn.execute("BEGIN")  # one snapshot per answer
             yield conn
@@ -494,16 +495,17 @@ class MemoryTools:
         if not tokens:
             raise ToolError("search: query has no words to look for (letters or digits)")
         want = offset + limit + 1  # one more, to know whether there is a next page
+        uri = catalog_uri(self.root)  # refreshed once for this answer (the search refreshes it too)
         allowed: Optional[set[str]] = None
         if agent is not None or cwd is not None:
             where, params = self._session_filter(agent, cwd)
-            with self._catalog() as conn:
+            with self._catalog(uri) as conn:
                 allowed = {row[0] for row in conn.execute(f"SELECT s.session_id FROM sessions s WHERE {where}", params)}
             if session_id is not None:
                 allowed &= {session_id}
         hits, complete = self._hits(query, want, session_id, since_ts, until_ts, source, allowed)
         page = hits[offset : offset + limit]
-        texts, sessions = self._hit_context(page)
+        texts, sessions = self._hit_context(page, uri)
         results = []
         for hit in page:
             text = texts.get(hit.chunk_id)  # redacted; None if a refresh replaced the chunk meanwhile
@@ -602,13 +604,15 @@ class MemoryTools:
                 return kept, False
             n *= 4
 
-    def _hit_context(self, hits: list) -> tuple[dict[str, str], dict[str, tuple[Optional[str], Optional[str]]]]:
+    def _hit_context(
+        self, hits: list, uri: str
+    ) -> tuple[dict[str, str], dict[str, tuple[Optional[str], Optional[str]]]]:
         """The whole text of each hit's chunk, redacted (the snippet is cut from it, so the
         window cannot cut a secret in half and hide it from the redactor), and each session's
         agent and cwd."""
         if not hits:
             return {}, {}
-        with self._catalog() as conn:
+        with self._catalog(uri) as conn:
             texts = {}
             for hit in hits:
                 text = self._redacted_chunk(conn, hit.chunk_id)
