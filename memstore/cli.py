@@ -983,6 +983,29 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
             raise _ExitWith(f"cannot serve on {host}:{port}: {exc.strerror or exc}", 2) from exc
 
 
+@cli.command("mcp")
+@root_option
+@json_option
+def mcp_command(root, as_json):
+    """Let agents ask their own memory: a read-only MCP server on stdin/stdout.
+
+    Tools: search, get_session, get_turn, get_event, recent_sessions, memory_facts and
+    sql_query, all read-only and redacted. An MCP client (Claude Code, Codex CLI, VT Code)
+    starts it; see docs/mcp.md. Needs the MCP SDK: pip install 'memstore[mcp]'. --json: an
+    error that stops it is printed as JSON on stderr (stdout is the protocol's).
+
+    \b
+    Examples:
+      memstore mcp --root ~/.memstore
+      claude mcp add memstore -- memstore mcp --root ~/.memstore
+      codex mcp add memstore -- memstore mcp --root ~/.memstore
+    """
+    _require_store(root)
+    from .mcp import serve
+
+    serve(root)  # a missing SDK is MCPUnavailable: one line, exit 2
+
+
 @cli.command("doctor")
 @root_option
 @click.option("--fix", is_flag=True, help="Repair what is wrong: permissions, rebuilt sessions, a refreshed catalog.")
