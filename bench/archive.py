@@ -44,17 +44,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from archive_claude import ClaudeSession  # noqa: E402
 from archive_codex import CodexSession  # noqa: E402
 from archive_text import Project, Texts, hash_seed, make_project  # noqa: E402
-from archive_turns import Agent, SessionSpec  # noqa: E402
+from archive_turns import ARCHIVE_END_MS, Agent, SessionSpec  # noqa: E402
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 """Bump when the same seed would produce different files (benchmarks cache archives by it)."""
 
 START_MS = calendar.timegm((2025, 7, 1, 0, 0, 0)) * 1000
-END_MS = calendar.timegm((2026, 11, 15, 0, 0, 0)) * 1000
+END_MS = ARCHIVE_END_MS
 MEDIAN_BYTES = 110_000
 SIGMA = 1.15
 TAIL_SHARE = 0.008
 TAIL_BYTES = (10_000_000, 100_000_000)
+SPAN_MS_PER_BYTE = 60.0  # a generous bound of how long a session of a given size runs (about 30 KB and
+# 30 minutes per turn): a session starts early enough to end before END_MS
 CLAUDE_SHARE = 0.55
 
 
@@ -130,15 +132,17 @@ def plan_sessions(sessions: int, seed: int, scale: float) -> list[SessionSpec]:
         # Use grows over the period: later dates are more likely.
         start = START_MS + int((END_MS - START_MS - 86_400_000) * r.random() ** 0.7)
         agent = Agent.CLAUDE if r.random() < CLAUDE_SHARE else Agent.CODEX
-        versions, models = _era(CLAUDE_ERAS if agent is Agent.CLAUDE else CODEX_ERAS, start)
         if r.random() < TAIL_SHARE:
             size = TAIL_BYTES[0] * (TAIL_BYTES[1] / TAIL_BYTES[0]) ** r.random()
         else:
             size = min(8_000_000.0, r.lognormvariate(0.0, SIGMA) * MEDIAN_BYTES)
+        target = max(1, int(size * scale))
+        start = max(START_MS, min(start, END_MS - 86_400_000 - int(target * SPAN_MS_PER_BYTE)))
+        versions, models = _era(CLAUDE_ERAS if agent is Agent.CLAUDE else CODEX_ERAS, start)
         specs.append(SessionSpec(
             index=index, seed=hash_seed(seed, "session", index), agent=agent, version=r.choice(versions),
             model=r.choice(models), start_ms=start, project=r.choices(range(n_projects), project_weights)[0],
-            target_bytes=max(1, int(size * scale))))
+            target_bytes=target))
     return specs
 
 

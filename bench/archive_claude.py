@@ -19,7 +19,7 @@ from archive_sink import Sink, WrittenFile, hex_id, token
 from archive_text import Edit, Project, Texts, iso_ms as _ts, new_uuid
 from archive_turns import (
     Change, Glob, Grep, Mcp, Outcome, Plan, Read, SessionSpec, Shell, Step, Task, Turn, Web, Write,
-    plan_turn, version_tuple,
+    plan_turn, turn_gap, version_tuple,
 )
 
 DECLINED = ("The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a file "
@@ -349,7 +349,7 @@ class ClaudeSession:
 
     def _turn(self, turn: Turn) -> None:
         tr, r = self.main, self.r
-        tr.sink.tick(r, 20000, 900000 if r.random() < 0.9 else 30 * 3600 * 1000)
+        tr.sink.clock += turn_gap(r, tr.sink.clock)
         if tr.context > CONTEXT_LIMIT:
             self._compact(tr)
         if r.random() < 0.04:

@@ -28,7 +28,7 @@ from archive_sink import Sink, WrittenFile, hex_id, token
 from archive_text import TECHNICAL, Project, Texts, Zipf, codex_add_patch, codex_patch, hash_seed, iso_ms
 from archive_turns import (
     Change, Glob, Grep, Mcp, Outcome, Plan, Read, SessionSpec, Shell, Step, Task, Turn, Web, Write,
-    plan_turn, version_tuple,
+    plan_turn, turn_gap, version_tuple,
 )
 import archive_vocab as V
 
@@ -322,7 +322,7 @@ class CodexSession:
 
     def _turn(self, turn: Turn) -> None:
         r = self.r
-        self.sink.tick(r, 20000, 900000 if r.random() < 0.9 else 30 * 3600 * 1000)
+        self.sink.clock += turn_gap(r, self.sink.clock)
         self.turn_no += 1
         self.turn_id = f"{self.turn_no}" if r.random() < 0.5 else f"turn_{token(r, 12)}"
         tasks = self.style is Style.TASKS

@@ -9,6 +9,7 @@ by Codex, an edit is Claude's ``Edit`` and a Codex ``apply_patch``, and so on).
 from __future__ import annotations
 
 import enum
+import random
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -116,6 +117,21 @@ class SessionSpec:
     start_ms: int
     project: int
     target_bytes: int
+
+
+ARCHIVE_END_MS = 1_794_700_800_000
+"""2026-11-15T00:00:00Z: no line of the archive is dated later (an importer would take a line
+dated in its future for a wrong clock)."""
+
+
+def turn_gap(r: random.Random, clock: int) -> int:
+    """Milliseconds between the end of a turn and the next prompt: mostly seconds to minutes,
+    sometimes a day (the session was resumed); only seconds once the archive's end is near."""
+    if clock > ARCHIVE_END_MS - 86_400_000:
+        return r.randint(1000, 10_000)
+    if r.random() < 0.02:
+        return r.randint(3_600_000, 30 * 3_600_000)
+    return r.randint(20_000, 900_000)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -59,6 +59,13 @@ def test_archive_uses_the_agents_layouts(generated: "archive.ArchiveSummary") ->
     assert kinds["claude"] + kinds["agent"] + kinds["codex"] == generated.files
 
 
+def test_no_line_is_dated_after_the_archive_end(generated: "archive.ArchiveSummary") -> None:
+    """Every file's mtime (its last line's time) is before the archive's fixed end, so an import
+    run any day after it sees no line dated in its future."""
+    for name, (_content, mtime_ns) in _files(generated).items():
+        assert mtime_ns <= archive.END_MS * 1_000_000, name
+
+
 def test_every_file_imports_cleanly(generated: "archive.ArchiveSummary", tmp_path: Path) -> None:
     """The current importer reads every generated file without a problem or a skipped line, each
     file becomes one session, and every session is finished (the files are dated in the past)."""
