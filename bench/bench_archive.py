@@ -75,16 +75,19 @@ import memstore
 store, roots, query, progress_path, result_path = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
 t0 = time.perf_counter()
 last = [0.0]
+phase = {"phase": "import", "import_s": None}
 def progress(done, total):
     now = time.perf_counter()
     if now - last[0] >= 5:
         last[0] = now
         with open(progress_path + ".tmp", "w") as fh:
-            json.dump({"done": done, "total": total, "elapsed": now - t0}, fh)
+            json.dump({**phase, "done": done, "total": total, "elapsed": now - t0}, fh)
         os.replace(progress_path + ".tmp", progress_path)
 report = memstore.import_logs(store, roots, progress=progress)
 t1 = time.perf_counter()
-refreshed = memstore.refresh_catalog(store)
+phase.update(phase="refresh", import_s=t1 - t0)
+last[0] = 0.0
+refreshed = memstore.refresh_catalog(store, progress=progress)
 t2 = time.perf_counter()
 hits = memstore.search_memory(store, query)
 t3 = time.perf_counter()
@@ -306,8 +309,8 @@ def import_side(summary: archive.ArchiveSummary, store: Path, workdir: Path, nam
 
 
 def measure_size(sessions: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    fig: dict[str, Any] = {"sessions": sessions}
-    print(f"\n== {sessions:,} sessions", flush=True)
+    fig: dict[str, Any] = {"sessions": sessions, "load_at_start": os.getloadavg()}
+    print(f"\n== {sessions:,} sessions (load average {', '.join(f'{x:.1f}' for x in os.getloadavg())})", flush=True)
     main = ensure_archive(workdir, sessions, args.seed, args.scale)
     tiny = ensure_archive(workdir, args.tiny, args.seed + 1, TINY_SCALE)
     print(f"  archive: {main.describe()}")
@@ -343,6 +346,18 @@ def measure_size(sessions: int, args: argparse.Namespace, workdir: Path) -> dict
     last = runs[-1]
     if last.stopped:
         report_stopped(last, args.import_timeout, mb, floor_a, fig, store)
+        if fig.get("stopped_phase") != "refresh":
+            return fig
+        # Every session is imported: finish the catalog (untimed; a refresh goes on where the
+        # stopped one left off) so that search and the no-op refresh can still be measured.
+        print("  completing the catalog (untimed) for the search stages ...", flush=True)
+        started = time.perf_counter()
+        memstore.refresh_catalog(store)
+        fig["catalog_completion_untimed_s"] = time.perf_counter() - started
+        with sqlite3.connect(f"file:{store / 'catalog.db'}?mode=ro", uri=True) as conn:
+            fig["memstore_sessions"] = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+            fig["events"] = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        measure_catalog_search_refresh(sessions, args, workdir, store, queries, 1, fig, rebuild=False)
         return fig
     total = statistics.median(r.wall for r in runs)
     parts = {k: statistics.median(r.result[k] for r in runs) for k in ("import_s", "refresh_s", "search_s")}
@@ -366,24 +381,34 @@ def measure_size(sessions: int, args: argparse.Namespace, workdir: Path) -> dict
                tiny_sessions=tiny_sessions, tiny_mb=tiny_mb, tiny_peak_rss_mb=max(r.max_rss_mb for r in tiny_runs),
                fixed_s_per_session=fixed, s_per_mb=per_mb, fixed_cpu_s_per_session=fixed_cpu, cpu_s_per_mb=per_mb_cpu)
     drop_store(tiny_store)
+    measure_catalog_search_refresh(sessions, args, workdir, store, queries, reps, fig, rebuild=True)
+    return fig
 
+
+def measure_catalog_search_refresh(sessions: int, args: argparse.Namespace, workdir: Path, store: Path,
+                                   queries: list[str], reps: int, fig: dict[str, Any], rebuild: bool) -> None:
     print("  catalog from scratch vs floor B ...", flush=True)
     fts_db = workdir / f"floor-b-{sessions}.db"
     floor_b, rebuilds = [], []
-    for rep in range(reps):
+    rebuild_reps = 0 if not rebuild else reps if args.rebuild_reps is None else args.rebuild_reps
+    for rep in range(max(1, rebuild_reps)):
         order = ("floor", "memstore") if rep % 2 == 0 else ("memstore", "floor")
         for side in order:
             if side == "floor":
                 run = run_child(CHILD_FLOOR_B, [str(store / "catalog.db"), str(fts_db), "{result}", json.dumps(COLUMNS)],
                                 workdir, f"floor-b-{sessions}-{rep}")
                 floor_b.append(run)
-            else:
+            elif rebuild_reps:
                 rebuilds.append(run_child(CHILD_CATALOG, [str(store), "{result}"], workdir, f"catalog-{sessions}-{rep}"))
     fig.update(floor_b_s=statistics.median(r.result["seconds"] for r in floor_b),
                floor_b_rss_mb=max(r.max_rss_mb for r in floor_b),
-               chunks=floor_b[-1].result["rows"], chunk_text_mb=floor_b[-1].result["text_bytes"] / 1e6,
-               catalog_build_s=statistics.median(r.result["seconds"] for r in rebuilds),
-               catalog_build_rss_mb=max(r.max_rss_mb for r in rebuilds))
+               chunks=floor_b[-1].result["rows"], chunk_text_mb=floor_b[-1].result["text_bytes"] / 1e6)
+    if rebuilds:
+        fig.update(catalog_build_s=statistics.median(r.result["seconds"] for r in rebuilds),
+                   catalog_build_rss_mb=max(r.max_rss_mb for r in rebuilds), catalog_build_from="rebuild")
+    elif "import_refresh_s" in fig:  # the import run's refresh built the catalog from scratch: it measured it
+        fig.update(catalog_build_s=fig["import_refresh_s"], catalog_build_rss_mb=fig["peak_rss_mb"],
+                   catalog_build_from="the first refresh after the import")
 
     print("  search ...", flush=True)
     fig.update(search_figures(store, fts_db, queries, args.search_reps))
@@ -397,12 +422,13 @@ def measure_size(sessions: int, args: argparse.Namespace, workdir: Path) -> dict
         if report.changed:
             raise RuntimeError(f"an unchanged store's refresh changed something: {report}")
         floor.append(stat_floor(store))
-    fig.update(noop_refresh_s=statistics.median(noop), noop_floor_s=statistics.median(floor))
+    fig.update(noop_refresh_s=statistics.median(noop), noop_floor_s=statistics.median(floor),
+               load_at_end=os.getloadavg())
     print_size(fig)
+    print(f"  (load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}; 2 cores)")
     if not args.keep:
         drop_store(store)
         fts_db.unlink(missing_ok=True)
-    return fig
 
 
 def decompose(n1: int, mb1: float, t1: float, n2: int, mb2: float, t2: float) -> tuple[float, float]:
@@ -452,17 +478,36 @@ def search_figures(store: Path, fts_db: Path, queries: list[str], reps: int) -> 
 
 
 def report_stopped(run: ChildRun, timeout: float, mb: float, floor_a: float, fig: dict, store: Path) -> None:
+    """Say how far a stopped import got, and extrapolate (linearly, labelled) what is left."""
     progress = run.progress or {}
     done, total = progress.get("done", 0), progress.get("total", 0)
     fraction = done / total if total else 0.0
     imported = sum(1 for _ in os.scandir(store / "sessions")) if (store / "sessions").is_dir() else 0
-    estimate = run.wall / fraction if fraction else float("nan")
-    fig.update(import_stopped_after_s=run.wall, import_fraction=fraction, sessions_imported=imported,
-               import_total_extrapolated_s=estimate, peak_rss_mb=run.max_rss_mb)
-    print(f"\n  IMPORT STOPPED after {run.wall:.0f} s (limit {timeout:.0f} s): {done / 1e6:,.0f} of {total / 1e6:,.0f} MB "
-          f"({fraction:.0%}), {imported:,} sessions imported; peak RSS {run.max_rss_mb:,.0f} MB")
-    print(f"  EXTRAPOLATED (linear in bytes, not measured): import alone {estimate:,.0f} s, "
-          f"ratio floor A / import {floor_a / estimate:.3f}x" if fraction else "  nothing to extrapolate from")
+    fig.update(import_stopped_after_s=run.wall, stopped_phase=progress.get("phase"), phase_fraction=fraction,
+               sessions_imported=imported, peak_rss_mb=run.max_rss_mb, import_cpu_s=run.cpu)
+    print(f"\n  IMPORT STOPPED after {run.wall:,.0f} s (limit {timeout:,.0f} s); peak RSS {run.max_rss_mb:,.0f} MB, "
+          f"CPU {run.cpu:,.0f} s; {imported:,} session directories in the store")
+    if progress.get("phase") == "refresh":
+        import_s = progress["import_s"]
+        spent = progress["elapsed"] - import_s
+        estimate = spent / fraction if fraction else float("nan")
+        fig.update(import_import_s=import_s, refresh_extrapolated_s=estimate,
+                   import_total_extrapolated_s=import_s + estimate)
+        print(f"  import_logs finished (measured): {import_s:,.0f} s ({mb / import_s:.1f} MB/s); floor A / import_logs "
+              f"{floor_a / import_s:.3f}x")
+        print(f"  refresh_catalog (the catalog from scratch) had looked at {done:,} of {total:,} sessions "
+              f"({fraction:.0%}) after {spent:,.0f} s")
+        print(f"  EXTRAPOLATED (linear in sessions, not measured): refresh {estimate:,.0f} s, import until searchable "
+              f"{import_s + estimate:,.0f} s, ratio floor A / that {floor_a / (import_s + estimate):.4f}x")
+    elif fraction:
+        estimate = progress["elapsed"] / fraction
+        fig.update(import_extrapolated_s=estimate)
+        print(f"  import_logs had read {done / 1e6:,.0f} of {total / 1e6:,.0f} MB ({fraction:.0%}) after "
+              f"{progress['elapsed']:,.0f} s")
+        print(f"  EXTRAPOLATED (linear in bytes, not measured): import_logs alone {estimate:,.0f} s, "
+              f"ratio floor A / that {floor_a / estimate:.4f}x; the catalog refresh after it not reached")
+    else:
+        print("  no progress was recorded: nothing to extrapolate from")
     print(f"  floor A (bare orjson parse): {floor_a:.1f} s ({mb / floor_a:,.0f} MB/s)")
 
 
@@ -472,6 +517,32 @@ def print_size(f: dict[str, Any]) -> None:
           f"{n:,} memstore sessions, {f['events']:,} events, {f['chunks']:,} chunks "
           f"({f['chunk_text_mb']:,.0f} MB of text)")
     print(f"  {'':46s} {'memstore':>22s} {'floor':>24s}   ratio (floor / memstore)")
+    if "import_total_s" in f:
+        print_import(f, n)
+    else:
+        print("  import until searchable: stopped, see above (figures below are on the completed store)")
+    if "catalog_build_s" in f:
+        row("catalog from scratch vs insert_all+FTS5 (B)", fmt_s(f["catalog_build_s"]), fmt_s(f["floor_b_s"]) + " B",
+            f"{f['floor_b_s'] / f['catalog_build_s']:.3f}x")
+        if f.get("catalog_build_from") != "rebuild":
+            print(f"  {'':4s}(memstore's figure: {f.get('catalog_build_from')}, which built the catalog from scratch;"
+                  " its RSS is the import child's)")
+        row("  peak RSS", f"{f['catalog_build_rss_mb']:9,.0f} MB", f"{f['floor_b_rss_mb']:9,.0f} MB", "")
+    elif "refresh_extrapolated_s" in f:
+        row("catalog from scratch (EXTRAPOLATED) vs (B)", fmt_s(f["refresh_extrapolated_s"]),
+            fmt_s(f["floor_b_s"]) + " B", f"{f['floor_b_s'] / f['refresh_extrapolated_s']:.3f}x (extrapolated)")
+    for p in ("p50", "p95"):
+        row(f"search_memory {p} vs FTS5 bm25() (ratio FTS5/ours)", fmt_s(f[f"memstore_{p}_s"]),
+            fmt_s(f[f"fts5_{p}_s"]) + " F", f"{f[f'fts5_{p}_s'] / f[f'memstore_{p}_s']:.2f}x")
+    if "engine_p50_s" in f:
+        for p in ("p50", "p95"):
+            row(f"  engine alone {p} (SearchIndex.search)", fmt_s(f[f"engine_{p}_s"]), fmt_s(f[f"fts5_{p}_s"]) + " F",
+                f"{f[f'fts5_{p}_s'] / f[f'engine_{p}_s']:.2f}x")
+    row("refresh, nothing changed vs list+stat", fmt_s(f["noop_refresh_s"]), fmt_s(f["noop_floor_s"]),
+        f"{f['noop_floor_s'] / f['noop_refresh_s']:.3f}x")
+
+
+def print_import(f: dict[str, Any], n: int) -> None:
     row("import until searchable vs bare parse (A)", fmt_s(f["import_total_s"]), fmt_s(f["floor_a_s"]) + " A",
         f"{f['floor_a_s'] / f['import_total_s']:.3f}x")
     row("  CPU time (child rusage / process_time)", fmt_s(f["import_cpu_s"]), fmt_s(f["floor_a_cpu_s"]) + " A",
@@ -491,37 +562,39 @@ def print_size(f: dict[str, Any]) -> None:
     row("  derived: cost per MB (wall; CPU)", fmt_s(f["s_per_mb"]), fmt_s(f["cpu_s_per_mb"]) + " C", "")
     row("  derived: fixed costs' share (wall; CPU)", f"{f['fixed_s_per_session'] * n / f['import_total_s']:9.0%}",
         f"{f['fixed_cpu_s_per_session'] * n / f['import_cpu_s']:9.0%} C", "")
-    row("catalog from scratch vs insert_all+FTS5 (B)", fmt_s(f["catalog_build_s"]), fmt_s(f["floor_b_s"]) + " B",
-        f"{f['floor_b_s'] / f['catalog_build_s']:.3f}x")
-    row("  peak RSS", f"{f['catalog_build_rss_mb']:9,.0f} MB", f"{f['floor_b_rss_mb']:9,.0f} MB", "")
-    for p in ("p50", "p95"):
-        row(f"search_memory {p} vs FTS5 bm25() (ratio FTS5/ours)", fmt_s(f[f"memstore_{p}_s"]),
-            fmt_s(f[f"fts5_{p}_s"]) + " F", f"{f[f'fts5_{p}_s'] / f[f'memstore_{p}_s']:.2f}x")
-    if "engine_p50_s" in f:
-        for p in ("p50", "p95"):
-            row(f"  engine alone {p} (SearchIndex.search)", fmt_s(f[f"engine_{p}_s"]), fmt_s(f[f"fts5_{p}_s"]) + " F",
-                f"{f[f'fts5_{p}_s'] / f[f'engine_{p}_s']:.2f}x")
-    row("refresh, nothing changed vs list+stat", fmt_s(f["noop_refresh_s"]), fmt_s(f["noop_floor_s"]),
-        f"{f['noop_floor_s'] / f['noop_refresh_s']:.3f}x")
 
 
 def print_growth(results: list[dict[str, Any]]) -> None:
-    done = [r for r in results if "import_total_s" in r]
+    done = [r for r in results if "memstore_p50_s" in r]
     if len(done) < 2:
         return
     a, b = done[0], done[-1]
     print(f"\n== growth from {a['sessions']:,} to {b['sessions']:,} sessions (ratio larger / smaller; "
           f"{b['archive_mb'] / a['archive_mb']:.1f}x the bytes, {b['chunks'] / a['chunks']:.1f}x the chunks)")
-    pairs = (("import time per MB", lambda f: f["import_total_s"] / f["archive_mb"]),
-             ("import time per session", lambda f: f["import_total_s"] / f["memstore_sessions"]),
-             ("catalog build per chunk", lambda f: f["catalog_build_s"] / f["chunks"]),
-             ("search_memory p50", lambda f: f["memstore_p50_s"]),
-             ("search_memory p95", lambda f: f["memstore_p95_s"]),
-             ("FTS5 bm25() p50", lambda f: f["fts5_p50_s"]),
-             ("refresh with nothing changed", lambda f: f["noop_refresh_s"]),
-             ("peak RSS of the import", lambda f: f["peak_rss_mb"]))
-    for label, fn in pairs:
-        print(f"  {label:40s} {fn(b) / fn(a):8.2f}x")
+    # (label, figure, its extrapolated stand-in when a stopped run could not measure it, divisor)
+    pairs = (("import_logs time per MB", "import_import_s", None, "archive_mb"),
+             ("import until searchable per MB", "import_total_s", "import_total_extrapolated_s", "archive_mb"),
+             ("import until searchable per session", "import_total_s", "import_total_extrapolated_s",
+              "memstore_sessions"),
+             ("catalog from scratch per chunk", "catalog_build_s", "refresh_extrapolated_s", "chunks"),
+             ("search_memory p50", "memstore_p50_s", None, None),
+             ("search_memory p95", "memstore_p95_s", None, None),
+             ("FTS5 bm25() p50", "fts5_p50_s", None, None),
+             ("refresh with nothing changed", "noop_refresh_s", None, None),
+             ("peak RSS of the import child", "peak_rss_mb", None, None))
+    for label, key, stand_in, per in pairs:
+        values, extrapolated = [], False
+        for f in (a, b):
+            value = f.get(key)
+            if value is None and stand_in is not None and f.get(stand_in) is not None:
+                value, extrapolated = f[stand_in], True
+            if value is not None and per is not None:
+                value /= f[per]
+            values.append(value)
+        if None in values:
+            print(f"  {label:40s} not measured at both sizes")
+        else:
+            print(f"  {label:40s} {values[1] / values[0]:8.2f}x" + ("  (EXTRAPOLATED figure involved)" if extrapolated else ""))
 
 
 def main() -> None:
@@ -537,6 +610,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=None, help="import and catalog repetitions (default 2, 1 above 2 GB)")
     parser.add_argument("--search-reps", type=int, default=3)
     parser.add_argument("--import-timeout", type=float, default=2400.0, help="seconds before an import is stopped")
+    parser.add_argument("--rebuild-reps", type=int, default=None,
+                        help="catalog-from-scratch repetitions (default: as --reps); 0 takes the import run's first "
+                             "refresh, which built the catalog from scratch")
+    parser.add_argument("--previous", type=Path, default=None,
+                        help="a --json file of an earlier run: its sizes join the growth comparison")
     parser.add_argument("--keep", action="store_true", help="keep the stores in the workdir")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sessions.split(",")] if args.sessions else ([100] if args.quick else [1000])
@@ -554,7 +632,10 @@ def main() -> None:
         if args.json:  # after each size: a long run that stops later keeps what it measured
             args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
                                             indent=2, default=str))
-    print_growth(results)
+    earlier = json.loads(args.previous.read_text())["results"] if args.previous else []
+    if earlier:
+        print(f"\n(sizes {', '.join(str(r['sessions']) for r in earlier)} from the earlier run {args.previous})")
+    print_growth(sorted(earlier + results, key=lambda r: r["sessions"]))
     if args.json:
         print(f"\nfigures written to {args.json}")
 
