@@ -153,6 +153,13 @@ class ChildRun:
     stopped: bool
     progress: Optional[dict]
 
+    @property
+    def figures(self) -> dict:
+        """The child's result; a child that finished always wrote one."""
+        if self.result is None:
+            raise RuntimeError("the child wrote no result")
+        return self.result
+
 
 def run_child(code: str, args: list[str], workdir: Path, name: str, timeout: Optional[float] = None) -> ChildRun:
     result_path = workdir / f"{name}.result.json"
@@ -191,7 +198,7 @@ def run_child(code: str, args: list[str], workdir: Path, name: str, timeout: Opt
 
 
 def archive_files(roots: list[Path]) -> list[Path]:
-    files = []
+    files: list[Path] = []
     for root in roots:
         for folder, _dirs, names in os.walk(root):
             files.extend(Path(folder) / n for n in names if n.endswith(".jsonl"))
@@ -360,11 +367,11 @@ def measure_size(sessions: int, args: argparse.Namespace, workdir: Path) -> dict
         measure_catalog_search_refresh(sessions, args, workdir, store, queries, 1, fig, rebuild=False)
         return fig
     total = statistics.median(r.wall for r in runs)
-    parts = {k: statistics.median(r.result[k] for r in runs) for k in ("import_s", "refresh_s", "search_s")}
+    parts = {k: statistics.median(r.figures[k] for r in runs) for k in ("import_s", "refresh_s", "search_s")}
     rss = max(r.max_rss_mb for r in runs)
     fig.update(import_total_s=total, import_cpu_s=statistics.median(r.cpu for r in runs), peak_rss_mb=rss,
-               **{f"import_{k}": v for k, v in parts.items()}, memstore_sessions=last.result["sessions_created"],
-               events=last.result["events"])
+               **{f"import_{k}": v for k, v in parts.items()}, memstore_sessions=last.figures["sessions_created"],
+               events=last.figures["events"])
 
     print("  importing the tiny archive ...", flush=True)
     tiny_floor, tiny_runs = [], []
@@ -373,7 +380,7 @@ def measure_size(sessions: int, args: argparse.Namespace, workdir: Path) -> dict
         tiny_runs.append(import_side(tiny, tiny_store, workdir, f"import-tiny-{rep}", queries[0], None))
     tiny_total = statistics.median(r.wall for r in tiny_runs)
     tiny_cpu = statistics.median(r.cpu for r in tiny_runs)
-    tiny_sessions = tiny_runs[-1].result["sessions_created"]
+    tiny_sessions = tiny_runs[-1].figures["sessions_created"]
     tiny_mb = tiny.bytes / 1e6
     fixed, per_mb = decompose(fig["memstore_sessions"], mb, total, tiny_sessions, tiny_mb, tiny_total)
     fixed_cpu, per_mb_cpu = decompose(fig["memstore_sessions"], mb, fig["import_cpu_s"], tiny_sessions, tiny_mb, tiny_cpu)
@@ -400,11 +407,11 @@ def measure_catalog_search_refresh(sessions: int, args: argparse.Namespace, work
                 floor_b.append(run)
             elif rebuild_reps:
                 rebuilds.append(run_child(CHILD_CATALOG, [str(store), "{result}"], workdir, f"catalog-{sessions}-{rep}"))
-    fig.update(floor_b_s=statistics.median(r.result["seconds"] for r in floor_b),
+    fig.update(floor_b_s=statistics.median(r.figures["seconds"] for r in floor_b),
                floor_b_rss_mb=max(r.max_rss_mb for r in floor_b),
-               chunks=floor_b[-1].result["rows"], chunk_text_mb=floor_b[-1].result["text_bytes"] / 1e6)
+               chunks=floor_b[-1].figures["rows"], chunk_text_mb=floor_b[-1].figures["text_bytes"] / 1e6)
     if rebuilds:
-        fig.update(catalog_build_s=statistics.median(r.result["seconds"] for r in rebuilds),
+        fig.update(catalog_build_s=statistics.median(r.figures["seconds"] for r in rebuilds),
                    catalog_build_rss_mb=max(r.max_rss_mb for r in rebuilds), catalog_build_from="rebuild")
     elif "import_refresh_s" in fig:  # the import run's refresh built the catalog from scratch: it measured it
         fig.update(catalog_build_s=fig["import_refresh_s"], catalog_build_rss_mb=fig["peak_rss_mb"],
@@ -583,15 +590,16 @@ def print_growth(results: list[dict[str, Any]]) -> None:
              ("refresh with nothing changed", "noop_refresh_s", None, None),
              ("peak RSS of the import child", "peak_rss_mb", None, None))
     for label, key, stand_in, per in pairs:
-        values, extrapolated = [], False
+        values: list[float] = []
+        extrapolated = False
         for f in (a, b):
             value = f.get(key)
             if value is None and stand_in is not None and f.get(stand_in) is not None:
                 value, extrapolated = f[stand_in], True
-            if value is not None and per is not None:
-                value /= f[per]
-            values.append(value)
-        if None in values:
+            if value is None:
+                break
+            values.append(value / f[per] if per is not None else value)
+        if len(values) < 2:
             print(f"  {label:40s} not measured at both sizes")
         else:
             print(f"  {label:40s} {values[1] / values[0]:8.2f}x" + ("  (EXTRAPOLATED figure involved)" if extrapolated else ""))

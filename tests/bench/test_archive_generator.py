@@ -49,7 +49,7 @@ def test_archive_uses_the_agents_layouts(generated: "archive.ArchiveSummary") ->
     claude_main = re.compile(rf"\.claude/projects/-[^/]+/{uuid}\.jsonl$")
     claude_agent = re.compile(rf"\.claude/projects/-[^/]+/(?:{uuid}/subagents/)?agent-[0-9a-z-]+\.jsonl$")
     codex = re.compile(rf"\.codex/sessions/\d{{4}}/\d{{2}}/\d{{2}}/rollout-\d{{4}}-\d{{2}}-\d{{2}}T\d{{2}}-\d{{2}}-\d{{2}}-{uuid}\.jsonl$")
-    kinds = collections.Counter()
+    kinds: collections.Counter = collections.Counter()
     for name in files:
         kind = "claude" if claude_main.search(name) else "agent" if claude_agent.search(name) else \
             "codex" if codex.search(name) else "other"
