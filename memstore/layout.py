@@ -9,7 +9,7 @@ session ids and their directory names, and the one enumeration of session direct
     derived/memory.json  derived/progress.json  derived/trajectory.jsonl  derived/goal/
     derived/eviction-summaries.jsonl  derived/eviction-summary-*.json
     derived/import-state.json  derived/audit-pack.json
-  catalog.db  gc-log.jsonl  locks/  .trash/
+  catalog.db  gc-log.jsonl  locks/  .trash/  changes/
 ```
 
 Nothing here touches the disk except :func:`iter_session_dirs`.
@@ -35,6 +35,7 @@ CATALOG_FILE = "catalog.db"
 GC_LOG_FILE = "gc-log.jsonl"
 LOCKS_DIR = "locks"
 TRASH_DIR = ".trash"
+CHANGES_DIR = "changes"  # changes/<session directory>: a session changed since the catalog looked
 
 # -- a session directory --------------------------------------------------------------------
 EVENTS_FILE = "events.jsonl"
@@ -154,6 +155,12 @@ def trash_dir(root: os.PathLike | str) -> Path:
     return Path(root) / TRASH_DIR
 
 
+def changes_dir(root: os.PathLike | str) -> Path:
+    """The store's change feed: one empty marker per session directory changed since the
+    catalog last looked (see :mod:`memstore.changes`)."""
+    return Path(root) / CHANGES_DIR
+
+
 # -- paths of a session ---------------------------------------------------------------------
 
 
@@ -210,6 +217,7 @@ def iter_session_dirs(
     root: os.PathLike | str,
     *,
     require_log: bool = False,
+    require_log_or_view: bool = False,
     sort: bool = False,
     on_skip: Optional[Callable[[str, str], None]] = None,
 ) -> Iterator[os.DirEntry]:
@@ -219,7 +227,10 @@ def iter_session_dirs(
     dot (memstore's own temporaries), symlinks (never followed), anything that is not a
     directory, and names that are not UTF-8 (no session id names such a directory). With
     ``require_log``, directories whose ``events.jsonl`` is not a regular file are left out too.
-    ``sort`` yields them in name order. A missing ``sessions/`` (or one that is a symlink) is an
+    With ``require_log_or_view``, a directory is kept when its ``events.jsonl`` is a regular
+    file or, without one, when it holds a regular ``manifest.json`` and ``derived/memory.json``
+    (a session VT Code's own migration made: no log, its facts in the memory view; see
+    :func:`is_legacy_session`). ``sort`` yields them in name order. A missing ``sessions/`` (or one that is a symlink) is an
     empty store; any other failure to list it raises :class:`StoreIOError`.
     """
     base = sessions_root(root)
@@ -236,14 +247,14 @@ def iter_session_dirs(
     if sort:
         entries.sort(key=lambda e: e.name)
     for entry in entries:
-        reason = _not_a_session(entry, require_log)
+        reason = _not_a_session(entry, require_log, require_log_or_view)
         if reason is None:
             yield entry
         elif on_skip is not None:
             on_skip(entry.name, reason)
 
 
-def _not_a_session(entry: os.DirEntry, require_log: bool) -> Optional[str]:
+def _not_a_session(entry: os.DirEntry, require_log: bool, require_log_or_view: bool = False) -> Optional[str]:
     name = entry.name
     if name.startswith("."):
         return "not a session directory (its name starts with a dot)"
@@ -265,4 +276,37 @@ def _not_a_session(entry: os.DirEntry, require_log: bool) -> Optional[str]:
             return f"not a session (no {EVENTS_FILE})"
         if not stat.S_ISREG(st.st_mode):
             return f"not a session ({EVENTS_FILE} is not a regular file)"
+    elif require_log_or_view:
+        try:
+            st = os.stat(os.path.join(entry.path, EVENTS_FILE), follow_symlinks=False)
+        except FileNotFoundError:
+            if is_legacy_session(entry.path):
+                return None
+            return f"not a session (no {EVENTS_FILE}, and no {MANIFEST_FILE} with {DERIVED_DIR}/{MEMORY_FILE})"
+        except OSError as exc:
+            return f"cannot be examined ({exc.strerror or exc})"
+        if not stat.S_ISREG(st.st_mode):
+            return f"not a session ({EVENTS_FILE} is not a regular file)"
     return None
+
+
+def is_legacy_session(session_dir: os.PathLike | str) -> bool:
+    """Whether ``session_dir`` is a session without a log that VT Code's own migration made: a
+    regular ``manifest.json`` and ``derived/memory.json`` and no ``events.jsonl`` at all (a log
+    that is there but not a regular file makes no session of either kind). Never follows a
+    symlink; a file that cannot be examined counts as absent."""
+    directory = os.fspath(session_dir)
+    try:
+        os.stat(os.path.join(directory, EVENTS_FILE), follow_symlinks=False)
+        return False
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    for name in (MANIFEST_FILE, os.path.join(DERIVED_DIR, MEMORY_FILE)):
+        try:
+            if not stat.S_ISREG(os.stat(os.path.join(directory, name), follow_symlinks=False).st_mode):
+                return False
+        except OSError:
+            return False
+    return True

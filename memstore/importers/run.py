@@ -39,6 +39,7 @@ import orjson
 from ..layout import DERIVED_DIR, EVENTS_FILE, IMPORT_STATE_FILE, PIN_FILE, SESSIONS_DIR, session_directory
 from ..errors import InvalidEvent, SessionBusyError, StoreIOError
 from ..events import LIFECYCLE_KINDS
+from ..changes import mark_changed
 from ..fsio import atomic_write, read_no_follow
 from ..locks import remove_session_directory
 from ..session.log import SessionLog, open_session
@@ -223,6 +224,7 @@ def discard_session(root: Path, session_id: str) -> None:
             if session_retention_pinned(directory):
                 raise SessionPinned(session_id)
             raise SessionBusyError(f"session {session_id!r} is open in another process; it cannot be replaced now")
+        mark_changed(root, directory.name)
 
 
 def import_source(root: Path, source: SourceFile, wanted: str, settle_seconds: float, now: float,

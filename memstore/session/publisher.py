@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import faults
+from ..changes import mark_session_changed
 from . import registry
 from ..fsio import atomic_write
 from .indexslot import IndexSlot
@@ -149,6 +150,7 @@ class Publisher:
             atomic_write(self.manifest_path, batch.manifest_json, durable=False)
             summary_cache.invalidate(self.manifest_path)
             self.published = batch.manifest_json
+            mark_session_changed(self.manifest_path.parent)
 
     def publish_manifest_now(self, manifest_json: bytes) -> None:
         """Publish ``manifest_json`` from the calling thread once every batch before it is
