@@ -220,6 +220,35 @@ class _progress_bar:
             self.bar.__exit__(*exc_info)
 
 
+class _catalog_progress:
+    """A status line on stderr while a search builds or refreshes the catalog for long (more
+    than :data:`PROGRESS_DELAY` seconds): sessions and megabytes copied, the rate, the time
+    left. Nothing in --json mode."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.started = 0.0
+        self.shown = False
+
+    def __enter__(self):
+        import time
+
+        self.started = time.monotonic()
+        return self.update if self.enabled else None
+
+    def update(self, progress) -> None:
+        import time
+
+        if not self.shown and time.monotonic() - self.started < PROGRESS_DELAY:
+            return
+        self.shown = True
+        click.echo(f"\rbuilding the catalog: {progress.describe()}\033[K", err=True, nl=False)
+
+    def __exit__(self, *exc_info):
+        if self.shown:
+            click.echo("", err=True)
+
+
 def _print_turns(turns) -> None:
     click.echo(f"{'turn':>4}  {'status':<11} {'events':>6}  {'input':>7} {'cached':>7} {'output':>7}  started")
     for t in turns:
@@ -643,16 +672,29 @@ def search_command(query, session_id, since, source, max_results, no_recency, ro
       memstore search "mismatched types"
       memstore search "cargo test" --since 2026-11-01 -n 20 --json
     """
-    from .search import search_memory
+    from .catalog import live_catalog
+    from .search import search_live
 
     _require_store(root)
     if session_id is not None:
         _existing_session_dir(root, session_id)
-    try:
-        results = search_memory(root, query, max_results, source=source, session_id=session_id, since=since,
-                                recency=not no_recency)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--since") from exc
+    with _catalog_progress(enabled=not as_json) as on_progress:
+        try:
+            results = search_live(live_catalog(root), query, limit=max_results, source=source, session=session_id,
+                                  since=since, recency=not no_recency, on_progress=on_progress).results
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--since") from exc
+    missing = getattr(results, "missing", ())
+    if missing:
+        # On stderr, so stdout stays the results (a list, with --json) whatever happened.
+        names = ", ".join(f"{m.directory} ({m.reason})" for m in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        if as_json:
+            click.echo(orjson.dumps({"warning": "partial results", "missing": [m.to_dict() for m in missing]}).decode(),
+                       err=True)
+        else:
+            click.echo(f"warning: partial results: {plural(len(missing), 'session')} not searched: {names}{more}",
+                       err=True)
     if as_json:
         _echo_json([r.to_dict() for r in results])
         return

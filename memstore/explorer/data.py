@@ -445,14 +445,16 @@ def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int =
     results: list[dict] = []
     total: Optional[int] = None
     engine = None
+    missing: list[dict] = []
     if query:
         try:
             if conn is not None:
                 page = search_catalog(conn, query, limit=limit, session=session_id or None)
                 results, total = [_result(r) for r in page.results], page.total
+                missing = _missing(page.missing, root)
             else:
-                results = [_result(r) for r in search_memory(root, query, max_results=limit,
-                                                             session_id=session_id or None)]
+                found = search_memory(root, query, max_results=limit, session_id=session_id or None)
+                results, missing = [_result(r) for r in found], _missing(found.missing, root)
             engine = "bm25"
         except (MemstoreError, sqlite3.Error) as exc:
             logger.warning("explorer: BM25 search failed (%s); falling back to FTS5", exc)
@@ -468,12 +470,21 @@ def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int =
         r["turn_url"] = urls.turn(sid, turn, anchor=seq) if sid and isinstance(turn, int) else None
         r["event_url"] = urls.event(sid, seq) if sid and isinstance(seq, int) else None
     return {"q": query, "session": session_id, "limit": limit, "engine": engine, "results": results, "total": total,
+            "missing": missing,
             "links": {"json": urls.search(".json", q=query or None, session=session_id or None),
                       "chunks_table": urls.table("chunks", _search=words or None)}}
 
 
 _RESULT_KEYS = ("chunk_id", "path", "start_line", "end_line", "score", "snippet", "source", "created_at",
                 "session_id", "turn", "seq")
+
+
+def _missing(missing, root: os.PathLike | str) -> list[dict]:
+    """The sessions a search could not look at, as the page shows them: paths in the reasons
+    relative to the store (a page names no place on the server's disk)."""
+    prefix = os.path.join(os.path.abspath(os.fspath(root)), "")
+    return [{"directory": m.directory, "session_id": m.session_id, "reason": m.reason.replace(prefix, "")}
+            for m in missing]
 
 
 def _result(result: MemorySearchResult) -> dict:
