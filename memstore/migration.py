@@ -35,6 +35,29 @@ So the live log is imported incrementally (lines added since the last run; a par
 waits for the next), and once rotated, only its lines ``traj-live`` does not already hold go to
 ``traj-<stamp>``. Nothing is overwritten: a changed envelope file is a new envelope.
 
+**Sources VT Code already migrated.** VT Code's own ``session-store migrate`` keeps its legacy
+sources by default and puts each ``history/<name>.json`` into a session of its own: id the file's
+stem (``session-bar.memory``), directory ``sessions/<sanitized stem>``, ``derived/memory.json`` a
+byte copy of the file, a manifest with no turns and no events, no log. Such a file is recognised
+by that id mapping and by content: the directory (never a symlink) is where VT Code's mapping
+puts the file, and either its ``memory.json`` has the file's SHA-256 (VT Code copied these very
+bytes) or its log holds an envelope with it. Then:
+
+- the copy is the file as it is now: nothing is imported or written; reported as
+  ``already_migrated`` (its facts are listed once, under VT Code's id);
+- the file changed after VT Code copied it: the new version goes into VT Code's session, not
+  into a second one. Its log (started by this import) first takes VT Code's copy, the only copy
+  left of the version VT Code migrated (``source``: ``{"file": "sessions/<dir>/derived/memory.json",
+  "sha256", "mtime": when VT Code says it was written, "migrated_by": "vtcode", "legacy_file"}``),
+  then the new version, so the view is the newest and nothing is lost; reported as
+  ``changed_since``. Only when VT Code's manifest names that file and its copy can be kept in a
+  log (a JSON object); otherwise, or when memstore's own session already holds versions of the
+  file (memstore migrated it before VT Code did), it goes where it would have gone anyway;
+- memstore had imported the file before VT Code copied it: nothing is imported; VT Code's
+  duplicate is reported as ``also_imported`` and left alone (it is VT Code's session).
+
+:func:`gc_legacy` removes such a file only once a log holds it: VT Code's copy is a derived file.
+
 **Safety.** Holds the store's ``migration`` lock. Sources are read without following symlinks
 (a symlinked ``history``/``logs`` directory or file is reported, not read); a source that cannot
 be read or parsed is listed in ``MigrationReport.skipped`` with the reason. Sources are removed
@@ -52,6 +75,7 @@ import re
 import stat
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -59,13 +83,19 @@ import orjson
 
 from .layout import (
     DERIVED_DIR,
+    EVENTS_FILE,
     LEGACY_HISTORY_DIR,
     LEGACY_LOGS_DIR,
     LEGACY_TRAJECTORY_FILE,
+    MANIFEST_FILE,
     MEMORY_FILE,
+    SESSIONS_DIR,
     TRAJECTORY_FILE,
     check_session_id,
+    sanitize_session_id,
+    session_dir_name,
     session_directory,
+    sessions_root,
 )
 from . import events as ev
 from .errors import (
@@ -77,8 +107,9 @@ from .errors import (
     UnsafePathError,
 )
 from .events import Record
-from .fsio import open_read_no_follow
+from .fsio import open_read_no_follow, read_no_follow
 from .locks import remove_session_directory, store_lock
+from .session.manifest import load_summary
 from .session.log import SessionLog, open_session
 from .views.memory_view import ENVELOPE_EVENT, not_after_now, not_before, refresh_memory_view
 from .views.trajectory import TRAJECTORY_EVENT, write_trajectory_view
@@ -117,15 +148,35 @@ class LegacyGcReport:
         return {"bytes_freed": self.bytes_freed, "removed": list(self.removed), "kept": [asdict(k) for k in self.kept]}
 
 
+class VtcodeState(str, Enum):
+    """What memstore found of a legacy file that VT Code's own migration had also migrated."""
+
+    ALREADY_MIGRATED = "already_migrated"  # VT Code's copy is this very file: not imported
+    CHANGED_SINCE = "changed_since"  # changed since VT Code copied it: imported into VT Code's session
+    ALSO_IMPORTED = "also_imported"  # memstore had imported it before VT Code copied it: a duplicate
+
+
+@dataclass(frozen=True)
+class VtcodeMigration:
+    """A legacy file (path relative to the root) that VT Code's own migration had put into
+    ``session`` (the directory name under ``sessions/``), and what memstore made of it."""
+
+    path: str
+    session: str
+    state: VtcodeState
+
+
 @dataclass
 class MigrationReport:
     """What :func:`migrate_legacy` did.
 
     ``memory_imported`` counts envelope files and ``trajectory_imported`` trajectory files from
     which something was appended in this run (``records_imported`` lines); ``bytes_migrated``
-    is the source bytes they held; ``already_imported`` counts sources found fully imported;
-    ``skipped`` lists sources that could not be imported, and why. ``legacy`` is the
-    :func:`gc_legacy` report when ``remove_legacy`` was given.
+    is the source bytes they held; ``already_imported`` counts sources found fully imported by
+    memstore; ``already_migrated`` counts sources VT Code's own migration holds unchanged (not
+    imported again); ``migrated_by_vtcode`` lists every source VT Code had migrated and what
+    was done with it; ``skipped`` lists sources that could not be imported, and why.
+    ``legacy`` is the :func:`gc_legacy` report when ``remove_legacy`` was given.
     """
 
     sessions_created: int = 0
@@ -135,6 +186,8 @@ class MigrationReport:
     records_imported: int = 0
     bytes_migrated: int = 0
     already_imported: int = 0
+    already_migrated: int = 0
+    migrated_by_vtcode: list[VtcodeMigration] = field(default_factory=list)
     skipped: list[SkippedSource] = field(default_factory=list)
     legacy: Optional[LegacyGcReport] = None
 
@@ -142,8 +195,14 @@ class MigrationReport:
         logger.warning("migrate: not importing %s: %s", path, reason)
         self.skipped.append(SkippedSource(path, reason))
 
+    def vtcode(self, path: str, session: str, state: VtcodeState) -> None:
+        logger.info("migrate: %s was migrated by VT Code into session %r: %s", path, session, state.value)
+        self.migrated_by_vtcode.append(VtcodeMigration(path, session, state))
+
     def to_dict(self) -> dict:
         data = asdict(self)
+        data["migrated_by_vtcode"] = [{"path": m.path, "session": m.session, "state": m.state.value}
+                                      for m in self.migrated_by_vtcode]
         data["legacy"] = self.legacy.to_dict() if self.legacy is not None else None
         return data
 
@@ -329,7 +388,8 @@ def _read_trajectory(entry: os.DirEntry, sid: str, skipped: list[SkippedSource])
 
 
 def _collect_trajectories(root: Path, skipped: list[SkippedSource]) -> list[_Trajectory]:
-    rotated, live = [], []
+    rotated: list[_Trajectory] = []
+    live: list[_Trajectory] = []
     for entry in _listing(root, LEGACY_LOGS_DIR, skipped):
         name = entry.name
         if not name.endswith(".jsonl"):
@@ -358,6 +418,7 @@ class _Imported:
     """What a session's log says was imported into it."""
 
     envelope_shas: set = field(default_factory=set)
+    files: set = field(default_factory=set)  # the legacy files its envelopes came from
     lines: dict = field(default_factory=dict)  # trajectory generation -> highest line number
     last_ts: Optional[str] = None
     records: int = 0
@@ -380,8 +441,12 @@ class _Imported:
             self.completed = True
         elif kind == ENVELOPE_EVENT:
             self.memory = True
-            if isinstance(source, dict) and isinstance(source.get("sha256"), str):
-                self.envelope_shas.add(source["sha256"])
+            if isinstance(source, dict):
+                if isinstance(source.get("sha256"), str):
+                    self.envelope_shas.add(source["sha256"])
+                for key in ("file", "legacy_file"):
+                    if isinstance(source.get(key), str):
+                        self.files.add(source[key])
         elif kind == TRAJECTORY_EVENT:
             self.trajectory = True
             if isinstance(source, dict):
@@ -419,12 +484,120 @@ def _imported_read_only(root: Path, session_id: str) -> _Imported:
 
 
 # --------------------------------------------------------------------------------------------
+# What VT Code's own migration made of a legacy envelope
+
+
+@dataclass
+class _VtcodeSession:
+    """The session VT Code's ``migrate_legacy`` makes for ``history/<name>.json``: its id is
+    the file's stem (``session-foo.memory`` for ``session-foo.memory.json``), its directory
+    ``sessions/<sanitized stem>``, ``derived/memory.json`` a byte copy of the file, and a
+    manifest with no turns and no events; no log. Read without following symlinks or writing."""
+
+    name: str  # the directory name under sessions/
+    copy_sha256: Optional[str]  # of derived/memory.json as it is now; None: none, or unreadable
+    copy: Optional[dict]  # derived/memory.json parsed, when it is a JSON object
+    copy_ts: str  # when the copied version was written: the manifest's created_at, else the copy's mtime
+    held: _Imported  # what its log holds (nothing when it has none)
+    vtcode_manifest: bool  # no log, and the manifest VT Code's migration writes for this file
+    addressable: bool  # memstore opens it by the id that is its directory name
+
+    @property
+    def copy_rel(self) -> str:
+        return f"{SESSIONS_DIR}/{self.name}/{DERIVED_DIR}/{MEMORY_FILE}"
+
+    def adoptable_for(self, envelope: "_Envelope") -> bool:
+        """Whether a changed version of ``envelope``'s file belongs in this session: VT Code
+        migrated that file here (its manifest says so and its copy can be kept in a log), or an
+        earlier run of memstore already put a version of the file into this session's log."""
+        if not self.addressable:
+            return False
+        if self.vtcode_manifest:
+            return self.copy is not None
+        return self.held.migrated and envelope.rel in self.held.files
+
+
+def _vtcode_session(root: Path, envelope: "_Envelope") -> Optional[_VtcodeSession]:
+    """The session VT Code's own migration made for ``envelope``'s file, if there is one: a
+    real directory (never a symlink) named by VT Code's id mapping. ``None`` otherwise."""
+    stem = envelope.rel.split("/", 1)[1][: -len(".json")]
+    name = sanitize_session_id(stem)
+    directory = sessions_root(root) / name
+    try:
+        if not stat.S_ISDIR(os.lstat(directory).st_mode):
+            return None
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        logger.warning("migrate: cannot examine %s: %s", directory, exc)
+        return None
+    try:
+        addressable = session_dir_name(name) == name
+    except InvalidSessionId:
+        addressable = False
+    copy_sha, copy, copy_mtime = _read_vtcode_copy(directory / DERIVED_DIR / MEMORY_FILE)
+    has_log = os.path.lexists(directory / EVENTS_FILE)
+    held = _Imported()
+    if has_log and addressable:
+        try:
+            held = _imported_read_only(root, name)
+        except StoreIOError as exc:
+            logger.warning("migrate: cannot read session %s: %s", name, exc)
+            addressable = False
+    try:
+        summary = None if has_log else load_summary(directory)
+    except StoreIOError as exc:  # a symlinked or unreadable manifest: not VT Code's
+        logger.warning("migrate: cannot read the manifest of %s: %s", directory, exc)
+        summary = None
+    vtcode_manifest = (summary is not None and summary.session_id in (stem, name)
+                       and summary.turn_count == 0 and summary.event_count == 0)
+    copy_ts = (_manifest_created_at(directory) if vtcode_manifest else None) or copy_mtime or envelope.ts
+    return _VtcodeSession(name, copy_sha, copy, copy_ts, held, vtcode_manifest, addressable)
+
+
+def _read_vtcode_copy(path: Path) -> tuple[Optional[str], Optional[dict], Optional[str]]:
+    """``(sha256, parsed object or None, mtime)`` of VT Code's ``derived/memory.json``;
+    ``(None, None, None)`` when it is missing, not a regular file, too large or unreadable."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENVELOPE_BYTES:
+            return None, None, None
+        raw = read_no_follow(path)
+    except FileNotFoundError:
+        return None, None, None
+    except (OSError, StoreIOError) as exc:
+        logger.warning("migrate: cannot read %s: %s", path, exc)
+        return None, None, None
+    if raw is None:
+        return None, None, None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        data = None
+    return hashlib.sha256(raw).hexdigest(), data if isinstance(data, dict) else None, _mtime_ts(st)
+
+
+def _manifest_created_at(directory: Path) -> Optional[str]:
+    """The ``created_at`` of VT Code's manifest (the copied file's mtime, as VT Code wrote
+    it), in memstore's format; ``None`` when it is missing or does not parse."""
+    try:
+        raw = read_no_follow(directory / MANIFEST_FILE)
+        data = orjson.loads(raw) if raw is not None else None
+    except (StoreIOError, orjson.JSONDecodeError):
+        return None
+    value = data.get("created_at") if isinstance(data, dict) else None
+    return ev.normalize_ts(value) if isinstance(value, str) and ev.parse_ts(value) is not None else None
+
+
+# --------------------------------------------------------------------------------------------
 # Writing into sessions
 
 
 def _unix_ts(record: dict) -> Optional[str]:
     value = record.get("ts")
-    if type(value) not in (int, float) or not math.isfinite(value) or not 0 <= value <= _MAX_UNIX_TS:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value) or not 0 <= value <= _MAX_UNIX_TS:
         return None
     return ev.format_ts(datetime.fromtimestamp(value, timezone.utc))
 
@@ -443,9 +616,13 @@ def _trajectory_event(trajectory: _Trajectory, number: int, line: bytes) -> tupl
 class _Writer:
     """Appends imported events to one session, dating each no earlier than the log's last."""
 
-    def __init__(self, root: Path, session_id: str, first_file: str, report: MigrationReport):
+    def __init__(self, root: Path, session_id: str, first_file: str, report: MigrationReport,
+                 *, vtcode_session: bool = False):
         # Only a directory this import made may be removed again (see finish).
         self.made_directory = not os.path.lexists(session_directory(root, session_id))
+        # A session VT Code's migration made is not created by this import, even when this
+        # import starts its log.
+        self.vtcode_session = vtcode_session
         self.log: SessionLog = open_session(root, session_id, max_events=0, durability="none")
         self.root = root
         self.session_id = session_id
@@ -495,7 +672,7 @@ class _Writer:
                     refresh_memory_view(self.log)
                 if self.found.trajectory:
                     write_trajectory_view(self.log)
-                if self.created:
+                if self.created and not self.vtcode_session:
                     self.report.sessions_created += 1
                 else:
                     self.report.sessions_updated += 1
@@ -514,9 +691,9 @@ class _Writer:
 
 
 def _open_writer(root: Path, session_id: str, first_file: str, report: MigrationReport,
-                 sources: list[str]) -> Optional[_Writer]:
+                 sources: list[str], *, vtcode_session: bool = False) -> Optional[_Writer]:
     try:
-        return _Writer(root, session_id, first_file, report)
+        return _Writer(root, session_id, first_file, report, vtcode_session=vtcode_session)
     except SessionBusyError:
         for rel in sources:
             report.skip(rel, f"session {session_id!r} is open in another process; run migrate again later")
@@ -538,8 +715,29 @@ def _import_envelopes(root: Path, session_id: str, envelopes: list[_Envelope], r
         for rel in sources:
             report.skip(rel, f"session {session_id!r} cannot be read ({exc})")
         return
-    pending = [e for e in envelopes if e.sha256 not in held.envelope_shas]
-    report.already_imported += len(envelopes) - len(pending)
+    pending: list[_Envelope] = []
+    # VT Code's sessions to import into: (the session, changed files, files an interrupted run
+    # already put there and that session still needs finishing for).
+    into_vtcode: dict[str, tuple[_VtcodeSession, list[_Envelope], list[str]]] = {}
+    for envelope in envelopes:
+        vtcode = _vtcode_session(root, envelope)
+        if envelope.sha256 in held.envelope_shas:
+            report.already_imported += 1
+            if vtcode is not None and vtcode.copy_sha256 == envelope.sha256:
+                report.vtcode(envelope.rel, vtcode.name, VtcodeState.ALSO_IMPORTED)
+        elif vtcode is not None and envelope.sha256 in vtcode.held.envelope_shas:
+            report.already_imported += 1  # an earlier run put it into VT Code's session
+            if vtcode.addressable and _unfinished(root, vtcode.name, vtcode.held):
+                into_vtcode.setdefault(vtcode.name, (vtcode, [], []))[2].append(envelope.rel)
+        elif vtcode is not None and vtcode.copy_sha256 == envelope.sha256:
+            report.already_migrated += 1
+            report.vtcode(envelope.rel, vtcode.name, VtcodeState.ALREADY_MIGRATED)
+        elif vtcode is not None and envelope.rel not in held.files and vtcode.adoptable_for(envelope):
+            into_vtcode.setdefault(vtcode.name, (vtcode, [], []))[1].append(envelope)
+        else:
+            pending.append(envelope)
+    for vtcode, changed, unfinished in into_vtcode.values():
+        _import_into_vtcode_session(root, vtcode, changed, unfinished, report)
     if not pending and not _unfinished(root, session_id, held):
         return  # nothing new: the session is not even opened for writing
     writer = _open_writer(root, session_id, (pending or envelopes)[0].rel, report, [e.rel for e in pending or envelopes])
@@ -547,18 +745,51 @@ def _import_envelopes(root: Path, session_id: str, envelopes: list[_Envelope], r
         return
     try:
         for envelope in pending:
-            if envelope.sha256 in writer.found.envelope_shas:  # imported since we looked
-                report.already_imported += 1
-                continue
-            try:
-                writer.append({"type": ENVELOPE_EVENT, "envelope": envelope.data,
-                               "source": {"importer": IMPORTER, "file": envelope.rel, "sha256": envelope.sha256,
-                                          "mtime": envelope.ts}}, envelope.ts)
-            except InvalidEvent as exc:
-                report.skip(envelope.rel, f"cannot be stored as an event ({exc})")
-                continue
-            report.memory_imported += 1
-            report.bytes_migrated += envelope.size
+            _append_envelope(writer, envelope, report)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.finish()
+
+
+def _append_envelope(writer: _Writer, envelope: _Envelope, report: MigrationReport) -> bool:
+    """Append one legacy envelope (unless the log holds it already); whether it was appended."""
+    if envelope.sha256 in writer.found.envelope_shas:  # imported since we looked
+        report.already_imported += 1
+        return False
+    try:
+        writer.append({"type": ENVELOPE_EVENT, "envelope": envelope.data,
+                       "source": {"importer": IMPORTER, "file": envelope.rel, "sha256": envelope.sha256,
+                                  "mtime": envelope.ts}}, envelope.ts)
+    except InvalidEvent as exc:
+        report.skip(envelope.rel, f"cannot be stored as an event ({exc})")
+        return False
+    report.memory_imported += 1
+    report.bytes_migrated += envelope.size
+    return True
+
+
+def _import_into_vtcode_session(root: Path, vtcode: _VtcodeSession, envelopes: list[_Envelope],
+                                unfinished: list[str], report: MigrationReport) -> None:
+    """Import files changed since VT Code migrated them into the session VT Code made for them,
+    and finish what an interrupted run left there (``unfinished``: the files it had imported). A log this import starts there begins
+    with VT Code's copy (the only copy left of the version VT Code migrated), dated when VT
+    Code says that version was written; the changed versions follow, so the regenerated view
+    is the newest."""
+    sources = [e.rel for e in envelopes] + unfinished
+    writer = _open_writer(root, vtcode.name, sources[0], report, sources, vtcode_session=True)
+    if writer is None:
+        return
+    try:
+        if (envelopes and vtcode.copy is not None and vtcode.copy_sha256 not in writer.found.envelope_shas
+                and not writer.found.migrated):
+            writer.append({"type": ENVELOPE_EVENT, "envelope": vtcode.copy,
+                           "source": {"importer": IMPORTER, "file": vtcode.copy_rel, "sha256": vtcode.copy_sha256,
+                                      "mtime": vtcode.copy_ts, "migrated_by": "vtcode",
+                                      "legacy_file": sources[0]}}, vtcode.copy_ts)
+        for envelope in envelopes:
+            if _append_envelope(writer, envelope, report):
+                report.vtcode(envelope.rel, vtcode.name, VtcodeState.CHANGED_SINCE)
     except BaseException:
         writer.abort()
         raise
@@ -654,7 +885,8 @@ def gc_legacy(root: os.PathLike | str) -> LegacyGcReport:
     """Remove the legacy sources migration has imported; return what was removed and kept.
 
     Unlike VT Code, which deletes ``history/`` and ``logs/`` wholesale, only files whose content
-    a session's log holds are removed (each recorded in ``gc-log.jsonl``, reason
+    a session's log holds are removed (a file only VT Code's migration holds, in a
+    ``derived/memory.json`` without a log, is kept) (each recorded in ``gc-log.jsonl``, reason
     ``legacy_imported``): an envelope whose SHA-256 was imported, a rotated trajectory log whose
     every line was. Kept, and listed with the reason: compaction history artifacts (never
     imported), the live ``trajectory.jsonl`` (VT Code may be writing it), files not imported
@@ -693,10 +925,19 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
         if envelope is None:
             kept.extend(problems)
             continue
-        if envelope.sha256 not in session(envelope.session_id).envelope_shas:
-            kept.append(SkippedSource(rel, f"not imported into session {envelope.session_id!r} (run migrate)"))
-            continue
-        removable.append((rel, Path(entry.path), envelope.st, envelope.session_id))
+        holder = envelope.session_id
+        if envelope.sha256 not in session(holder).envelope_shas:
+            vtcode = _vtcode_session(root, envelope)
+            if vtcode is not None and envelope.sha256 in vtcode.held.envelope_shas:
+                holder = vtcode.name
+            elif vtcode is not None and vtcode.copy_sha256 == envelope.sha256:
+                kept.append(SkippedSource(rel, f"migrated by VT Code into session {vtcode.name!r}, which holds it only "
+                                               "as derived/memory.json, in no log"))
+                continue
+            else:
+                kept.append(SkippedSource(rel, f"not imported into session {envelope.session_id!r} (run migrate)"))
+                continue
+        removable.append((rel, Path(entry.path), envelope.st, holder))
     for entry in _listing(root, LEGACY_LOGS_DIR, kept):
         rel = f"{LEGACY_LOGS_DIR}/{entry.name}"
         sid = trajectory_session_id(entry.name) if entry.name.endswith(".jsonl") else None
@@ -755,6 +996,8 @@ def _unchanged(path: Path, before: os.stat_result) -> bool:
 
 __all__ = [
     "MigrationReport",
+    "VtcodeMigration",
+    "VtcodeState",
     "LegacyGcReport",
     "SkippedSource",
     "migrate_legacy",
