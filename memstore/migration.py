@@ -56,6 +56,16 @@ bytes) or its log holds an envelope with it. Then:
 - memstore had imported the file before VT Code copied it: nothing is imported; VT Code's
   duplicate is reported as ``also_imported`` and left alone (it is VT Code's session).
 
+The same holds for trajectory logs, whose VT Code session is ``traj-`` + the file's stem without
+a leading ``trajectory-``: ``traj-<stamp>`` for a rotated log (memstore's name too) and
+``traj-trajectory`` for the live one (memstore's: ``traj-live``). A copy in such a session (no
+log, VT Code's manifest) that is the file as it is: not imported (``already_migrated``). VT
+Code's copy of the live log holds its first lines: those are not imported again, neither from
+the live log into ``traj-live`` nor from the rotated log it becomes (``changed_since`` when the
+lines past the copy are imported). A rotated log that only grew since VT Code copied it is
+imported into VT Code's session (the same directory); one that no longer holds every line of
+VT Code's copy there is not imported over it (reported in ``skipped``).
+
 :func:`gc_legacy` removes such a file only once a log holds it: VT Code's copy is a derived file.
 
 **Safety.** Holds the store's ``migration`` lock. Sources are read without following symlinks
@@ -227,6 +237,7 @@ class _Envelope:
 class _Trajectory:
     rel: str
     session_id: str
+    sha256: str  # of the file's bytes as read
     generation: Optional[str]
     lines: list[tuple[int, bytes]]  # (line number, bytes without the newline), blank lines left out
     last_line: int  # the number of the last complete line (blank ones included)
@@ -384,7 +395,7 @@ def _read_trajectory(entry: os.DirEntry, sid: str, skipped: list[SkippedSource])
         return None
     lines, last = _split_lines(raw, complete_only=sid == LIVE_TRAJECTORY_SESSION)
     generation = hashlib.sha256(lines[0][1]).hexdigest()[:32] if lines else None
-    return _Trajectory(rel, sid, generation, lines, last, _mtime_ts(st), st)
+    return _Trajectory(rel, sid, hashlib.sha256(raw).hexdigest(), generation, lines, last, _mtime_ts(st), st)
 
 
 def _collect_trajectories(root: Path, skipped: list[SkippedSource]) -> list[_Trajectory]:
@@ -420,6 +431,7 @@ class _Imported:
     envelope_shas: set = field(default_factory=set)
     files: set = field(default_factory=set)  # the legacy files its envelopes came from
     lines: dict = field(default_factory=dict)  # trajectory generation -> highest line number
+    first_lines: dict = field(default_factory=dict)  # trajectory generation -> lowest line number
     last_ts: Optional[str] = None
     records: int = 0
     memory: bool = False
@@ -453,6 +465,7 @@ class _Imported:
                 generation, line = source.get("generation"), source.get("line")
                 if isinstance(generation, str) and type(line) is int:
                     self.lines[generation] = max(self.lines.get(generation, 0), line)
+                    self.first_lines[generation] = min(self.first_lines.get(generation, line), line)
 
 
 def _unfinished(root: Path, session_id: str, held: _Imported) -> bool:
@@ -587,6 +600,54 @@ def _manifest_created_at(directory: Path) -> Optional[str]:
         return None
     value = data.get("created_at") if isinstance(data, dict) else None
     return ev.normalize_ts(value) if isinstance(value, str) and ev.parse_ts(value) is not None else None
+
+
+@dataclass
+class _TrajectoryCopy:
+    """VT Code's copy of a trajectory log ``logs/<stem>.jsonl``: ``derived/trajectory.jsonl`` of
+    the session its migration made (id ``traj-`` + the stem without a leading ``trajectory-``,
+    so ``traj-<stamp>`` for a rotated log and ``traj-trajectory`` for the live one), with
+    VT Code's manifest and no log."""
+
+    name: str  # the directory name under sessions/
+    sha256: str
+    generation: Optional[str]
+    lines: list[tuple[int, bytes]]  # its complete non-blank lines, numbered as in the log
+    last: int  # the number of its last complete line
+
+    def is_prefix_of(self, trajectory: _Trajectory) -> bool:
+        """Whether every complete line of the copy is the same line of ``trajectory`` (the log
+        only grew since VT Code copied it)."""
+        if self.last > trajectory.last_line:
+            return False
+        return [(n, line) for n, line in trajectory.lines if n <= self.last] == self.lines
+
+
+def _vtcode_trajectory_copy(root: Path, name: str) -> Optional[_TrajectoryCopy]:
+    """VT Code's copy of ``logs/<name>``, if its migration left one (see :class:`_TrajectoryCopy`)."""
+    vtcode_id = "traj-" + name[: -len(".jsonl")].removeprefix("trajectory-")
+    directory_name = sanitize_session_id(vtcode_id)
+    directory = sessions_root(root) / directory_name
+    path = directory / DERIVED_DIR / TRAJECTORY_FILE
+    try:
+        if not stat.S_ISDIR(os.lstat(directory).st_mode) or os.path.lexists(directory / EVENTS_FILE):
+            return None
+        summary = load_summary(directory)
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_TRAJECTORY_BYTES:
+            return None
+        raw = read_no_follow(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, StoreIOError) as exc:
+        logger.warning("migrate: cannot read %s: %s", path, exc)
+        return None
+    if raw is None or summary is None or summary.session_id not in (vtcode_id, directory_name) \
+            or summary.turn_count != 0 or summary.event_count != 0:
+        return None
+    lines, last = _split_lines(raw, complete_only=True)
+    generation = hashlib.sha256(lines[0][1]).hexdigest()[:32] if lines else None
+    return _TrajectoryCopy(directory_name, hashlib.sha256(raw).hexdigest(), generation, lines, last)
 
 
 # --------------------------------------------------------------------------------------------
@@ -796,7 +857,25 @@ def _import_into_vtcode_session(root: Path, vtcode: _VtcodeSession, envelopes: l
     writer.finish()
 
 
-def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, report: MigrationReport) -> None:
+def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, live_copy: Optional[_TrajectoryCopy],
+                       report: MigrationReport) -> None:
+    """Import the lines of ``trajectory`` that no session holds yet.
+
+    VT Code's copies count (see the module docstring): a rotated log whose own session VT Code
+    made (same name as memstore's) is not imported when the copy is the file as it is, and not
+    imported over a copy holding lines the file lost; the lines of VT Code's copy of the live
+    log (``live_copy``) are not imported again from the live log or the rotated log it became."""
+    own = _vtcode_trajectory_copy(root, trajectory.rel.split("/", 1)[1])
+    into_vtcode = own is not None and own.name == trajectory.session_id
+    if own is not None and into_vtcode:
+        if own.sha256 == trajectory.sha256:
+            report.already_migrated += 1
+            report.vtcode(trajectory.rel, own.name, VtcodeState.ALREADY_MIGRATED)
+            return
+        if not own.is_prefix_of(trajectory):
+            report.skip(trajectory.rel, f"VT Code's copy in session {own.name!r} holds lines this file no longer "
+                                        "holds (it was rewritten since VT Code migrated it); not imported over it")
+            return
     if trajectory.generation is None:
         report.already_imported += 1  # nothing in it
         return
@@ -809,11 +888,22 @@ def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, rep
     if trajectory.session_id != LIVE_TRAJECTORY_SESSION:
         # A rotated log begins with what traj-live may already hold of it (same generation).
         done = max(done, live.lines.get(trajectory.generation, 0))
-    if not any(number > done for number, _line in trajectory.lines):
-        report.already_imported += 1
+    copied = 0  # lines 1..copied are in VT Code's copy of the live log, and in no log
+    if live_copy is not None and live_copy.generation == trajectory.generation and live_copy.is_prefix_of(trajectory):
+        copied = live_copy.last if live_copy.last > done else 0
+    if not any(number > max(done, copied) for number, _line in trajectory.lines):
+        if copied and live_copy is not None:
+            report.already_migrated += 1
+            report.vtcode(trajectory.rel, live_copy.name, VtcodeState.ALREADY_MIGRATED)
+        else:
+            report.already_imported += 1
+            if live_copy is not None and live_copy.sha256 == trajectory.sha256:
+                report.vtcode(trajectory.rel, live_copy.name, VtcodeState.ALSO_IMPORTED)
         if not _unfinished(root, trajectory.session_id, held):
             return
-    writer = _open_writer(root, trajectory.session_id, trajectory.rel, report, [trajectory.rel])
+    done = max(done, copied)
+    writer = _open_writer(root, trajectory.session_id, trajectory.rel, report, [trajectory.rel],
+                          vtcode_session=into_vtcode)
     if writer is None:
         return
     imported = 0
@@ -842,6 +932,10 @@ def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, rep
         report.records_imported += imported
         if trajectory.session_id == LIVE_TRAJECTORY_SESSION:
             live.lines[trajectory.generation] = writer.found.lines[trajectory.generation]
+        if own is not None and into_vtcode:
+            report.vtcode(trajectory.rel, own.name, VtcodeState.CHANGED_SINCE)
+        elif copied and live_copy is not None:
+            report.vtcode(trajectory.rel, live_copy.name, VtcodeState.CHANGED_SINCE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -869,13 +963,15 @@ def migrate_legacy(root: os.PathLike | str, remove_legacy: bool = False) -> Migr
         for session_id in sorted(groups):
             _import_envelopes(root, session_id, groups[session_id], report)
         live = _Imported()
+        live_copy = None
         if trajectories:
             try:
                 live = _imported_read_only(root, LIVE_TRAJECTORY_SESSION)
             except StoreIOError as exc:
                 logger.warning("migrate: cannot read %s: %s", LIVE_TRAJECTORY_SESSION, exc)
+            live_copy = _vtcode_trajectory_copy(root, LEGACY_TRAJECTORY_FILE)
         for trajectory in trajectories:
-            _import_trajectory(root, trajectory, live, report)
+            _import_trajectory(root, trajectory, live, live_copy, report)
         if remove_legacy:
             report.legacy = _gc_legacy(root)
     return report
@@ -953,10 +1049,12 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
             kept.extend(problems)
             continue
         if trajectory.generation is not None:
-            done = max(session(sid).lines.get(trajectory.generation, 0),
-                       session(LIVE_TRAJECTORY_SESSION).lines.get(trajectory.generation, 0))
-            if done < trajectory.lines[-1][0]:
-                kept.append(SkippedSource(rel, f"not (fully) imported into session {sid!r} (run migrate)"))
+            generation = trajectory.generation
+            spans = [(held.first_lines[generation], held.lines[generation])
+                     for held in (session(sid), session(LIVE_TRAJECTORY_SESSION)) if generation in held.lines]
+            missing = [n for n, _line in trajectory.lines if not any(first <= n <= last for first, last in spans)]
+            if missing:
+                kept.append(SkippedSource(rel, _why_kept(root, trajectory, missing, sid)))
                 continue
         removable.append((rel, Path(entry.path), trajectory.st, sid))
     if removable:
@@ -981,6 +1079,19 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
         except OSError:
             pass
     return report
+
+
+def _why_kept(root: Path, trajectory: _Trajectory, missing: list[int], session_id: str) -> str:
+    """Why gc_legacy keeps a rotated trajectory log whose lines ``missing`` no log holds."""
+    own = _vtcode_trajectory_copy(root, trajectory.rel.split("/", 1)[1])
+    if own is not None and own.name == session_id and own.sha256 == trajectory.sha256:
+        return f"migrated by VT Code into session {own.name!r}, which holds it only as derived/trajectory.jsonl, in no log"
+    live_copy = _vtcode_trajectory_copy(root, LEGACY_TRAJECTORY_FILE)
+    if (live_copy is not None and live_copy.generation == trajectory.generation and live_copy.is_prefix_of(trajectory)
+            and max(missing) <= live_copy.last):
+        return (f"lines {min(missing)}-{max(missing)} are held only by VT Code's copy in session {live_copy.name!r}, "
+                "in no log")
+    return f"not (fully) imported into session {session_id!r} (run migrate)"
 
 
 def _unchanged(path: Path, before: os.stat_result) -> bool:

@@ -730,3 +730,86 @@ def test_a_symlinked_copy_in_vtcodes_session_is_not_taken_for_vtcodes_copy(tmp_p
     report = memstore.migrate_legacy(tmp_path)
     assert (report.memory_imported, report.already_migrated) == (1, 0)
     assert (vt_dir / "derived" / "memory.json").is_symlink()
+
+
+# Trajectory logs VT Code migrated: logs/<stem>.jsonl goes to its session traj-<stem without a
+# leading "trajectory-">, so a rotated log's session has memstore's name (traj-<stamp>) and the
+# live log's is traj-trajectory (memstore's: traj-live).
+
+
+def test_trajectory_logs_vtcode_already_migrated_are_not_imported_again(tmp_path):
+    legacy_store(tmp_path, trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL),
+                                         "trajectory.jsonl": jsonl({**ROUTE, "turn": 7})})
+    rotated = vtcode_migrate(tmp_path, "logs/trajectory-20260101T000000Z.jsonl")
+    live = vtcode_migrate(tmp_path, "logs/trajectory.jsonl")
+    before = snapshot(tmp_path)
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.records_imported, report.sessions_created, report.sessions_updated) == (0, 0, 0)
+    assert report.already_migrated == 2
+    assert sorted((m.path, m.session, m.state) for m in report.migrated_by_vtcode) == [
+        ("logs/trajectory-20260101T000000Z.jsonl", "traj-20260101T000000Z", "already_migrated"),
+        ("logs/trajectory.jsonl", "traj-trajectory", "already_migrated")]
+    assert snapshot(tmp_path) == before  # nothing written: no traj-live beside traj-trajectory
+    assert sorted(os.listdir(tmp_path / "sessions")) == sorted([rotated.name, live.name])
+    kept = {k.path: k.reason for k in memstore.gc_legacy(tmp_path).kept}
+    assert "which holds it only as derived/trajectory.jsonl, in no log" in kept["logs/trajectory-20260101T000000Z.jsonl"]
+
+
+def test_the_live_log_grown_since_vtcode_migrated_it_imports_only_the_lines_past_vtcodes_copy(tmp_path):
+    """VT Code's copy of the live log holds its first lines: traj-live gets the later ones, and
+    once the log is rotated, its session gets none of the lines either copy holds."""
+    first = [{**ROUTE, "turn": n, "ts": 1767225600 + n} for n in range(1, 4)]
+    legacy_store(tmp_path, trajectories={"trajectory.jsonl": jsonl(*first)})
+    live_copy = vtcode_migrate(tmp_path, "logs/trajectory.jsonl")
+    live_before = tree(live_copy)
+    later = [{**ROUTE, "turn": n, "ts": 1767225600 + n} for n in range(4, 6)]
+    (tmp_path / "logs" / "trajectory.jsonl").write_bytes(jsonl(*first, *later))
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.records_imported, report.sessions_created) == (2, 1)
+    assert [(m.path, m.session, m.state) for m in report.migrated_by_vtcode] == [
+        ("logs/trajectory.jsonl", "traj-trajectory", "changed_since")]
+    turns = [e["record"]["turn"] for e in events_of(tmp_path, "traj-live") if e["type"] == "trajectory.record"]
+    assert turns == [4, 5]
+    assert tree(live_copy) == live_before
+    # VT Code rotates the log after one more line, and starts a new one.
+    os.rename(tmp_path / "logs" / "trajectory.jsonl", tmp_path / "logs" / "trajectory-20260102T000000Z.jsonl")
+    with open(tmp_path / "logs" / "trajectory-20260102T000000Z.jsonl", "ab") as fh:
+        fh.write(jsonl({**ROUTE, "turn": 6, "ts": 1767225606}))
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.records_imported == 1
+    turns = [e["record"]["turn"] for e in events_of(tmp_path, "traj-20260102T000000Z") if e["type"] == "trajectory.record"]
+    assert turns == [6]
+    # Lines 1-3 of the rotated log are in VT Code's copy only, which has no log: it is kept.
+    kept = {k.path: k.reason for k in memstore.gc_legacy(tmp_path).kept}
+    assert "lines 1-3 are held only by VT Code's copy in session 'traj-trajectory'" in \
+        kept["logs/trajectory-20260102T000000Z.jsonl"]
+    assert memstore.migrate_legacy(tmp_path).records_imported == 0
+
+
+def test_a_rotated_log_grown_since_vtcode_copied_it_goes_whole_into_vtcodes_session(tmp_path):
+    """Its session is VT Code's (same name): every line goes into its log, VT Code's lines
+    included, so the regenerated view holds all of them."""
+    legacy_store(tmp_path, trajectories={"trajectory-a.jsonl": jsonl(ROUTE)})
+    vt_dir = vtcode_migrate(tmp_path, "logs/trajectory-a.jsonl")
+    with open(tmp_path / "logs" / "trajectory-a.jsonl", "ab") as fh:
+        fh.write(jsonl(TOOL))
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.records_imported, report.sessions_created, report.sessions_updated) == (2, 0, 1)
+    assert [(m.session, m.state) for m in report.migrated_by_vtcode] == [("traj-a", "changed_since")]
+    assert (vt_dir / "derived" / "trajectory.jsonl").read_bytes() == jsonl(ROUTE, TOOL)
+    assert memstore.migrate_legacy(tmp_path).records_imported == 0
+
+
+def test_a_rotated_log_that_no_longer_holds_vtcodes_lines_is_not_imported_over_them(tmp_path):
+    """VT Code's copy holds lines the file lost (it was rewritten): importing would replace
+    that copy with a view without them, so the file is reported, and nothing is written."""
+    legacy_store(tmp_path, trajectories={"trajectory-a.jsonl": jsonl(ROUTE, TOOL)})
+    vt_dir = vtcode_migrate(tmp_path, "logs/trajectory-a.jsonl")
+    before = tree(vt_dir)
+    (tmp_path / "logs" / "trajectory-a.jsonl").write_bytes(jsonl({**ROUTE, "input_preview": "another run"}))
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.records_imported == 0
+    [skipped] = report.skipped
+    assert skipped.path == "logs/trajectory-a.jsonl"
+    assert "VT Code's copy in session 'traj-a' holds lines" in skipped.reason
+    assert tree(vt_dir) == before
