@@ -609,7 +609,7 @@ def verify_command(session, pack_path, root, as_json):
         _echo_json(result.to_dict())
     else:
         for name in result.mismatches:
-            click.echo(f"mismatch: {name}")
+            click.echo(f"mismatch: {name}" + (f" ({result.details[name]})" if name in result.details else ""))
         for name in result.missing:
             click.echo(f"missing: {name}")
         for name in result.unaccounted:
@@ -886,7 +886,10 @@ def migrate_command(root, remove_legacy, as_json):
                    f"{plural(report.trajectory_imported, 'trajectory log')} "
                    f"({plural(report.records_imported, 'record')}, {plural(report.bytes_migrated, 'byte')}): "
                    f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated; "
-                   f"{report.already_imported} already imported")
+                   f"{report.already_imported} already imported, "
+                   f"{report.already_migrated} already migrated by VT Code")
+        for m in report.migrated_by_vtcode:
+            click.echo(f"migrated by VT Code: {m.path} (session {m.session}): {m.state.value.replace('_', ' ')}")
         for s in report.skipped:
             click.echo(f"not imported: {s.path}: {s.reason}")
         if report.legacy is not None:

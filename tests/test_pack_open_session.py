@@ -23,6 +23,7 @@ from click.testing import CliRunner
 
 import memstore
 import memstore.session.deriver
+from memstore.session.tuning import TUNING
 from memstore import InvalidPack, create_audit_pack, read_audit_pack, verify_audit_pack, write_audit_pack
 from memstore.cli import cli
 from support import wait_until_derived
@@ -105,13 +106,13 @@ def resting_deriver(monkeypatch):
     """The deriver never starts on its own (the agent "never rests"): the test says when the
     search tables are filled, with :func:`derive_now`, so a pack is made while they lag behind
     the log, as when a user packs a session just used, without depending on timing."""
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 3600)
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 3600)
 
 
 def derive_now(log) -> None:
     """Do what the session's background deriver does once the agent is idle: fill the lazily
     derived tables for every record past the watermark, in the index's own transactions."""
-    memstore.session.deriver.derive_all(log._s)
+    memstore.session.deriver.derive_all(log._writer)
 
 
 def watermark_in(pack) -> int:
