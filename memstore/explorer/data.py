@@ -17,10 +17,11 @@ import math
 import os
 import re
 import sqlite3
+from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import orjson
 
@@ -58,10 +59,30 @@ SORTS = {
 }
 STATUSES = ("active", "completed")
 
-_SESSION_COLUMNS = ("session_id", "status", "created_at", "updated_at", "turn_count", "event_count", "agent",
-                    "agent_version", "cwd", "git_branch", "title", "model", "turns_failed", "input_tokens",
-                    "cached_input_tokens", "cache_creation_tokens", "output_tokens", "log_bytes",
-                    "parent_session_id", "source_path", "retained_turn_base", "generation")
+_SESSION_COLUMNS = (
+    "session_id",
+    "status",
+    "created_at",
+    "updated_at",
+    "turn_count",
+    "event_count",
+    "agent",
+    "agent_version",
+    "cwd",
+    "git_branch",
+    "title",
+    "model",
+    "turns_failed",
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_creation_tokens",
+    "output_tokens",
+    "log_bytes",
+    "parent_session_id",
+    "source_path",
+    "retained_turn_base",
+    "generation",
+)
 
 
 def _rows(conn: sqlite3.Connection, sql: str, params: tuple = ()) -> list[dict]:
@@ -96,8 +117,18 @@ def _cache_rate(cached: Optional[int], total: Optional[int]) -> Optional[float]:
 # Home
 
 
-def home_data(conn: sqlite3.Connection, urls: Urls, *, page: int = 1, sort: str = "updated", order: str = "desc",
-              status: str = "", agent: str = "", q: str = "", per_page: int = SESSIONS_PER_PAGE) -> dict:
+def home_data(
+    conn: sqlite3.Connection,
+    urls: Urls,
+    *,
+    page: int = 1,
+    sort: str = "updated",
+    order: str = "desc",
+    status: str = "",
+    agent: str = "",
+    q: str = "",
+    per_page: int = SESSIONS_PER_PAGE,
+) -> dict:
     """The home page: one page of sessions (sorted and filtered), the store's totals, the
     statuses and agents to filter by, and token usage per day for the chart."""
     sort = sort if sort in SORTS else "updated"
@@ -114,37 +145,66 @@ def home_data(conn: sqlite3.Connection, urls: Urls, *, page: int = 1, sort: str 
         params += [_like(q), _like(q)]
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     with _snapshot(conn):
-        return _home_page(conn, urls, clause, params, page, sort, order, per_page,
-                          {"status": status, "agent": agent, "q": q, "sort": sort, "order": order})
+        return _home_page(
+            conn,
+            urls,
+            clause,
+            params,
+            page,
+            sort,
+            order,
+            per_page,
+            {"status": status, "agent": agent, "q": q, "sort": sort, "order": order},
+        )
 
 
-def _home_page(conn: sqlite3.Connection, urls: Urls, clause: str, params: list, page: int, sort: str, order: str,
-               per_page: int, filters: dict) -> dict:
+def _home_page(
+    conn: sqlite3.Connection,
+    urls: Urls,
+    clause: str,
+    params: list,
+    page: int,
+    sort: str,
+    order: str,
+    per_page: int,
+    filters: dict,
+) -> dict:
     matching = conn.execute(f"SELECT count(*) FROM sessions {clause}", params).fetchone()[0]
     pages = max(1, math.ceil(matching / per_page))
     page = min(max(1, page), pages)
-    sessions = _rows(conn, f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions {clause} "
-                           f"ORDER BY {SORTS[sort]} {order}, session_id {order} LIMIT ? OFFSET ?",
-                     (*params, per_page, (page - 1) * per_page))
+    sessions = _rows(
+        conn,
+        f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions {clause} "
+        f"ORDER BY {SORTS[sort]} {order}, session_id {order} LIMIT ? OFFSET ?",
+        (*params, per_page, (page - 1) * per_page),
+    )
     for row in sessions:
         row["url"] = urls.session(row["session_id"])
         row["cache_hit_rate"] = _cache_rate(row["cached_input_tokens"], row["input_tokens"])
-    totals = _rows(conn, "SELECT count(*) AS sessions, coalesce(sum(turn_count), 0) AS turns, "
-                         "coalesce(sum(event_count), 0) AS events, coalesce(sum(turns_failed), 0) AS turns_failed, "
-                         "coalesce(sum(input_tokens), 0) AS input_tokens, "
-                         "coalesce(sum(cached_input_tokens), 0) AS cached_input_tokens, "
-                         "coalesce(sum(cache_creation_tokens), 0) AS cache_creation_tokens, "
-                         "coalesce(sum(output_tokens), 0) AS output_tokens, "
-                         "coalesce(sum(status = 'active'), 0) AS active FROM sessions")[0]
+    totals = _rows(
+        conn,
+        "SELECT count(*) AS sessions, coalesce(sum(turn_count), 0) AS turns, "
+        "coalesce(sum(event_count), 0) AS events, coalesce(sum(turns_failed), 0) AS turns_failed, "
+        "coalesce(sum(input_tokens), 0) AS input_tokens, "
+        "coalesce(sum(cached_input_tokens), 0) AS cached_input_tokens, "
+        "coalesce(sum(cache_creation_tokens), 0) AS cache_creation_tokens, "
+        "coalesce(sum(output_tokens), 0) AS output_tokens, "
+        "coalesce(sum(status = 'active'), 0) AS active FROM sessions",
+    )[0]
     totals["cache_hit_rate"] = _cache_rate(totals["cached_input_tokens"], totals["input_tokens"])
 
     def page_url(n: int) -> str:
-        return urls.home(page=n if n > 1 else None, **{k: v for k, v in filters.items()
-                                                       if v and (k, v) not in (("sort", "updated"), ("order", "desc"))})
+        return urls.home(
+            page=n if n > 1 else None,
+            **{k: v for k, v in filters.items() if v and (k, v) not in (("sort", "updated"), ("order", "desc"))},
+        )
 
     return {
         "sessions": sessions,
-        "page": page, "pages": pages, "per_page": per_page, "matching": matching,
+        "page": page,
+        "pages": pages,
+        "per_page": per_page,
+        "matching": matching,
         "next_url": page_url(page + 1) if page < pages else None,
         "previous_url": page_url(page - 1) if page > 1 else None,
         "filters": filters,
@@ -153,8 +213,12 @@ def _home_page(conn: sqlite3.Connection, urls: Urls, clause: str, params: list, 
         "statuses": _rows(conn, "SELECT status, count(*) AS sessions FROM sessions GROUP BY status ORDER BY status"),
         "agents": _rows(conn, "SELECT agent, count(*) AS sessions FROM sessions GROUP BY agent ORDER BY agent"),
         "tokens_per_day": tokens_per_day(conn),
-        "links": {"sessions_table": urls.table("sessions"), "turns_table": urls.table("turns"),
-                  "search": urls.search(), "json": urls.home(".json")},
+        "links": {
+            "sessions_table": urls.table("sessions"),
+            "turns_table": urls.table("turns"),
+            "search": urls.search(),
+            "json": urls.home(".json"),
+        },
     }
 
 
@@ -168,14 +232,26 @@ def tokens_per_day(conn: sqlite3.Connection, days: int = CHART_DAYS) -> list[dic
     # A young store's chart starts at its first day rather than with weeks of nothing.
     start = max(end - timedelta(days=days - 1), _day(oldest) or end)
     days = (end - start).days + 1
-    found = {row["day"]: row for row in _rows(
-        conn, "SELECT substr(started_at, 1, 10) AS day, count(*) AS turns, sum(input_tokens) AS input_tokens, "
-              "sum(cached_input_tokens) AS cached_input_tokens, sum(output_tokens) AS output_tokens "
-              "FROM turns WHERE started_at >= ? GROUP BY day", (start.isoformat(),))}
+    found = {
+        row["day"]: row
+        for row in _rows(
+            conn,
+            "SELECT substr(started_at, 1, 10) AS day, count(*) AS turns, sum(input_tokens) AS input_tokens, "
+            "sum(cached_input_tokens) AS cached_input_tokens, sum(output_tokens) AS output_tokens "
+            "FROM turns WHERE started_at >= ? GROUP BY day",
+            (start.isoformat(),),
+        )
+    }
     out = []
     for i in range(days):
         day = (start + timedelta(days=i)).isoformat()
-        row = found.get(day) or {"day": day, "turns": 0, "input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0}
+        row = found.get(day) or {
+            "day": day,
+            "turns": 0,
+            "input_tokens": 0,
+            "cached_input_tokens": 0,
+            "output_tokens": 0,
+        }
         out.append(row)
     return out
 
@@ -198,8 +274,15 @@ def _duration_ms(started: Optional[str], ended: Optional[str]) -> Optional[int]:
     return max(0, int((b - a).total_seconds() * 1000))
 
 
-def session_data(conn: Optional[sqlite3.Connection], root: os.PathLike | str, session_id: str, urls: Urls, *,
-                 page: int = 1, per_page: int = TURNS_PER_PAGE) -> dict:
+def session_data(
+    conn: Optional[sqlite3.Connection],
+    root: os.PathLike | str,
+    session_id: str,
+    urls: Urls,
+    *,
+    page: int = 1,
+    per_page: int = TURNS_PER_PAGE,
+) -> dict:
     """A session: its manifest and one page of its turns (from the session itself), its totals,
     what it changed and ran (from the catalog, when it has the session yet), its progress
     ledger and memory facts, and links into Datasette's tables filtered to it.
@@ -219,12 +302,24 @@ def session_data(conn: Optional[sqlite3.Connection], root: os.PathLike | str, se
         directory = reader.directory
     turn_rows = []
     for t in turns:
-        turn_rows.append({"number": t.number, "status": t.status, "started_at": t.started_at, "ended_at": t.ended_at,
-                          "duration_ms": _duration_ms(t.started_at, t.ended_at), "event_count": t.event_count,
-                          "input_tokens": t.input_tokens, "cached_input_tokens": t.cached_input_tokens,
-                          "cache_creation_tokens": t.cache_creation_tokens, "output_tokens": t.output_tokens,
-                          "error": t.error, "model": t.model, "first_seq": t.first_seq,
-                          "url": urls.turn(session_id, t.number)})
+        turn_rows.append(
+            {
+                "number": t.number,
+                "status": t.status,
+                "started_at": t.started_at,
+                "ended_at": t.ended_at,
+                "duration_ms": _duration_ms(t.started_at, t.ended_at),
+                "event_count": t.event_count,
+                "input_tokens": t.input_tokens,
+                "cached_input_tokens": t.cached_input_tokens,
+                "cache_creation_tokens": t.cache_creation_tokens,
+                "output_tokens": t.output_tokens,
+                "error": t.error,
+                "model": t.model,
+                "first_seq": t.first_seq,
+                "url": urls.turn(session_id, t.number),
+            }
+        )
     summary = None
     activity: list[dict] = []
     files: list[dict] = []
@@ -241,7 +336,9 @@ def session_data(conn: Optional[sqlite3.Connection], root: os.PathLike | str, se
         "in_catalog": summary is not None,
         "turns": turn_rows,
         "turn_range": [base, last],
-        "page": page, "pages": pages, "per_page": per_page,
+        "page": page,
+        "pages": pages,
+        "per_page": per_page,
         "next_url": urls.session(session_id, page=page + 1) if page < pages else None,
         "previous_url": urls.session(session_id, page=page - 1 if page > 2 else None) if page > 1 else None,
         "activity": activity,
@@ -272,14 +369,22 @@ def _session_catalog(conn: sqlite3.Connection, session_id: str, urls: Urls) -> t
     if found:
         summary = found[0]
         summary["cache_hit_rate"] = _cache_rate(summary["cached_input_tokens"], summary["input_tokens"])
-        activity = _rows(conn, "SELECT item_type, count(*) AS count, sum(coalesce(exit_code, 0) != 0 OR status IN "
-                               "('failed', 'error', 'declined', 'permission_rejected', 'permission_cancelled', "
-                               "'hook_denied', 'invalid_tool', 'cancelled')) AS failed FROM events "
-                               "WHERE session_id = ? AND type = 'item.completed' GROUP BY item_type "
-                               "ORDER BY count DESC", (session_id,))
-        files = _rows(conn, "SELECT path, count(*) AS changes, group_concat(DISTINCT kind) AS kinds, "
-                            "max(turn) AS last_turn FROM file_changes WHERE session_id = ? GROUP BY path "
-                            "ORDER BY changes DESC, path LIMIT 25", (session_id,))
+        activity = _rows(
+            conn,
+            "SELECT item_type, count(*) AS count, sum(coalesce(exit_code, 0) != 0 OR status IN "
+            "('failed', 'error', 'declined', 'permission_rejected', 'permission_cancelled', "
+            "'hook_denied', 'invalid_tool', 'cancelled')) AS failed FROM events "
+            "WHERE session_id = ? AND type = 'item.completed' GROUP BY item_type "
+            "ORDER BY count DESC",
+            (session_id,),
+        )
+        files = _rows(
+            conn,
+            "SELECT path, count(*) AS changes, group_concat(DISTINCT kind) AS kinds, "
+            "max(turn) AS last_turn FROM file_changes WHERE session_id = ? GROUP BY path "
+            "ORDER BY changes DESC, path LIMIT 25",
+            (session_id,),
+        )
         for row in files:
             row["url"] = urls.turn(session_id, row["last_turn"]) if row["last_turn"] is not None else None
     return summary, activity, files
@@ -318,8 +423,15 @@ def memory_facts(directory: Path) -> list[dict]:
 # Turn and event
 
 
-def turn_data(root: os.PathLike | str, session_id: str, number: int, urls: Urls, *, start: Optional[int] = None,
-              per_page: int = EVENTS_PER_PAGE) -> dict:
+def turn_data(
+    root: os.PathLike | str,
+    session_id: str,
+    number: int,
+    urls: Urls,
+    *,
+    start: Optional[int] = None,
+    per_page: int = EVENTS_PER_PAGE,
+) -> dict:
     """Turn ``number`` of a session, its events read from the log and rendered for reading, a
     page of ``per_page`` events at a time (``start``: the seq the page starts at).
 
@@ -337,7 +449,9 @@ def turn_data(root: os.PathLike | str, session_id: str, number: int, urls: Urls,
                 raise EventNotFound(session_id, start)
             offset, next_seq = found[0], start
         end = min(turn.end_offset, reader.end)
-        records, more, size = [], None, 0
+        records: list[tuple[int, Any]] = []
+        more: Optional[int] = None
+        size = 0
         for line, _line_start, _line_end in reader.log.lines(offset, end):
             record = ev.decode_line(line)
             if record is None:
@@ -352,18 +466,36 @@ def turn_data(root: os.PathLike | str, session_id: str, number: int, urls: Urls,
             size += len(line)
     events = []
     for seq, record in records:
-        events.append({"seq": seq, "ts": record.ts, "type": record.event.get("type"), "url": urls.event(session_id, seq),
-                       "display": display_event(record.event), "event": record.event})
+        events.append(
+            {
+                "seq": seq,
+                "ts": record.ts,
+                "type": record.event.get("type"),
+                "url": urls.event(session_id, seq),
+                "display": display_event(record.event),
+                "event": record.event,
+            }
+        )
     base = manifest.retained_turn_base or 1
     last = manifest.turn_count + (1 if manifest.in_turn else 0)
     return {
         "session_id": session_id,
         "number": number,
-        "turn": {"status": turn.status, "started_at": turn.started_at, "ended_at": turn.ended_at,
-                 "duration_ms": _duration_ms(turn.started_at, turn.ended_at), "event_count": turn.event_count,
-                 "input_tokens": turn.input_tokens, "cached_input_tokens": turn.cached_input_tokens,
-                 "cache_creation_tokens": turn.cache_creation_tokens, "output_tokens": turn.output_tokens,
-                 "error": turn.error, "model": turn.model, "first_seq": turn.first_seq, "last_seq": turn.last_seq},
+        "turn": {
+            "status": turn.status,
+            "started_at": turn.started_at,
+            "ended_at": turn.ended_at,
+            "duration_ms": _duration_ms(turn.started_at, turn.ended_at),
+            "event_count": turn.event_count,
+            "input_tokens": turn.input_tokens,
+            "cached_input_tokens": turn.cached_input_tokens,
+            "cache_creation_tokens": turn.cache_creation_tokens,
+            "output_tokens": turn.output_tokens,
+            "error": turn.error,
+            "model": turn.model,
+            "first_seq": turn.first_seq,
+            "last_seq": turn.last_seq,
+        },
         "events": events,
         "first_page": start is None or start == turn.first_seq,
         "next_url": urls.turn(session_id, number, start=more) if more is not None else None,
@@ -371,8 +503,10 @@ def turn_data(root: os.PathLike | str, session_id: str, number: int, urls: Urls,
         "previous_turn_url": urls.turn(session_id, number - 1) if number > base else None,
         "next_turn_url": urls.turn(session_id, number + 1) if number < last else None,
         "session_url": urls.session(session_id),
-        "links": {"json": urls.turn(session_id, number, ".json", start=start),
-                  "events_table": urls.table("events", session_id=session_id, turn=number, _sort="seq")},
+        "links": {
+            "json": urls.turn(session_id, number, ".json", start=start),
+            "events_table": urls.table("events", session_id=session_id, turn=number, _sort="seq"),
+        },
     }
 
 
@@ -405,8 +539,13 @@ def event_data(root: os.PathLike | str, session_id: str, seq: int, urls: Urls) -
         "line": text,
         "envelope": envelope,
         # Formatted for reading only when the page shows the line whole (the JSON has the envelope).
-        "pretty": (None if len(text) > MAX_LINE_SHOWN else
-                   orjson.dumps(envelope, option=orjson.OPT_INDENT_2).decode() if envelope is not None else text),
+        "pretty": (
+            None
+            if len(text) > MAX_LINE_SHOWN
+            else orjson.dumps(envelope, option=orjson.OPT_INDENT_2).decode()
+            if envelope is not None
+            else text
+        ),
         "line_truncated": len(text) > MAX_LINE_SHOWN,
         "display": display_event(event) if event is not None else None,
         "type": event.get("type") if event is not None else None,
@@ -428,9 +567,16 @@ MAX_HIGHLIGHT_TERMS = 32
 """Terms a page highlights (and its FTS5 fallback looks for): enough for any query people type."""
 
 
-def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int = SEARCH_LIMIT,
-                session_id: str = "", conn: Optional[sqlite3.Connection] = None,
-                fallback: Optional[Callable[..., list[dict]]] = None) -> dict:
+def search_data(
+    root: os.PathLike | str,
+    query: str,
+    urls: Urls,
+    *,
+    limit: int = SEARCH_LIMIT,
+    session_id: str = "",
+    conn: Optional[sqlite3.Connection] = None,
+    fallback: Optional[Callable[..., list[dict]]] = None,
+) -> dict:
     """BM25 search over every session, each result with its highlighted snippet and links to its
     session, turn and event.
 
@@ -451,8 +597,9 @@ def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int =
                 page = search_catalog(conn, query, limit=limit, session=session_id or None)
                 results, total = [_result(r) for r in page.results], page.total
             else:
-                results = [_result(r) for r in search_memory(root, query, max_results=limit,
-                                                             session_id=session_id or None)]
+                results = [
+                    _result(r) for r in search_memory(root, query, max_results=limit, session_id=session_id or None)
+                ]
             engine = "bm25"
         except (MemstoreError, sqlite3.Error) as exc:
             logger.warning("explorer: BM25 search failed (%s); falling back to FTS5", exc)
@@ -467,13 +614,33 @@ def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int =
         r["session_url"] = urls.session(sid) if sid else None
         r["turn_url"] = urls.turn(sid, turn, anchor=seq) if sid and isinstance(turn, int) else None
         r["event_url"] = urls.event(sid, seq) if sid and isinstance(seq, int) else None
-    return {"q": query, "session": session_id, "limit": limit, "engine": engine, "results": results, "total": total,
-            "links": {"json": urls.search(".json", q=query or None, session=session_id or None),
-                      "chunks_table": urls.table("chunks", _search=words or None)}}
+    return {
+        "q": query,
+        "session": session_id,
+        "limit": limit,
+        "engine": engine,
+        "results": results,
+        "total": total,
+        "links": {
+            "json": urls.search(".json", q=query or None, session=session_id or None),
+            "chunks_table": urls.table("chunks", _search=words or None),
+        },
+    }
 
 
-_RESULT_KEYS = ("chunk_id", "path", "start_line", "end_line", "score", "snippet", "source", "created_at",
-                "session_id", "turn", "seq")
+_RESULT_KEYS = (
+    "chunk_id",
+    "path",
+    "start_line",
+    "end_line",
+    "score",
+    "snippet",
+    "source",
+    "created_at",
+    "session_id",
+    "turn",
+    "seq",
+)
 
 
 def _result(result: MemorySearchResult) -> dict:
@@ -486,12 +653,14 @@ def highlight_parts(text: str, terms: list[str]) -> list[dict]:
     words, case-insensitive). The template escapes each part and marks the hits."""
     if not terms or not text:
         return [{"text": text, "hit": False}] if text else []
-    pattern = re.compile(r"(?<![^\W_])(" + "|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True))
-                         + r")(?![^\W_])", re.IGNORECASE)
+    pattern = re.compile(
+        r"(?<![^\W_])(" + "|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)) + r")(?![^\W_])",
+        re.IGNORECASE,
+    )
     parts, pos = [], 0
     for match in pattern.finditer(text):
         if match.start() > pos:
-            parts.append({"text": text[pos:match.start()], "hit": False})
+            parts.append({"text": text[pos : match.start()], "hit": False})
         parts.append({"text": match.group(0), "hit": True})
         pos = match.end()
     if pos < len(text):
@@ -507,10 +676,14 @@ def fts_search(conn: sqlite3.Connection, query: str, limit: int, session_id: str
         return []
     where = "AND c.session_id = ?" if session_id else ""
     params: tuple[Any, ...] = (match, session_id, limit) if session_id else (match, limit)
-    rows = _rows(conn, "SELECT c.chunk_id, c.path, c.start_line, c.end_line, -bm25(chunks_fts) AS score, c.text, "
-                       "c.source, c.created_at, c.session_id, c.turn, c.seq FROM chunks_fts "
-                       "JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ? "
-                       f"{where} ORDER BY bm25(chunks_fts), c.id LIMIT ?", params)
+    rows = _rows(
+        conn,
+        "SELECT c.chunk_id, c.path, c.start_line, c.end_line, -bm25(chunks_fts) AS score, c.text, "
+        "c.source, c.created_at, c.session_id, c.turn, c.seq FROM chunks_fts "
+        "JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ? "
+        f"{where} ORDER BY bm25(chunks_fts), c.id LIMIT ?",
+        params,
+    )
     terms = query_terms(query)
     for row in rows:
         row["snippet"] = snippet(row.pop("text") or "", terms)
