@@ -182,7 +182,7 @@ def test_turn_page_renders_events_for_reading(ds, store):
     assert "$ cargo test" in html and "exit 101" in html and 'id="e6"' in html
     assert 'href="/-/memstore/sessions/demo/events/6"' in html
     fix = fetch(ds, "/-/memstore/sessions/demo/turns/2").text
-    assert 'class="diff-add">+        self.count += 1;' in fix
+    assert 'class="dl diff-add">+        self.count += 1;' in fix
     assert fetch(ds, "/-/memstore/sessions/demo/turns/9").status_code == 404
     assert fetch(ds, "/-/memstore/sessions/demo/turns/0.json").status_code == 404
 
@@ -498,7 +498,15 @@ def test_background_refresh_shows_new_sessions(tmp_path):
 def test_charts_are_inline_svg_with_escaped_text():
     from memstore.explorer.charts import Bar, bar_chart
 
-    svg = str(bar_chart([Bar("<x>", [(5, "ok")], tooltip="</title><script>", href='/a"b')], title="t&t"))
+    svg = str(
+        bar_chart(
+            [Bar("<x>", [(5, "ok")], tooltip="</title><script>", href='/a"b')],
+            title="t&t",
+            y_unit="<tokens>",
+            x_unit="day & night",
+        )
+    )
     assert svg.startswith("<svg") and "<script>" not in svg and "&lt;x&gt;" in svg and "t&amp;t" in svg
+    assert "&lt;tokens&gt;" in svg and "day &amp; night" in svg
     assert 'href="/a&#34;b"' in svg
     assert "http://www.w3.org/2000/svg" in svg and "https://" not in svg

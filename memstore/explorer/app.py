@@ -22,7 +22,7 @@ from typing import Any, Optional, TypeVar
 
 from ..errors import EventNotFound, InvalidSessionId, MemstoreError, SessionNotFound, TurnNotFound, UnsafePathError
 from ..layout import CATALOG_FILE, INDEX_FILE, catalog_path
-from . import charts, data, hosts
+from . import charts, costs, data, hosts
 from .database import CatalogDatabase, adopt_catalog
 from .guard import guard_connection as _guard
 from .refresh import DEFAULT_INTERVAL, CatalogRefresher
@@ -198,6 +198,12 @@ def _nav(datasette, request) -> dict:
         "search": urls.search(),
         "sql": urls.query("").rstrip("/"),
         "q": request.args.get("q", "") if request.path.endswith("/search") else "",
+        # The one search box keeps the search page's filters when a new query is typed.
+        "kept": {
+            k: request.args.get(k, "")[:1100]
+            for k in ("session", "agent", "since", "until")
+            if request.path.endswith("/search") and request.args.get(k)
+        },
     }
 
 
@@ -278,23 +284,35 @@ async def _session_page(datasette, request, as_json: bool, template: str, load, 
 @_view
 async def home_view(datasette, request, state, urls, as_json):
     args = request.args
-    params = dict(
-        page=_count(args.get("page"), 1),
-        sort=args.get("sort", "updated"),
-        order=args.get("order", "desc"),
-        status=args.get("status", "")[:100],
-        agent=args.get("agent", "")[:100],
-        q=args.get("q", "")[:500],
+    filters = data.HomeFilters(
+        status=_text(args.get("status"), 100),
+        agent=_text(args.get("agent"), 100),
+        model=_text(args.get("model"), 200),
+        cwd=_text(args.get("cwd"), 4096),
+        since=data.day_param(args.get("since")),
+        until=data.day_param(args.get("until")),
+        q=_text(args.get("q"), 500),
     )
-    payload = await catalog_call(datasette, state, lambda conn: data.home_data(conn, urls, **params))
-    return await _respond(
+    page, sort, order = _count(args.get("page"), 1), args.get("sort", "updated"), args.get("order", "desc")
+    chart = args.get("chart", "tokens")
+    payload = await catalog_call(
         datasette,
-        request,
-        "memstore_home.html",
-        payload,
-        as_json,
-        chart=charts.tokens_per_day_chart(payload["tokens_per_day"]) if payload["tokens_per_day"] else None,
+        state,
+        lambda conn: data.home_data(conn, urls, page=page, sort=sort, order=order, filters=filters, chart=chart),
     )
+    drawn = None
+    if payload["tokens_per_day"]:
+        drawn = (
+            charts.cost_per_day_chart(payload["tokens_per_day"], payload["cost"])
+            if payload["chart"] == "cost"
+            else charts.tokens_per_day_chart(payload["tokens_per_day"])
+        )
+    return await _respond(datasette, request, "memstore_home.html", payload, as_json, chart=drawn)
+
+
+def _text(value: Optional[str], most: int) -> str:
+    """A text parameter as a filter takes it: at most ``most`` characters, no NUL."""
+    return (value or "")[:most].replace("\0", "")
 
 
 @_view
@@ -340,8 +358,14 @@ async def event_view(datasette, request, state, urls, as_json):
 async def search_view(datasette, request, state, urls, as_json):
     args = request.args
     query = args.get("q", "")
-    session_id = args.get("session", "")[:1100]
+    filters = data.SearchFilters(
+        session=_text(args.get("session"), 1100),
+        agent=_text(args.get("agent"), 100),
+        since=data.day_param(args.get("since")),
+        until=data.day_param(args.get("until")),
+    )
     limit = _count(args.get("limit"), data.SEARCH_LIMIT, 1, data.MAX_SEARCH_LIMIT)
+    page = _count(args.get("page"), 1)
 
     def run(conn: sqlite3.Connection) -> dict:
         return data.search_data(
@@ -349,7 +373,8 @@ async def search_view(datasette, request, state, urls, as_json):
             query,
             urls,
             limit=limit,
-            session_id=session_id,
+            page=page,
+            filters=filters,
             conn=conn,
             fallback=lambda q, n, sid: data.fts_search(conn, q, n, sid),
         )
@@ -395,6 +420,7 @@ def add_templates(env) -> None:
     env.loader = ChoiceLoader([env.loader, FileSystemLoader(str(TEMPLATES))])
     env.filters.setdefault("ms_human", charts.human)
     env.filters.setdefault("ms_duration", _duration)
+    env.filters.setdefault("ms_usd", costs.usd)
     env._memstore_templates = True
 
 

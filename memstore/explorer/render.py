@@ -3,7 +3,8 @@ lays out (and that the ``.json`` variant returns as it is).
 
 A display dict has ``kind`` (the template's block to use), ``title``, ``status`` and
 ``tone`` (``ok``, ``error``, ``warn``, ``muted`` or ``""``), and, as the event has them,
-``text`` (a message), ``command``, ``exit_code``, ``output``, ``arguments`` (pretty JSON),
+``text`` (a message), ``command``, ``exit_code`` (with ``exit_meaning`` when a non-zero code is an
+answer, such as ``rg`` finding no match: see :mod:`.commands`), ``output``, ``arguments`` (pretty JSON),
 ``changes`` (``[{path, kind}]``), ``diff`` (``[{text, cls}]`` lines), ``items`` (a checklist)
 and ``usage``. Long text is cut at :data:`MAX_TEXT` characters (the event page has it all) and
 text longer than :data:`FOLD_LINES` lines is marked ``folded`` (shown collapsed).
@@ -16,10 +17,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..events import value_text
+from .commands import benign_exit
 
 MAX_TEXT = 20_000
 FOLD_LINES = 24
-_FAILED = {
+FAILED_STATUSES = {
     "failed",
     "error",
     "declined",
@@ -66,7 +68,7 @@ def _diff(text: str) -> list[dict]:
 def _tone(status: Optional[str], exit_code: Any = None) -> str:
     if isinstance(exit_code, int) and not isinstance(exit_code, bool) and exit_code != 0:
         return "error"
-    if status in _FAILED:
+    if status in FAILED_STATUSES:
         return "error"
     if status == "in_progress":
         return "warn"
@@ -207,13 +209,16 @@ def display_item(item: dict) -> dict:
     if item_type == "command_execution":
         code = get("exit_code")
         code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        answer = benign_exit(get("command"), code)
         return {
             "kind": "command",
             "title": "Command",
             "command": _text(get("command")),
             "exit_code": code,
-            "status": status,
-            "tone": _tone(status, code),
+            # rg exiting 1 found nothing: an answer, not a failure (its status may say "failed").
+            "exit_meaning": answer,
+            "status": "completed" if answer and status in FAILED_STATUSES else status,
+            "tone": "" if answer else _tone(status, code),
             "output": _block(get("aggregated_output")),
         }
     if item_type in ("tool_invocation", "tool_call", "mcp_tool_call"):
