@@ -455,6 +455,7 @@ def _answer(status: int, text: str):
                 "headers": [
                     (b"content-type", b"text/plain; charset=utf-8"),
                     (b"content-length", str(len(body)).encode()),
+                    (b"x-content-type-options", b"nosniff"),
                 ],
             }
         )

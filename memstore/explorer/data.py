@@ -31,7 +31,7 @@ from .. import events as ev
 from ..errors import EventNotFound, InvalidProgress, MemstoreError, TurnNotFound
 from ..layout import derived_dir, session_directory
 from ..reader import read_session
-from ..search import MemorySearchResult, fts_match, kept_index, query_terms, search_memory, snippet
+from ..search import MemorySearchResult, fts_match, kept_index, query_terms, search_catalog, search_memory, snippet
 from ..views.memory_view import memory_facts_of
 from ..views.progress import load_progress
 from . import costs
@@ -822,7 +822,16 @@ def ranked_page(
     """Results ``offset`` to ``offset + limit`` of the BM25 ranking of ``query`` over the
     catalog ``conn`` reads, with the filters, and the total number of hits; one read transaction
     (unless the caller has one open), so the rows read are those ranked. Raises
-    :class:`StoreIOError` if SQLite fails."""
+    :class:`StoreIOError` if SQLite fails.
+
+    The filters :func:`memstore.search.search_catalog` takes (a session, a first day) go through
+    it; an agent or a last day, which it does not take, are the same ranking of the same kept
+    index with the filters as its condition over ``chunks``."""
+    if not filters.agent and not filters.until:
+        page = search_catalog(
+            conn, query, limit=limit, offset=offset, session=filters.session or None, since=filters.since or None
+        )
+        return [_result(r) for r in page.results], page.total
     where, params = filters.where()
     terms = set(query_terms(query))
     index = kept_index(conn)
@@ -871,6 +880,7 @@ _RESULT_KEYS = (
     "session_id",
     "turn",
     "seq",
+    "kind",
 )
 
 

@@ -376,3 +376,23 @@ def test_a_turn_without_usage_is_not_counted_unpriced(tmp_path):
     refresh_catalog(root)
     cost = home(make_datasette(root))["cost"]
     assert cost["total"]["unpriced_turns"] == 0 and cost["total"]["complete"] and cost["total"]["usd"] > 0
+
+
+def test_both_ways_of_ranking_agree(store):
+    """Filters search_catalog takes go through it; an agent or a last day through the kept index
+    with a condition: with a condition that restricts nothing, pages and totals are the same."""
+    from memstore.explorer.data import SearchFilters, ranked_page
+
+    conn = sqlite3.connect(f"file:{store / 'catalog.db'}?mode=ro", uri=True)
+    try:
+        for offset in (0, 5, 40):
+            plain = ranked_page(conn, "parser widgets", 5, offset, SearchFilters(since="2026-03-02"))
+            filtered = ranked_page(
+                conn, "parser widgets", 5, offset, SearchFilters(since="2026-03-02", until="2099-12-31")
+            )
+            assert plain[1] == filtered[1] > 0
+            assert [r["chunk_id"] for r in plain[0]] == [r["chunk_id"] for r in filtered[0]]
+            assert [r["snippet"] for r in plain[0]] == [r["snippet"] for r in filtered[0]]
+            assert [r["score"] for r in plain[0]] == pytest.approx([r["score"] for r in filtered[0]])
+    finally:
+        conn.close()
