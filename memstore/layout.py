@@ -9,7 +9,7 @@ session ids and their directory names, and the one enumeration of session direct
     derived/memory.json  derived/progress.json  derived/trajectory.jsonl  derived/goal/
     derived/eviction-summaries.jsonl  derived/eviction-summary-*.json
     derived/import-state.json  derived/audit-pack.json
-  catalog.db  gc-log.jsonl  locks/  .trash/
+  catalog.db  gc-log.jsonl  store.json  locks/  .trash/
 ```
 
 Nothing here touches the disk except :func:`iter_session_dirs`.
@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 SESSIONS_DIR = "sessions"
 CATALOG_FILE = "catalog.db"
 GC_LOG_FILE = "gc-log.jsonl"
+STORE_IDENTITY_FILE = "store.json"  # the store's id and label (memstore.identity)
 LOCKS_DIR = "locks"
 TRASH_DIR = ".trash"
 
@@ -142,6 +143,11 @@ def catalog_path(root: os.PathLike | str) -> Path:
 def gc_log_path(root: os.PathLike | str) -> Path:
     """The store's record of every removal."""
     return Path(root) / GC_LOG_FILE
+
+
+def store_identity_path(root: os.PathLike | str) -> Path:
+    """The store's identity: its id and label (see :mod:`memstore.identity`)."""
+    return Path(root) / STORE_IDENTITY_FILE
 
 
 def locks_dir(root: os.PathLike | str) -> Path:
