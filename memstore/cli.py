@@ -1017,3 +1017,109 @@ def doctor_command(root, fix, as_json):
         click.echo(f"{plural(report.sessions, 'session')} checked: {verdict}")
     if not report.ok:
         sys.exit(1)
+
+
+# --- exports: Parquet for query engines, OTLP/JSON traces for observability ---
+
+
+class _ExportGroup(click.Group):
+    """``memstore export``: its help ends with each export's own help, so one page (and the
+    generated reference) shows every option."""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_help(ctx, formatter)
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None:
+                continue
+            sub = click.Context(command, info_name=name, parent=ctx, terminal_width=formatter.width,
+                                max_content_width=formatter.width)
+            formatter.write_paragraph()
+            formatter.write_text(f"--- {sub.command_path} ---")
+            command.format_help(sub, formatter)
+
+
+@cli.group("export", cls=_ExportGroup)
+def export_group():
+    """Export the store: Parquet for query engines, OTLP/JSON traces for observability.
+
+    Both refresh the catalog first, price every turn (memstore.pricing) and redact every text
+    (the store's redaction rules). See docs/export.md for the schema and the trace mapping.
+    """
+
+
+@export_group.command("parquet")
+@click.argument("dest", type=str)
+@click.option("--include-text", is_flag=True, help="Put each event's text in the events table (off: no bulk text).")
+@click.option("--full", is_flag=True, help="Write every session again, changed or not.")
+@root_option
+@json_option
+def export_parquet_command(dest, include_text, full, root, as_json):
+    """Write the catalog's facts to DEST as Hive-partitioned Parquet (agent=, day=).
+
+    DEST is a directory, or an object-store URL (s3://, gs://, ...) when fsspec and the
+    filesystem's package are installed. Tables: sessions, turns (token usage and cost),
+    events, tool_calls, commands, file_changes; every row carries the store id. Incremental:
+    only sessions that changed since the last export to DEST are written again. Files appear
+    whole, and DEST/_memstore_export.json, replaced last, lists them. Needs the export extra
+    (pip install 'memstore[export]').
+
+    \b
+    Examples:
+      memstore export parquet ~/lake/memstore
+      memstore export parquet s3://bucket/agents --include-text
+      duckdb -c "SELECT * FROM read_parquet('lake/turns/**/*.parquet', hive_partitioning=true)"
+    """
+    from .exporters.parquet import export_parquet
+
+    _require_store(root)
+    with _progress_bar("exporting", enabled=not as_json, minimum=200) as progress:
+        report = export_parquet(root, dest, include_text=include_text, full=full, progress=progress)
+    if as_json:
+        _echo_json(report.to_dict())
+        return
+    rows = ", ".join(f"{table} {count}" for table, count in report.rows.items())
+    click.echo(f"exported to {report.destination}: {plural(len(report.written), 'session')} written, "
+               f"{report.unchanged} unchanged, {len(report.removed)} removed; "
+               f"{plural(report.files_written, 'file')} written ({report.bytes_written} bytes), "
+               f"{report.files_removed} removed")
+    click.echo(f"rows: {rows}")
+    for name, reason in report.refresh_errors:
+        click.echo(f"{name}: exported as the catalog last saw it ({reason})", err=True)
+
+
+@export_group.command("otlp")
+@click.argument("dest", type=str)
+@root_option
+@json_option
+def export_otlp_command(dest, root, as_json):
+    """Write every session to DEST as OpenTelemetry traces in OTLP/JSON (JSON Lines).
+
+    A session is a trace: an invoke_agent span per turn, a chat span with the turn's token
+    usage, and an execute_tool span per tool execution (name, arguments, status, duration),
+    at the source's times, following the GenAI semantic conventions. DEST is a file (replaced
+    whole when done), an fsspec URL, or - for standard output; the collector's otlpjsonfile
+    receiver reads it (see docs/export.md).
+
+    \b
+    Examples:
+      memstore export otlp traces.jsonl
+      memstore export otlp - | head -c 2000
+    """
+    from .exporters.otlp import export_otlp
+
+    _require_store(root)
+    to_stdout = dest == "-"
+    with _progress_bar("exporting", enabled=not as_json and not to_stdout, minimum=200) as progress:
+        try:
+            report = export_otlp(root, dest, progress=progress)
+        except ValueError as exc:
+            raise _ExitWith(str(exc), 2) from exc
+    if as_json and not to_stdout:
+        _echo_json(report.to_dict())
+    elif not to_stdout:
+        click.echo(f"exported to {report.destination}: {plural(report.sessions, 'trace')}, "
+                   f"{plural(report.spans, 'span')} in {plural(report.lines, 'request')} ({report.bytes} bytes); "
+                   f"tokens: {report.input_tokens} input, {report.output_tokens} output")
+    for name, reason in report.refresh_errors:
+        click.echo(f"{name}: exported as the catalog last saw it ({reason})", err=True)
