@@ -5,10 +5,11 @@ A destination writes files so that a reader never sees one half-written:
 - **Local** (a path, or a ``file://`` URL): the bytes go to a hidden temporary file beside the
   target (``.<name>.tmp-<pid>-<hex>``: the ``*.parquet`` globs of query engines skip it, and
   Spark and Hive skip names starting with a dot), which is then renamed over the target in
-  one step. With ``durable``, :meth:`sync` flushes the filesystem (``syncfs(2)``: one call for
-  thousands of files, where a sync per file costs tens of milliseconds each) before the
-  manifest is written, and a write with ``sync_now`` (the manifest's) is synced itself, so what
-  a manifest names survives a power cut. Directories are created private (0700) and files
+  one step. With ``durable``, :meth:`sync` makes what was written durable before the manifest
+  is written (each file and directory synced when they are few; else one ``syncfs(2)`` of the
+  filesystem, as a sync per file costs tens of milliseconds each), and a write with
+  ``sync_now`` (the manifest's) is synced itself, so what a manifest names survives a power
+  cut. Directories are created private (0700) and files
   0600, as everything memstore writes (a directory that exists keeps its mode); no symlink
   inside the destination is followed.
 - **fsspec** (``s3://``, ``gs://``, ``az://``, ``memory://``, ...): each file is one ``PUT``
@@ -42,6 +43,9 @@ from . import MissingExtra
 logger = logging.getLogger(__name__)
 
 LOCK_NAME = ".memstore-export.lock"
+# Up to this many files written since the last sync are synced one by one; more, and the whole
+# filesystem is (one syncfs, whose cost does not grow with the number of files).
+SYNC_EACH_MAX = 64
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
@@ -107,7 +111,7 @@ class LocalDestination:
         self.root = root.expanduser().absolute()
         self.url = str(self.root)
         self.durable = durable
-        self._unsynced = False
+        self._unsynced: list[Path] = []  # files and new directories written since the last sync
 
     def _path(self, rel: str) -> Path:
         return self.root.joinpath(*_relative_parts(rel))
@@ -115,8 +119,8 @@ class LocalDestination:
     def _parent(self, path: Path) -> Path:
         parent = path.parent
         if parent != self.root and (parent.is_symlink() or not parent.is_dir()):
-            self._unsynced = True  # new directories: the next sync() flushes them with the files
-            _make_dirs(parent, inside=self.root)
+            # New directories are synced by the next sync(), with the files.
+            self._unsynced.extend(_make_dirs(parent, inside=self.root))
         return parent
 
     def read(self, rel: str) -> Optional[bytes]:
@@ -130,7 +134,7 @@ class LocalDestination:
         if self.durable and sync_now:
             fsync_dir(parent)
         else:
-            self._unsynced = True
+            self._unsynced.append(path)
 
     @contextlib.contextmanager
     def open_write(self, rel: str) -> Iterator[BinaryIO]:
@@ -195,13 +199,22 @@ class LocalDestination:
     def lock(self) -> AbstractContextManager[Any]:
         from filelock import FileLock
 
-        _make_dirs(self.root)
+        self._unsynced.extend(_make_dirs(self.root))
         return FileLock(self.root / LOCK_NAME, timeout=0, mode=FILE_MODE)
 
     def sync(self) -> None:
         if self.durable and self._unsynced:
-            sync_filesystem(self.root)
-        self._unsynced = False
+            if len(self._unsynced) > SYNC_EACH_MAX:
+                sync_filesystem(self.root)
+            else:
+                for path in self._unsynced:
+                    if path.is_dir():
+                        fsync_dir(path)
+                    else:
+                        _sync_file(path)
+                for directory in sorted({path.parent for path in self._unsynced}):
+                    fsync_dir(directory)
+        self._unsynced = []
 
     def is_stale_temp(self, rel: str) -> bool:
         pid = temp_file_pid(PurePosixPath(rel).name)
@@ -294,12 +307,12 @@ class FsspecDestination:
         return False  # nothing is written under a temporary name
 
 
-def _make_dirs(path: Path, *, inside: Optional[Path] = None) -> None:
+def _make_dirs(path: Path, *, inside: Optional[Path] = None) -> list[Path]:
     """Create ``path`` and its missing parents as private (0700) directories. Directories that
     exist keep their mode (a destination someone prepared stays as they made it). A file
     where a directory should be is refused, and so is a symlink below ``inside`` (the
-    destination itself may be a symlink: it is what was named)."""
-    missing = []
+    destination itself may be a symlink: it is what was named). Returns the directories made."""
+    missing: list[Path] = []
     probe = path
     while True:
         try:
@@ -325,6 +338,20 @@ def _make_dirs(path: Path, *, inside: Optional[Path] = None) -> None:
                 raise UnsafePathError("create directory", directory, "exists and is not a directory") from None
         except OSError as exc:
             raise StoreIOError.from_os_error("create directory", directory, exc) from exc
+    return missing
+
+
+def _sync_file(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise StoreIOError.from_os_error("open", path, exc) from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("fsync", path, exc) from exc
+    finally:
+        os.close(fd)
 
 
 def sync_filesystem(path: Path) -> None:

@@ -23,6 +23,7 @@ and the next export removes what the killed one left behind.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -38,6 +39,7 @@ import orjson
 
 from .. import __version__
 from ..events import utc_now
+from ..fsio import temp_file_pid
 from ..layout import sessions_root
 from ..pricing import price_data, reported_cost
 from . import ExportError, MissingExtra
@@ -278,6 +280,7 @@ def require_pyarrow() -> Any:
     return pyarrow
 
 
+@functools.cache
 def arrow_schema(table: str) -> Any:
     """The Arrow schema of ``table`` (its columns, without the partition keys)."""
     pa = require_pyarrow()
@@ -328,6 +331,7 @@ def export_parquet(
     pa = require_pyarrow()
     destination = open_destination(dest, durable=durable)
     _refuse_inside_store(Path(root), destination)
+    _previous_manifest(destination, set(destination.files()))  # refused before a lock file is made in it
     try:
         lock = destination.lock()
         lock.__enter__()
@@ -414,7 +418,7 @@ def _previous_manifest(destination: Destination, existing: set[str]) -> Optional
     destination that holds anything but a memstore export is refused."""
     data = destination.read(MANIFEST_NAME) if MANIFEST_NAME in existing else None
     if data is None:
-        foreign = [rel for rel in existing if not _ours(rel, destination)]
+        foreign = [rel for rel in existing if not _ours(rel)]
         if foreign:
             raise ExportError(
                 f"{destination.url} is not empty and holds no memstore export (it has "
@@ -441,11 +445,14 @@ def _previous_manifest(destination: Destination, existing: set[str]) -> Optional
     return manifest
 
 
-def _ours(rel: str, destination: Destination) -> bool:
-    """Whether ``rel`` is a file an export writes (or its lock, or a temporary file of one)."""
+def _ours(rel: str) -> bool:
+    """Whether ``rel`` is a file an export writes (its files, the lock, the manifest's and the
+    files' temporary names)."""
     parts = rel.split("/")
-    if rel == LOCK_NAME or (len(parts) == 1 and destination.is_stale_temp(rel)):
-        return True
+    if len(parts) == 1:
+        return rel in (LOCK_NAME, MANIFEST_NAME) or (
+            rel.startswith(f".{MANIFEST_NAME}.") and temp_file_pid(rel) is not None
+        )
     return len(parts) == 4 and parts[0] in TABLES and parts[1].startswith("agent=") and parts[2].startswith("day=")
 
 
@@ -655,14 +662,16 @@ def _parquet_bytes(pa: Any, table: str, rows: list[tuple], catalog: CatalogSnaps
         [session.session_id] * n,
     ]
     values.extend(zip(*rows))
-    arrays = [_array(pa, column, list(column_values)) for column, column_values in zip(columns, values)]
+    arrays = [
+        _array(pa, column, field.type, list(column_values))
+        for column, field, column_values in zip(columns, schema, values)
+    ]
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_arrays(arrays, schema=schema), sink, compression="snappy")
     return sink.getvalue().to_pybytes()
 
 
-def _array(pa: Any, column: Column, values: list[Any]) -> Any:
-    kind = _arrow_type(pa, column.type)
+def _array(pa: Any, column: Column, kind: Any, values: list[Any]) -> Any:
     if column.type == "timestamp":
         try:
             return pa.array(values, pa.string()).cast(kind)
