@@ -112,15 +112,19 @@ class LocalDestination:
         self.url = str(self.root)
         self.durable = durable
         self._unsynced: list[Path] = []  # files and new directories written since the last sync
+        self._dirs: set[Path] = set()  # directories known to be there (this export made or checked them)
 
     def _path(self, rel: str) -> Path:
         return self.root.joinpath(*_relative_parts(rel))
 
     def _parent(self, path: Path) -> Path:
         parent = path.parent
+        if parent in self._dirs:
+            return parent
         if parent != self.root and (parent.is_symlink() or not parent.is_dir()):
             # New directories are synced by the next sync(), with the files.
             self._unsynced.extend(_make_dirs(parent, inside=self.root))
+        self._dirs.add(parent)
         return parent
 
     def read(self, rel: str) -> Optional[bytes]:
@@ -187,6 +191,7 @@ class LocalDestination:
         return sorted(found)
 
     def prune_dirs(self, rels: set[str]) -> None:
+        self._dirs.clear()
         for rel in sorted(rels, key=lambda r: -r.count("/")):
             current = self._path(rel)
             while current != self.root:
