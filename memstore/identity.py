@@ -4,7 +4,8 @@
 The id is made once, the first time anything asks for it, and then names the store for good:
 exports put it on every row, so rows from several stores can be told apart wherever they end
 up. The label defaults to the machine's hostname and can be changed with :func:`set_label`;
-the id cannot.
+the id cannot. :func:`machine_id` names the machine an export runs on (a store copied to
+another machine keeps its id; the machine id says where it is now).
 
 Creation is atomic and agreed on: the file is written whole under a temporary name and linked
 into place with ``link(2)``, which fails when the name exists. Concurrent first callers each
@@ -17,6 +18,7 @@ empty waits for its writer.)
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import socket
@@ -111,6 +113,26 @@ def default_label() -> str:
         return check_label(socket.gethostname())
     except (InvalidLabel, OSError):
         return DEFAULT_LABEL
+
+
+# Where the OS keeps the machine's id (systemd, then D-Bus).
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+
+
+def machine_id() -> str | None:
+    """An id of this machine for memstore: a hash of the OS's machine id
+    (``/etc/machine-id``) keyed with memstore's name, as systemd recommends for an application
+    (the raw id is not to be shown), so the same machine always gives the same value and no
+    other tool's id can be derived from it. ``None`` where the OS keeps no machine id (macOS,
+    some containers)."""
+    for name in MACHINE_ID_FILES:
+        try:
+            raw = Path(name).read_text(encoding="ascii").strip().lower()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if len(raw) == 32 and all(ch in "0123456789abcdef" for ch in raw):
+            return hashlib.sha256(b"memstore-machine-id:" + raw.encode()).hexdigest()[:32]
+    return None
 
 
 # --------------------------------------------------------------------------------------------

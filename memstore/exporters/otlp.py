@@ -451,6 +451,7 @@ class SessionTrace:
             _attr("service.version", session.agent_version),
             _attr("memstore.store.id", self.catalog.identity.store_id),
             _attr("memstore.store.label", self.catalog.identity.label),
+            _attr("memstore.machine.id", self.catalog.machine_id),
         ]
         prefix = (
             b'{"resourceSpans":[{"resource":'

@@ -73,6 +73,7 @@ class Column:
 _COMMON = (
     Column("store_id", "string", "", "the exporting store's id (a UUID, `memstore.identity`)"),
     Column("store_label", "string", "", "the store's label (by default the hostname of its machine)"),
+    Column("machine_id", "string", "", "the exporting machine (a hash of its OS machine id; NULL where there is none)"),
     Column("session_id", "string", "", "the session"),
 )
 _TOKENS = (
@@ -374,6 +375,7 @@ def _export(
             "redaction": catalog.redaction.fingerprint,
             "store_id": identity.store_id,
             "store_label": identity.label,
+            "machine_id": catalog.machine_id,
         }
         fingerprint = hashlib.sha256(orjson.dumps(settings, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
         reuse = previous is not None and not full and previous.get("fingerprint") == fingerprint
@@ -659,6 +661,7 @@ def _parquet_bytes(pa: Any, table: str, rows: list[tuple], catalog: CatalogSnaps
     values: list[Iterable[Any]] = [
         [catalog.identity.store_id] * n,
         [catalog.identity.label] * n,
+        [catalog.machine_id] * n,
         [session.session_id] * n,
     ]
     values.extend(zip(*rows))

@@ -30,7 +30,7 @@ import orjson
 
 from .. import __version__
 from ..errors import EventNotFound, MemstoreError, SessionNotFound, StoreIOError
-from ..identity import StoreIdentity, store_identity
+from ..identity import StoreIdentity, machine_id, store_identity
 from ..layout import catalog_path, sessions_root
 from ..pricing import Cost, CostSource, PricingInputError, price_usage
 from ..redact import CONFIG_FILE, Redactor, redactor_for
@@ -230,6 +230,7 @@ class CatalogSnapshot:
             self.close()
             raise StoreIOError("read catalog", path, str(exc)) from exc
         self.identity: StoreIdentity = store_identity(self.root)
+        self.machine_id = machine_id()
         self.redaction = Redaction(self.root)
 
     def __enter__(self) -> CatalogSnapshot:

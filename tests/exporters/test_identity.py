@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from memstore.errors import StoreIOError
-from memstore.identity import InvalidLabel, set_label, store_identity
+from memstore.identity import MACHINE_ID_FILES, InvalidLabel, machine_id, set_label, store_identity
 from memstore.layout import store_identity_path
 
 
@@ -102,3 +102,15 @@ def test_missing_store_is_an_error(tmp_path: Path):
     with pytest.raises(StoreIOError):
         store_identity(tmp_path / "absent")
     assert not (tmp_path / "absent").exists()
+
+
+def test_machine_id_is_stable_and_not_the_raw_id():
+    """The machine id is the same on every call, 32 hex digits, and not the OS's own id
+    (which systemd asks applications not to show); None only where the OS keeps none."""
+    raw = next((Path(p).read_text().strip() for p in MACHINE_ID_FILES if Path(p).is_file()), None)
+    found = machine_id()
+    if raw is None:
+        assert found is None
+        return
+    assert found == machine_id() and len(found) == 32 and int(found, 16) >= 0
+    assert found != raw.lower()

@@ -20,7 +20,7 @@ from export_support import manifest_of, parquet, query, secret_of
 import memstore
 from memstore.exporters import ExportError
 from memstore.exporters.parquet import MANIFEST_NAME, TABLES, export_parquet
-from memstore.identity import store_identity
+from memstore.identity import machine_id, store_identity
 
 PICO = Decimal(10) ** 12
 
@@ -107,7 +107,9 @@ def test_every_table_holds_the_catalogs_rows_with_the_store_id(demo_store: Path,
         expected = sorted(catalog.execute(sql).fetchall())
         source = parquet(demo_export, table)
         assert query(f"SELECT session_id, count(*) FROM {source} GROUP BY 1 ORDER BY 1") == expected, table
-        assert query(f"SELECT DISTINCT store_id, store_label FROM {source}") == [(identity.store_id, identity.label)]
+        assert query(f"SELECT DISTINCT store_id, store_label, machine_id FROM {source}") == [
+            (identity.store_id, identity.label, machine_id())
+        ]
         pairs = query(f"SELECT DISTINCT session_id, agent FROM {source}")
         assert pairs and all(agents[sid] == agent for sid, agent in pairs), table
         assert manifest["tables"][table] == sum(n for _sid, n in expected)
