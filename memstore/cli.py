@@ -1040,12 +1040,26 @@ class _ExportGroup(click.Group):
 
 
 @cli.group("export", cls=_ExportGroup)
-def export_group():
+@root_option
+@json_option
+@click.pass_context
+def export_group(ctx, root, as_json):
     """Export the store: Parquet for query engines, OTLP/JSON traces for observability.
 
     Both refresh the catalog first, price every turn (memstore.pricing) and redact every text
     (the store's redaction rules). See docs/export.md for the schema and the trace mapping.
+    --root and --json may come before the export's name too.
     """
+    ctx.meta["memstore.export.root"] = root
+
+
+def _export_options(root: str, as_json: bool) -> tuple[str, bool]:
+    """An export's --root and --json: its own, else the export group's (``memstore export
+    --root R parquet DEST``)."""
+    ctx = click.get_current_context()
+    if ctx.get_parameter_source("root") is click.core.ParameterSource.DEFAULT:
+        root = ctx.meta.get("memstore.export.root", root)
+    return root, as_json or bool(ctx.meta.get("memstore.json"))
 
 
 @export_group.command("parquet")
@@ -1072,6 +1086,7 @@ def export_parquet_command(dest, include_text, full, root, as_json):
     """
     from .exporters.parquet import export_parquet
 
+    root, as_json = _export_options(root, as_json)
     _require_store(root)
     with _progress_bar("exporting", enabled=not as_json, minimum=200) as progress:
         report = export_parquet(root, dest, include_text=include_text, full=full, progress=progress)
@@ -1108,6 +1123,7 @@ def export_otlp_command(dest, root, as_json):
     """
     from .exporters.otlp import export_otlp
 
+    root, as_json = _export_options(root, as_json)
     _require_store(root)
     to_stdout = dest == "-"
     with _progress_bar("exporting", enabled=not as_json and not to_stdout, minimum=200) as progress:

@@ -392,3 +392,25 @@ def _catalog(root: Path):
     conn = sqlite3.connect(f"file:{root / 'catalog.db'}?mode=ro", uri=True)
     register_sql_functions(conn)
     return conn
+
+
+def test_the_command_takes_root_and_json_before_or_after_the_export(store_copy: Path, tmp_path: Path):
+    """`memstore export [--root R] [--json] parquet DEST [--root R] [--json]`: the export's own
+    options win, the group's apply otherwise; --json prints the report."""
+    import json
+
+    from click.testing import CliRunner
+
+    from memstore.cli import cli
+
+    runner = CliRunner()
+    before = runner.invoke(cli, ["export", "--root", str(store_copy), "--json", "parquet", str(tmp_path / "a")])
+    assert before.exit_code == 0, before.output
+    assert json.loads(before.stdout)["rows"]["sessions"] == 30
+    after = runner.invoke(
+        cli, ["export", "--root", str(tmp_path / "absent"), "parquet", str(tmp_path / "b"), "--root", str(store_copy)]
+    )
+    assert after.exit_code == 0, after.output
+    assert "30 sessions written" in after.stdout
+    missing = runner.invoke(cli, ["export", "--json", "parquet", str(tmp_path / "c"), "--root", str(tmp_path / "no")])
+    assert missing.exit_code == 2 and json.loads(missing.stderr)["error"].startswith("no store at")
