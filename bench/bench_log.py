@@ -303,7 +303,6 @@ CHILD = """
 import sys, time
 sys.path.insert(0, {repo!r})
 import orjson, memstore
-from memstore.session.recovery import recover
 root, what = {root!r}, {what!r}
 start = time.perf_counter()
 if what == "floor":
@@ -316,8 +315,8 @@ elif what == "rescan":
     # What an open does when the index is gone: the index rebuilt from the log (search chunks
     # are derived later, off the agent's path).
     log = memstore.open_session(root, "big", max_events=0)
-    with log._s.lock:
-        recover(log._s, force_rescan=True)
+    with log._writer.lock:
+        log._writer.recover(force_rescan=True)
     count = log.event_count
     log.close()
 elif what == "reopen":
@@ -407,7 +406,7 @@ def rebuild_all_fixed_cost(base: Path, n_sessions: int, events_each: int) -> dic
     """The fixed cost per session of ``rebuild`` (every session, then the catalog) and of the
     design floor (:func:`bare_rebuild`, unsynced and durable): (time for the many - time for one
     session holding the same events) / sessions, in ms. The one session is rebuilt the way the
-    small ones are (in memory: see ``recovery.MEMORY_SCAN_BYTES``), so that the difference is
+    small ones are (in memory: see ``TUNING.memory_scan_bytes``), so that the difference is
     what each session costs, not the difference between two ways of indexing events."""
     many, one = fresh_dir(base), fresh_dir(base)
     turns = small_turns(events_each)
@@ -423,10 +422,10 @@ def rebuild_all_fixed_cost(base: Path, n_sessions: int, events_each: int) -> dic
             for event in events:
                 log.append(event)
     log.close()
-    from memstore.session import recovery
+    from memstore.session.tuning import TUNING
 
     timings = {}
-    small = recovery.MEMORY_SCAN_BYTES
+    small = TUNING.memory_scan_bytes
     for name, rebuild in (("memstore", memstore.rebuild), ("without catalog", lambda r: memstore.rebuild(r, refresh=False)),
                           ("2 workers", lambda r: memstore.rebuild(r, jobs=2)),
                           ("2 workers without catalog", lambda r: memstore.rebuild(r, refresh=False, jobs=2)),
@@ -434,13 +433,13 @@ def rebuild_all_fixed_cost(base: Path, n_sessions: int, events_each: int) -> dic
         t0 = time.perf_counter()
         rebuild(many)
         t_many = time.perf_counter() - t0
-        recovery.MEMORY_SCAN_BYTES = 1 << 40
+        TUNING.memory_scan_bytes = 1 << 40
         try:
             t0 = time.perf_counter()
             rebuild(one)
             t_one = time.perf_counter() - t0
         finally:
-            recovery.MEMORY_SCAN_BYTES = small
+            TUNING.memory_scan_bytes = small
         timings[name] = (t_many - t_one) / n_sessions * 1000
     shutil.rmtree(many)
     shutil.rmtree(one)

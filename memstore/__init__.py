@@ -55,6 +55,8 @@ _LAZY = {
     "DoctorReport": ".maintenance",
     "search_memory": ".search",
     "MemorySearchResult": ".search",
+    "SearchPage": ".search",
+    "search_catalog": ".search",
     "refresh_catalog": ".catalog",
     "RefreshReport": ".catalog",
     "import_logs": ".importers",
@@ -158,7 +160,7 @@ if TYPE_CHECKING:
         session_retention_pinned,
         unpin_session_retention,
     )
-    from .search import MemorySearchResult, search_memory
+    from .search import MemorySearchResult, SearchPage, search_catalog, search_memory
     from .store import Store
     from .views.memory_view import (
         FactRecord,
@@ -185,7 +187,7 @@ __all__ = [
     # the event log
     "open_session", "SessionLog", "rebuild", "rebuild_each", "read_session", "SessionReader",
     # search and the catalog
-    "search_memory", "MemorySearchResult", "refresh_catalog", "RefreshReport", "Turn", "Manifest", "SessionSummary",
+    "search_memory", "search_catalog", "SearchPage", "MemorySearchResult", "refresh_catalog", "RefreshReport", "Turn", "Manifest", "SessionSummary",
     "list_sessions", "session_directory", "session_dir_name", "sanitize_session_id", "is_live", "plan_cap_eviction",
     "CapPlan", "write_eviction_summary", "DEFAULT_MAX_EVENTS", "SCHEMA_VERSION",
     # progress and goals

@@ -609,7 +609,7 @@ def verify_command(session, pack_path, root, as_json):
         _echo_json(result.to_dict())
     else:
         for name in result.mismatches:
-            click.echo(f"mismatch: {name}")
+            click.echo(f"mismatch: {name}" + (f" ({result.details[name]})" if name in result.details else ""))
         for name in result.missing:
             click.echo(f"missing: {name}")
         for name in result.unaccounted:
@@ -886,7 +886,10 @@ def migrate_command(root, remove_legacy, as_json):
                    f"{plural(report.trajectory_imported, 'trajectory log')} "
                    f"({plural(report.records_imported, 'record')}, {plural(report.bytes_migrated, 'byte')}): "
                    f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated; "
-                   f"{report.already_imported} already imported")
+                   f"{report.already_imported} already imported, "
+                   f"{report.already_migrated} already migrated by VT Code")
+        for m in report.migrated_by_vtcode:
+            click.echo(f"migrated by VT Code: {m.path} (session {m.session}): {m.state.value.replace('_', ' ')}")
         for s in report.skipped:
             click.echo(f"not imported: {s.path}: {s.reason}")
         if report.legacy is not None:
@@ -981,6 +984,29 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
                          announce=announce, **kwargs)
         except OSError as exc:  # the port is taken, say (library errors are the group's to print)
             raise _ExitWith(f"cannot serve on {host}:{port}: {exc.strerror or exc}", 2) from exc
+
+
+@cli.command("mcp")
+@root_option
+@json_option
+def mcp_command(root, as_json):
+    """Let agents ask their own memory: a read-only MCP server on stdin/stdout.
+
+    Tools: search, get_session, get_turn, get_event, recent_sessions, memory_facts and
+    sql_query, all read-only and redacted. An MCP client (Claude Code, Codex CLI, VT Code)
+    starts it; see docs/mcp.md. Needs the MCP SDK: pip install 'memstore[mcp]'. --json: an
+    error that stops it is printed as JSON on stderr (stdout is the protocol's).
+
+    \b
+    Examples:
+      memstore mcp --root ~/.memstore
+      claude mcp add memstore -- memstore mcp --root ~/.memstore
+      codex mcp add memstore -- memstore mcp --root ~/.memstore
+    """
+    _require_store(root)
+    from .mcp import serve
+
+    serve(root)  # a missing SDK is MCPUnavailable: one line, exit 2
 
 
 @cli.command("doctor")

@@ -139,7 +139,7 @@ class SessionReader:
             except FileNotFoundError:
                 raise SessionNotFound(session_id or self.dir.name, self.log.path) from None
             self.end = self._complete_end()
-            if (saved is not None and covers_prefix(self, saved) and self.index.is_consistent(saved.manifest)
+            if (saved is not None and covers_prefix(self.log, saved) and self.index.is_consistent(saved.manifest)
                     and not self.index.changed()):
                 break
             if attempt < _SNAPSHOT_ATTEMPTS - 1 and saved is not None:
@@ -165,7 +165,8 @@ class SessionReader:
         else:
             self._release_snapshot()
             marker = load_marker(self.dir)
-            base = scan_turn_base(self, marker if marker is not None and marker.matches(self.log.length) else None,
+            base = scan_turn_base(self.log, self.index, self.dir,
+                                  marker if marker is not None and marker.matches(self.log.length) else None,
                                   on_disk, None)
             manifest = Manifest(
                 session_id=self.session_id,

@@ -174,7 +174,7 @@ class Store:
         rows = memory_view.session_memory_facts(self.path, session)
         if limit is not None:
             rows = rows[:limit]
-        return [memory_view.FactRecord(session, row["fact"], row["source"]) for row in rows]
+        return [memory_view.FactRecord(fact=row["fact"], session_id=session, source=row["source"]) for row in rows]
 
     def recent(self, n: int) -> list[SessionSummary]:
         """The ``n`` most recently updated sessions, newest first."""

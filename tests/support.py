@@ -59,7 +59,8 @@ def read_index(session_dir: Path) -> dict:
 
 def wait_until_derived(session_dir: Path, seq: int, timeout: float = 10.0) -> None:
     """Wait until the session's deriver (which runs when the agent is idle: tests make that
-    instant by setting ``memstore.session.deriver.IDLE_SECONDS``) has derived every record up to ``seq``."""
+    instant by setting ``TUNING.derive_idle_seconds``, see ``memstore.session.tuning``) has derived every
+    record up to ``seq``."""
     import time
 
     db = session_dir / "index" / "session.db"
@@ -98,23 +99,21 @@ def remount_read_only(path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path: Path):
+def interrupt_the_next_rescan_after_its_first_batch(monkeypatch, fault, path: Path) -> None:
     """Make the next rescan commit one batch of two events, then fail as a kill would leave it
-    (the StoreIOError names ``path``); returns the real batch commit, to put back."""
+    (the StoreIOError names ``path``), at the ``recovery.batch`` fault point; the test disarms
+    that point (``fault.disarm("recovery.batch")``) to let rescans work again."""
     import memstore
-    import memstore.session.recovery
+    from memstore.session.tuning import TUNING
 
-    monkeypatch.setattr(memstore.session.recovery, "SCAN_BATCH_EVENTS", 2)
+    monkeypatch.setattr(TUNING, "scan_batch_events", 2)
     # A rescan in place: one in memory leaves the old index as it was until it is done.
-    monkeypatch.setattr(memstore.session.recovery, "MEMORY_SCAN_BYTES", 0)
-    real_commit = memstore.session.recovery._commit_scan
+    monkeypatch.setattr(TUNING, "memory_scan_bytes", 0)
     commits = []
 
-    def killed_after_the_first_batch(*args, **kwargs):
+    def killed_after_the_first_batch(**context):
         if commits:
             raise memstore.StoreIOError("update index", path, "killed")
         commits.append(1)
-        return real_commit(*args, **kwargs)
 
-    monkeypatch.setattr(memstore.session.recovery, "_commit_scan", killed_after_the_first_batch)
-    return real_commit
+    fault.arm("recovery.batch", killed_after_the_first_batch)

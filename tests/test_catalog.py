@@ -12,7 +12,7 @@ import hypothesis
 import hypothesis.strategies as st
 
 import memstore
-import memstore.session.deriver
+from memstore.session.tuning import TUNING
 from memstore.catalog import refresh_catalog
 
 TABLES = {
@@ -121,7 +121,7 @@ def test_refresh_report_and_what_it_copies(tmp_path):
 
 
 def test_the_catalog_sees_lines_a_writer_has_not_indexed(tmp_path, monkeypatch):
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 3600)
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 3600)
     with memstore.open_session(tmp_path, "a") as log:
         turn(log, 1)
     # VT Code appended a turn without touching the index.

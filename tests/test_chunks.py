@@ -10,7 +10,7 @@ import hypothesis
 import hypothesis.strategies as st
 
 import memstore
-import memstore.session.deriver
+from memstore.session.tuning import TUNING
 from memstore.views.chunks import WINDOW_CHARS, WINDOW_LINES, event_chunks, windows
 
 TURN_STARTED = {"type": "turn.started"}
@@ -82,7 +82,7 @@ def write(log, n_turns):
 
 
 def test_the_deriver_catches_up_when_the_agent_is_idle_and_matches_a_rebuild(tmp_path, monkeypatch):
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 0.01)
     log = memstore.open_session(tmp_path, "s")
     write(log, 5)
     rows = wait_for_deriver(tmp_path, "s", 20)
@@ -98,7 +98,7 @@ def test_the_deriver_catches_up_when_the_agent_is_idle_and_matches_a_rebuild(tmp
 
 
 def test_appending_never_derives_and_readers_derive_what_lags(tmp_path, monkeypatch):
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 3600)  # the agent never rests
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 3600)  # the agent never rests
     with memstore.open_session(tmp_path, "s") as log:
         write(log, 3)
     rows, watermark = session_chunks(tmp_path, "s")
@@ -113,7 +113,7 @@ def test_appending_never_derives_and_readers_derive_what_lags(tmp_path, monkeypa
 
 
 def test_cap_evictions_drop_their_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 0.01)
     with memstore.open_session(tmp_path, "s", max_events=10) as log:
         write(log, 2)
         wait_for_deriver(tmp_path, "s", 8)

@@ -50,13 +50,11 @@ def test_a_crash_left_removal_whose_name_was_taken_again_is_kept_once_not_retrie
         assert log.event_count == 1, "the newer session was disturbed"
 
 
-def test_a_rescan_interrupted_between_batches_without_manifest_json_never_reuses_the_old_indexs_seqs(tmp_path, monkeypatch):
+def test_a_rescan_interrupted_between_batches_without_manifest_json_never_reuses_the_old_indexs_seqs(tmp_path, monkeypatch, fault):
     """The index described seqs up to 10, the log lost its last four lines (a power cut) and
     manifest.json is gone: a rescan keeps next_seq at 11 from the old index. Interrupted after
     its first batch (the old index is discarded by then) and resumed, it must too: seqs 7-10
     were handed out once."""
-    import memstore.session.recovery
-
     with memstore.open_session(tmp_path, "s") as log:
         for _ in range(5):
             log.append(TURN_STARTED)
@@ -66,11 +64,11 @@ def test_a_rescan_interrupted_between_batches_without_manifest_json_never_reuses
     path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:6]))
     (directory / "manifest.json").unlink()
 
-    real_commit = support.interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path)
+    support.interrupt_the_next_rescan_after_its_first_batch(monkeypatch, fault, path)
     try:
         memstore.open_session(tmp_path, "s")
     except memstore.StoreIOError:
         pass
-    monkeypatch.setattr(memstore.session.recovery, "_commit_scan", real_commit)
+    fault.disarm("recovery.batch")
     with memstore.open_session(tmp_path, "s") as log:
         assert log.append(TURN_STARTED) == 11, "a seq the old index had counted was handed out again"

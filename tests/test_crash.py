@@ -285,8 +285,9 @@ def test_sigkilled_writer_during_cap_rewrites(tmp_path):
 # log replacement have not happened yet.
 KILLED_INSIDE_CAP_REWRITE = r"""
 import os, signal, sys
-import memstore, memstore.session.cap
-memstore.session.cap.write_marker = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+import memstore
+from memstore import faults
+faults.arm("cap.marker", lambda **context: os.kill(os.getpid(), signal.SIGKILL))
 log = memstore.open_session(sys.argv[1], sys.argv[2], max_events=4)
 for n in range(3):
     log.append({"type": "turn.started"})
@@ -328,13 +329,9 @@ def test_cap_rewrite_killed_after_its_summary_does_not_renumber_turns_on_rebuild
 # into the temporary file that is to replace events.jsonl.
 KILLED_WHILE_COPYING_THE_LOG = r"""
 import os, signal, sys
-import memstore, memstore.session.logfile
-real_write_all = memstore.session.logfile.write_all
-def write_all(fd, data, path):
-    real_write_all(fd, data, path)
-    if ".events.jsonl.cap-" in str(path):
-        os.kill(os.getpid(), signal.SIGKILL)
-memstore.session.logfile.write_all = write_all
+import memstore
+from memstore import faults
+faults.arm("cap.copy", lambda **context: os.kill(os.getpid(), signal.SIGKILL))
 log = memstore.open_session(sys.argv[1], sys.argv[2], max_events=4)
 for n in range(3):
     log.append({"type": "turn.started"})

@@ -12,7 +12,6 @@ import time
 import pytest
 
 import memstore
-import memstore.session.publisher
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
@@ -90,27 +89,24 @@ def test_a_plausible_but_false_retained_turn_base_does_not_renumber_a_memstore_l
         assert [t.number for t in log.turns()] == [1, 2, 3]
 
 
-def test_an_index_failure_never_fails_an_append_and_is_reported_by_flush(tmp_path, monkeypatch):
+def test_an_index_failure_never_fails_an_append_and_is_reported_by_flush(tmp_path, fault):
     """The index is updated off the agent's path: a full disk there does not fail the append
     (the event is in the log), it is reported by the next flush, and retried until it works."""
-    from memstore.session.index import SessionIndex
-
     log = memstore.open_session(tmp_path, "s")
     log.append(TURN_STARTED)
-    real_commit = SessionIndex.commit_rows
     failures = []
 
-    def full_disk(self, *args, **kwargs):
+    def full_disk(path):
         failures.append(1)
-        raise memstore.StoreIOError("update index", self.path, "database or disk is full")
+        raise memstore.StoreIOError("update index", path, "database or disk is full")
 
-    monkeypatch.setattr(SessionIndex, "commit_rows", full_disk)
+    fault.arm("index.commit", full_disk)
     assert log.append(TURN_COMPLETED) == 2
     assert json.loads(log_lines(tmp_path)[-1])["seq"] == 2  # the event is in the log
     with pytest.raises(memstore.StoreIOError, match="disk is full"):
         log.flush()
     assert failures
-    monkeypatch.setattr(SessionIndex, "commit_rows", real_commit)
+    fault.disarm("index.commit")
     log.flush()  # retried: nothing was forgotten
     assert [(t.number, t.status) for t in log.turns()] == [(1, "completed")]
     log.close()
@@ -154,17 +150,15 @@ def test_a_failing_eviction_hook_is_not_retried_on_every_append(tmp_path):
     log.close()
 
 
-def test_closing_one_session_does_not_hold_up_opening_another(tmp_path, monkeypatch):
+def test_closing_one_session_does_not_hold_up_opening_another(tmp_path, fault):
     slow = threading.Event()
-    real_stop = memstore.session.publisher.Publisher.stop
 
-    def slow_stop(self):
-        if "slow" in str(self.manifest_path):
+    def slow_stop(path):
+        if "slow" in str(path):
             slow.set()
             time.sleep(0.8)
-        return real_stop(self)
 
-    monkeypatch.setattr(memstore.session.publisher.Publisher, "stop", slow_stop)
+    fault.arm("publisher.stop", slow_stop)
     closing = memstore.open_session(tmp_path, "slow")
     closing.append(TURN_STARTED)
     thread = threading.Thread(target=closing.close)

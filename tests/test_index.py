@@ -9,6 +9,7 @@ import pytest
 
 import memstore
 from memstore.session.index import DerivedTable, MigrationSet, register_derived_table, unregister_derived_table
+from memstore.session.tuning import TUNING
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
@@ -75,7 +76,7 @@ def test_a_derived_table_is_kept_current_and_equals_a_rebuild(tmp_path, word_tab
     memstore.rebuild(tmp_path, "s")  # a small log: a new index, built in memory
     assert words(tmp_path) == incremental
     # A log too big for that is rebuilt in place: the table is reset first.
-    monkeypatch.setattr(memstore.session.recovery, "MEMORY_SCAN_BYTES", 0)
+    monkeypatch.setattr(TUNING, "memory_scan_bytes", 0)
     resets = word_table["reset"]
     memstore.rebuild(tmp_path, "s")
     assert word_table["reset"] == resets + 1

@@ -95,7 +95,7 @@ def test_large_buffer_flush_persists_manifest_progress(tmp_path):
     for _ in range(1000):
         log.append(event)
     # Published from the background thread: the 64 KiB write point submitted it.
-    log._s.publisher.drain()
+    log._writer.publisher.drain()
     manifest = json.loads((session_dir(tmp_path) / "manifest.json").read_text())
     assert 0 < manifest["event_count"] < 1000
     log.close()
@@ -147,13 +147,12 @@ def test_index_rebuilt_on_reopen(tmp_path):
         assert log.manifest.status == "completed"
 
 
-def test_manifest_shortcut_skips_scan_on_reopen(tmp_path, monkeypatch):
+def test_manifest_shortcut_skips_scan_on_reopen(tmp_path, fault):
     with memstore.open_session(tmp_path, "s") as log:
         sample_turn(log)
 
     rescans = []
-    real_rescan = memstore.session.recovery._rescan
-    monkeypatch.setattr(memstore.session.recovery, "_rescan", lambda *args, **kw: rescans.append(args) or real_rescan(*args, **kw))
+    fault.arm("recovery.rescan", lambda **context: rescans.append(context))
     with memstore.open_session(tmp_path, "s") as log:
         assert log.turn_count == 1
         assert log.manifest.status == "completed"
@@ -163,7 +162,7 @@ def test_manifest_shortcut_skips_scan_on_reopen(tmp_path, monkeypatch):
     assert len(rescans) == 1, "the patch must see a rescan when one happens"
 
 
-def test_reopen_indexes_only_bytes_past_the_covered_offset(tmp_path, monkeypatch):
+def test_reopen_indexes_only_bytes_past_the_covered_offset(tmp_path, fault):
     with memstore.open_session(tmp_path, "s") as log:
         sample_turn(log)
     covered = db(tmp_path).execute("SELECT persisted_file_len FROM manifest").fetchone()[0]
@@ -172,13 +171,7 @@ def test_reopen_indexes_only_bytes_past_the_covered_offset(tmp_path, monkeypatch
         fh.write(b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n')
         fh.write(b'{"schema_version":"0.18.0","event":{"type":"turn.completed","usage":{}}}\n')
     scanned_from = []
-    original = memstore.session.recovery.scan
-
-    def spy(session, start, **kwargs):
-        scanned_from.append(start)
-        return original(session, start, **kwargs)
-
-    monkeypatch.setattr(memstore.session.recovery, "scan", spy)
+    fault.arm("recovery.scan", lambda start, **context: scanned_from.append(start))
     with memstore.open_session(tmp_path, "s") as log:
         assert scanned_from == [covered]
         assert log.turn_count == 2
@@ -1111,22 +1104,18 @@ def test_a_session_at_its_cap_does_not_rewrite_the_log_every_turn(tmp_path):
     assert 20 <= rewrites <= 26, rewrites
 
 
-def test_a_failed_index_transaction_is_retried_without_losing_turns(tmp_path, monkeypatch):
-    from memstore.session.index import SessionIndex
-
+def test_a_failed_index_transaction_is_retried_without_losing_turns(tmp_path, fault):
     log = memstore.open_session(tmp_path, "s")
     log.append(TURN_STARTED)
     log.flush()
-    real_commit = SessionIndex.commit_rows
     calls = []
 
-    def failing_once(self, *args, **kwargs):
+    def failing_once(path):
         calls.append(1)
         if len(calls) == 1:
-            raise memstore.StoreIOError("update index", self.path, "database or disk is full")
-        return real_commit(self, *args, **kwargs)
+            raise memstore.StoreIOError("update index", path, "database or disk is full")
 
-    monkeypatch.setattr(SessionIndex, "commit_rows", failing_once)
+    fault.arm("index.commit", failing_once)
     log.append(TURN_COMPLETED)  # logged and synced; the index (off the agent's path) misses it
     with pytest.raises(memstore.StoreIOError, match="disk is full"):
         log.flush()  # which the next flush reports
@@ -1146,7 +1135,7 @@ def test_bulk_mode_publishes_the_manifest_on_flush_not_per_batch(tmp_path):
         log.append(TURN_STARTED)
         log.append({"type": "note", "text": "x" * 4000})
         log.append(TURN_COMPLETED)
-    log._s.publisher.drain()
+    log._writer.publisher.drain()
     assert json.loads(path.read_text())["event_count"] == 0  # indexed in batches, not published
     assert db(tmp_path).execute("SELECT event_count FROM manifest").fetchone()[0] > 0
     log.flush()
@@ -1154,20 +1143,18 @@ def test_bulk_mode_publishes_the_manifest_on_flush_not_per_batch(tmp_path):
     log.close()
 
 
-def test_index_failure_after_the_cap_rewrite_fails_closed_and_reopen_recovers(tmp_path, monkeypatch):
-    from memstore.session.index import SessionIndex
-
-    def broken_evict(self, *args, **kwargs):
-        raise memstore.StoreIOError("update index", self.path, "I/O error")
+def test_index_failure_after_the_cap_rewrite_fails_closed_and_reopen_recovers(tmp_path, fault):
+    def broken_evict(path):
+        raise memstore.StoreIOError("update index", path, "I/O error")
 
     log = memstore.open_session(tmp_path, "s", max_events=4)
     two_event_turn(log)
     two_event_turn(log)
-    monkeypatch.setattr(SessionIndex, "evict", broken_evict)
+    fault.arm("index.evict", broken_evict)
     with pytest.raises(memstore.StoreIOError):
         log.append(TURN_STARTED)  # the fifth event: turn 1 is evicted, then the index fails
     assert log.failed
-    monkeypatch.undo()
+    fault.disarm("index.evict")
     log.close()
     assert (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
     with memstore.open_session(tmp_path, "s", max_events=4) as log:

@@ -21,11 +21,8 @@ from pathlib import Path
 import pytest
 
 import memstore
-import memstore.fsio
-import memstore.session.deriver
-import memstore.session.log
-import memstore.session.manifest
 import support
+from memstore.session.tuning import TUNING
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {"input_tokens": 1200, "output_tokens": 150}}
@@ -128,7 +125,7 @@ def test_a_mid_turn_read_never_publishes_metadata_ahead_of_the_synced_log(tmp_pa
 # Cap rewrites
 
 
-def test_a_failure_after_the_cap_rewrite_replaced_the_log_does_not_lose_later_events(tmp_path, monkeypatch):
+def test_a_failure_after_the_cap_rewrite_replaced_the_log_does_not_lose_later_events(tmp_path, fault):
     """``enforce_cap`` treats any exception from ``_replace_log_from`` as "the log was not
     replaced": it clears the pending marker and leaves the handle usable. But the directory
     fsync (and the reopen of the descriptors) run *after* ``os.replace``. When that fsync fails,
@@ -155,11 +152,11 @@ def test_a_failure_after_the_cap_rewrite_replaced_the_log_does_not_lose_later_ev
         failed.append(path)
         raise memstore.StoreIOError("fsync directory", path, "Input/output error")
 
-    monkeypatch.setattr(memstore.session.cap, "fsync_dir", failing_fsync_dir)
+    fault.arm("cap.replaced", failing_fsync_dir)  # the directory sync right after the log's replacement
     with pytest.raises(memstore.StoreIOError):
         capped.append(TURN_STARTED)  # the fifth event: the cap rewrite replaces the log, then fails
-    monkeypatch.undo()
-    assert failed, "the patched fsync_dir never ran"
+    fault.disarm("cap.replaced")
+    assert failed, "the failing directory sync never ran"
 
 
     marker = {"type": "note", "text": "acknowledged after the failed rewrite"}
@@ -234,7 +231,7 @@ def test_rebuild_from_the_log_alone_after_a_cap_rewrite_keeps_ordinals_and_seqs(
         assert [t.number for t in log.turns()] == [3, 4, 5]
 
 
-def test_a_failed_rebuild_of_an_open_session_leaves_its_handles_consistent(tmp_path, monkeypatch):
+def test_a_failed_rebuild_of_an_open_session_leaves_its_handles_consistent(tmp_path, monkeypatch, fault):
     """``rebuild`` of a session this process has open runs ``_recover(force_rescan=True)`` on
     the shared state: ``_rescan`` replaces ``state`` with a fresh one and scans, committing every
     ``SCAN_BATCH_EVENTS`` events. If a later batch fails (a full disk), ``_open`` only drops the
@@ -250,21 +247,20 @@ def test_a_failed_rebuild_of_an_open_session_leaves_its_handles_consistent(tmp_p
     for _ in range(4):
         log.append(TURN_STARTED)
         log.append(TURN_COMPLETED)
-    monkeypatch.setattr(memstore.session.recovery, "SCAN_BATCH_EVENTS", 2)
-    real_commit = memstore.session.index.SessionIndex.commit
+    monkeypatch.setattr(TUNING, "scan_batch_events", 2)
     calls = []
 
-    def full_disk_on_second_batch(self, *args, **kwargs):
+    def full_disk_on_second_batch(path, offset):
         calls.append(1)
         if len(calls) == 2:
-            raise memstore.StoreIOError("update index", self.path, "database or disk is full")
-        return real_commit(self, *args, **kwargs)
+            raise memstore.StoreIOError("update index", path, "database or disk is full")
 
-    monkeypatch.setattr(memstore.session.index.SessionIndex, "commit", full_disk_on_second_batch)
+    fault.arm("recovery.batch", full_disk_on_second_batch)
     with pytest.raises(memstore.StoreIOError):
         memstore.rebuild(tmp_path, "s")
+    fault.disarm("recovery.batch")
     monkeypatch.undo()
-    assert len(calls) == 2, "the patched commit must fail the rebuild's second batch"
+    assert len(calls) == 2, "the armed fault must fail the rebuild's second batch"
 
     try:
         log.append(TURN_STARTED)
@@ -284,7 +280,7 @@ def test_a_failed_rebuild_of_an_open_session_leaves_its_handles_consistent(tmp_p
 # The manifest publisher
 
 
-def test_a_failed_manifest_publish_is_retried_by_the_next_flush(tmp_path, monkeypatch):
+def test_a_failed_manifest_publish_is_retried_by_the_next_flush(tmp_path, fault):
     """``_publish_manifest`` records ``self.published = data`` when it *submits* the manifest
     to the background publisher, before it is written. If that write fails (a full disk), the
     error surfaces once from ``drain()``; afterwards ``flush()`` and ``close()`` see "nothing
@@ -294,16 +290,14 @@ def test_a_failed_manifest_publish_is_retried_by_the_next_flush(tmp_path, monkey
     Fix: remember what was actually published (in the publisher, after the write succeeded) or
     reset ``published`` when the publisher reports an error.
     """
-    real_write = memstore.session.publisher.atomic_write
     broken = {"on": False, "failed": 0}
 
-    def maybe_failing(path, data, durable=True):
+    def maybe_failing(path, data):
         if broken["on"]:
             broken["failed"] += 1
             raise memstore.StoreIOError("create", path, "No space left on device")
-        return real_write(path, data, durable=durable)
 
-    monkeypatch.setattr(memstore.session.publisher, "atomic_write", maybe_failing)
+    fault.arm("manifest.publish", maybe_failing)
     log = memstore.open_session(tmp_path, "s")
     log.append(TURN_STARTED)
     log.append(TURN_COMPLETED)
@@ -313,7 +307,7 @@ def test_a_failed_manifest_publish_is_retried_by_the_next_flush(tmp_path, monkey
     log.append(TURN_COMPLETED)
     with pytest.raises(memstore.StoreIOError, match="manifest.json"):
         log.flush()
-    assert broken["failed"], "the patched write never ran"
+    assert broken["failed"], "the failing write never ran"
     broken["on"] = False  # the disk has room again
     log.flush()
     log.close()
@@ -341,7 +335,7 @@ def test_index_rows_of_dict_subclasses_and_str_enums_equal_a_rebuild(tmp_path, m
     Fix: use ``isinstance`` checks and store plain ``str(...)``/``int(...)`` values (or describe
     the event as it will decode).
     """
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 0.01)
     with memstore.open_session(tmp_path, "s") as log:
         log.append(TURN_STARTED)
         log.append({"type": "item.completed", "item": OrderedDict(
@@ -433,24 +427,30 @@ def test_a_new_store_root_is_synced_into_its_parent(tmp_path, monkeypatch):
     root directory after a power cut, although events.jsonl, the session dir and sessions/ were
     synced.
 
-    The test records every directory fsync'd while opening a session under a root that does
-    not exist yet (two levels): the parent of each directory created must be among them.
+    The test records every directory fsync'd (by the OS call itself) while opening a session
+    under a root that does not exist yet (two levels): the parent of each directory created
+    must be among them.
     """
-    synced: list[Path] = []
-    real = memstore.fsio.fsync_dir
+    import stat
 
-    def recording(path):
-        synced.append(Path(path))
-        return real(path)
+    synced: set[tuple[int, int]] = set()
+    real_fsync = os.fsync
 
-    monkeypatch.setattr(memstore.fsio, "fsync_dir", recording)
-    monkeypatch.setattr(memstore.session.log, "fsync_dir", recording)
+    def recording(fd):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            synced.add((st.st_dev, st.st_ino))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
     root = tmp_path / "new" / "store"
     with memstore.open_session(root, "s") as log:
         log.append(TURN_STARTED)
         log.append(TURN_COMPLETED)
+    monkeypatch.undo()
     for created in (tmp_path / "new", root):
-        assert created.parent in synced, f"the entry of {created} in {created.parent} was never synced"
+        parent = os.stat(created.parent)
+        assert (parent.st_dev, parent.st_ino) in synced, f"the entry of {created} in {created.parent} was never synced"
 
 
 def test_a_handle_opened_with_a_relative_root_survives_a_chdir(tmp_path, monkeypatch):
@@ -493,18 +493,17 @@ def test_a_handle_opened_with_a_relative_root_survives_a_chdir(tmp_path, monkeyp
 CHILD_GC_INSIDE_REGISTRY_LOCK = """
 import gc, sys
 sys.path.insert(0, {repo!r})
-import memstore, memstore.session.log
+import memstore
+from memstore import faults
 root = {root!r}
 dropped = memstore.open_session(root, "a")
 dropped.self_ref = dropped  # a handle in a reference cycle: only the cyclic collector frees it
 del dropped
-real_init = memstore.session.log._Session.__init__
 
-def init_then_collect(self, *args, **kwargs):
-    real_init(self, *args, **kwargs)
-    gc.collect()  # the collector may run at any allocation; _Session() is built under _registry_lock
+def collect(**context):
+    gc.collect()  # the collector may run at any allocation; the writer is built under the registry's lock
 
-memstore.session.log._Session.__init__ = init_then_collect
+faults.arm("registry.create", collect)
 memstore.open_session(root, "b").close()
 print("ok")
 """

@@ -11,8 +11,8 @@ import textwrap
 import pytest
 
 import memstore
-import memstore.session.recovery
 import support
+from memstore.session.tuning import TUNING
 
 TURN_STARTED = {"type": "turn.started"}
 TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
@@ -36,7 +36,7 @@ def rebuilt_index(root, sid="s"):
 # Recovery
 
 
-def test_a_rescan_interrupted_between_its_batches_still_never_reuses_a_torn_seq(tmp_path, monkeypatch):
+def test_a_rescan_interrupted_between_its_batches_still_never_reuses_a_torn_seq(tmp_path, monkeypatch, fault):
     """A rescan commits in batches so that an interrupted one resumes where it stopped; the
     resumed scan must still honour the seqs the rescan had to skip (those of a torn tail it cut,
     and those the old metadata counted): a seq handed out once is never handed out again."""
@@ -49,17 +49,17 @@ def test_a_rescan_interrupted_between_its_batches_still_never_reuses_a_torn_seq(
         f.write(b'{"schema_version":"0.18.0","seq":7,"ts":"2026-01-01T00:00:00.000Z","event":{"type":"turn.st')
     (session_dir(tmp_path) / "index" / "session.db").unlink()  # the next open rescans
 
-    real_commit = support.interrupt_the_next_rescan_after_its_first_batch(monkeypatch, path)
+    support.interrupt_the_next_rescan_after_its_first_batch(monkeypatch, fault, path)
     with pytest.raises(memstore.StoreIOError, match="killed"):
         memstore.open_session(tmp_path, "s")
-    monkeypatch.setattr(memstore.session.recovery, "_commit_scan", real_commit)
+    fault.disarm("recovery.batch")
 
     with memstore.open_session(tmp_path, "s") as log:
         seq = log.append(TURN_STARTED)
     assert seq == 8, "seq 7 was written (the torn tail kept beside the log holds it)"
 
 
-def test_a_resumed_rescan_keeps_a_status_set_outside_the_log(tmp_path, monkeypatch):
+def test_a_resumed_rescan_keeps_a_status_set_outside_the_log(tmp_path, monkeypatch, fault):
     """Retention marked the session completed in manifest.json; a rescan keeps that status
     against the records the old metadata covered. Interrupted and resumed, it must too."""
     with memstore.open_session(tmp_path, "s") as log:
@@ -72,10 +72,10 @@ def test_a_resumed_rescan_keeps_a_status_set_outside_the_log(tmp_path, monkeypat
     manifest_path.write_text(json.dumps(manifest))
     (session_dir(tmp_path) / "index" / "session.db").unlink()
 
-    real_commit = support.interrupt_the_next_rescan_after_its_first_batch(monkeypatch, manifest_path)
+    support.interrupt_the_next_rescan_after_its_first_batch(monkeypatch, fault, manifest_path)
     with pytest.raises(memstore.StoreIOError, match="killed"):
         memstore.open_session(tmp_path, "s")
-    monkeypatch.setattr(memstore.session.recovery, "_commit_scan", real_commit)
+    fault.disarm("recovery.batch")
 
     with memstore.open_session(tmp_path, "s") as log:
         assert log.manifest.status == "completed"
@@ -135,20 +135,18 @@ def test_a_handle_collected_in_the_publishers_thread_does_not_deadlock_it(tmp_pa
     result = run_script("""
         import gc, os, sys, threading
         import memstore
-        from memstore.session.index import SessionIndex
+        from memstore import faults
 
         gc.disable()
         dropped, collected = threading.Event(), threading.Event()
-        real_commit = SessionIndex.commit_rows
 
-        def commit_rows(self, *args, **kwargs):
+        def collect_in_the_publisher(**context):
             if threading.current_thread().name == "memstore-publisher":
                 dropped.wait(5)
                 gc.collect()  # what an allocation there may trigger
                 collected.set()
-            return real_commit(self, *args, **kwargs)
 
-        SessionIndex.commit_rows = commit_rows
+        faults.arm("index.commit", collect_in_the_publisher)  # then the commit goes on
         agent = [memstore.open_session(sys.argv[1], "s")]
         agent.append(agent)  # an agent's object graph holding the handle in a reference cycle
         agent[0].append({"type": "turn.started"})
@@ -168,22 +166,19 @@ def test_a_handle_collected_in_the_publishers_thread_does_not_deadlock_it(tmp_pa
 # The cap and a failing index
 
 
-def test_an_index_failure_does_not_fail_appends_past_the_cap(tmp_path, monkeypatch):
+def test_an_index_failure_does_not_fail_appends_past_the_cap(tmp_path, fault):
     """A failed index transaction is reported by the next flush and never fails an append, the
     cap's included: before, every append past the cap raised the index's error, saying
     ``durable=False`` of an event that was in the buffer all the same, so a caller that retried
     it wrote it twice."""
-    from memstore.session.index import SessionIndex
-
     log = memstore.open_session(tmp_path, "s", max_events=4)
     log.append(TURN_STARTED)
     log.append(TURN_COMPLETED)
-    real_commit = SessionIndex.commit_rows
 
-    def full_disk(self, *args, **kwargs):
-        raise memstore.StoreIOError("update index", self.path, "database or disk is full")
+    def full_disk(path):
+        raise memstore.StoreIOError("update index", path, "database or disk is full")
 
-    monkeypatch.setattr(SessionIndex, "commit_rows", full_disk)
+    fault.arm("index.commit", full_disk)
     log.append(TURN_STARTED)
     log.append(TURN_COMPLETED)
     seqs = []
@@ -196,7 +191,7 @@ def test_an_index_failure_does_not_fail_appends_past_the_cap(tmp_path, monkeypat
                         f"but its event is in the buffer, to be written: {exc}")
     with pytest.raises(memstore.StoreIOError, match="disk is full"):
         log.flush()
-    monkeypatch.setattr(SessionIndex, "commit_rows", real_commit)
+    fault.disarm("index.commit")
     log.append(TURN_COMPLETED)  # the cap runs again, now that the index works
     log.close()
     assert seqs == [5, 6]
@@ -259,30 +254,26 @@ def test_a_seq_inside_a_torn_events_payload_is_not_taken_for_its_envelopes(tmp_p
     assert rebuilt_index(tmp_path)["manifest"]["next_seq"] == 5
 
 
-def test_a_manifest_failure_after_a_cap_rewrite_does_not_fail_the_append(tmp_path, monkeypatch):
+def test_a_manifest_failure_after_a_cap_rewrite_does_not_fail_the_append(tmp_path, fault):
     """manifest.json is a view like the index: failing to publish it after a cap rewrite that
     succeeded is reported by the next flush, not raised by the append (which said nothing of
     whether the rewrite happened)."""
-    import memstore.session.publisher
-
     log = memstore.open_session(tmp_path, "s", max_events=4)
     for _ in range(2):
         log.append(TURN_STARTED)
         log.append(TURN_COMPLETED)
     log.flush()
-    real_write = memstore.session.publisher.atomic_write
 
-    def full_disk_after_the_rewrite(path, data, *args, **kwargs):
+    def full_disk_after_the_rewrite(path, data):
         if json.loads(data)["retained_turn_base"] > 1:
             raise memstore.StoreIOError("write", path, "no space left on device")
-        return real_write(path, data, *args, **kwargs)
 
-    monkeypatch.setattr(memstore.session.publisher, "atomic_write", full_disk_after_the_rewrite)
+    fault.arm("manifest.publish", full_disk_after_the_rewrite)
     log.append(TURN_STARTED)  # the fifth event: the cap evicts the first turn
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5]
     with pytest.raises(memstore.StoreIOError, match="no space"):
         log.flush()
-    monkeypatch.setattr(memstore.session.publisher, "atomic_write", real_write)
+    fault.disarm("manifest.publish")
     log.append(TURN_COMPLETED)
     log.close()
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5, 6]
@@ -339,7 +330,7 @@ def test_an_inherited_handle_refuses_in_a_forked_child_even_if_a_thread_held_its
         held, release = threading.Event(), threading.Event()
 
         def busy_thread():
-            with log._s.lock, log._s.index_lock, summary_cache._lock:
+            with log._writer.lock, log._writer.slot.lock, summary_cache._lock:
                 held.set()
                 release.wait()
 
@@ -373,25 +364,23 @@ def test_an_inherited_handle_refuses_in_a_forked_child_even_if_a_thread_held_its
     assert "manifest: 2" in result.stdout and "sessions: ['s']" in result.stdout, result.stdout
 
 
-def test_an_error_after_a_cap_rewrite_says_the_event_is_durable(tmp_path, monkeypatch):
+def test_an_error_after_a_cap_rewrite_says_the_event_is_durable(tmp_path, fault):
     """``durable`` must say whether the event reached the log. After a cap rewrite the log is
     shorter than where the event was appended: an error raised after the rewrite (here the
     index transaction fails) said ``durable=False`` of an event written, synced and kept, and a
     caller that appended it again (on a reopened handle: this one failed closed) logged it twice."""
-    from memstore.session.index import SessionIndex
-
     log = memstore.open_session(tmp_path, "s", max_events=4)
     for _ in range(2):
         log.append(TURN_STARTED)
         log.append(TURN_COMPLETED)
 
-    def failing_evict(self, *args, **kwargs):
-        raise memstore.StoreIOError("update index", self.path, "database or disk is full")
+    def failing_evict(path):
+        raise memstore.StoreIOError("update index", path, "database or disk is full")
 
-    monkeypatch.setattr(SessionIndex, "evict", failing_evict)
+    fault.arm("index.evict", failing_evict)
     with pytest.raises(memstore.StoreIOError) as info:
         log.append(TURN_STARTED)  # the fifth event: the cap rewrites the log
-    monkeypatch.undo()
+    fault.disarm("index.evict")
     assert info.value.seq == 5
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5]
     assert info.value.durable is True
@@ -402,39 +391,32 @@ def test_an_error_after_a_cap_rewrite_says_the_event_is_durable(tmp_path, monkey
 # close()
 
 
-def test_a_close_interrupted_while_it_waits_for_the_deriver_still_releases_the_session(tmp_path, monkeypatch):
+def test_a_close_interrupted_while_it_waits_for_the_deriver_still_releases_the_session(tmp_path, fault):
     """Ctrl-C (KeyboardInterrupt) can land while close() joins the session's deriver thread.
     The close must still close the files and release the liveness lock: it had already taken
     the session out of the registry, so the next open in this process found its own lock
     held and raised SessionBusyError for as long as the process lived."""
-    import memstore.session.deriver
-
     log = memstore.open_session(tmp_path, "s")
     log.append(TURN_STARTED)
     log.append(TURN_COMPLETED)  # starts the deriver
-    real_stop = memstore.session.deriver.Deriver.stop
 
-    def interrupted_stop(self):
-        real_stop(self)
+    def interrupted(path):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(memstore.session.deriver.Deriver, "stop", interrupted_stop)
+    fault.arm("deriver.stopped", interrupted)
     with pytest.raises(KeyboardInterrupt):
         log.close()
-    monkeypatch.undo()
+    fault.disarm("deriver.stopped")
     assert not memstore.is_live(session_dir(tmp_path))
     with memstore.open_session(tmp_path, "s") as log:
         assert log.turn_count == 1
 
 
-def test_catching_up_after_a_cap_rewrite_does_not_take_a_stale_manifests_status(tmp_path, monkeypatch):
+def test_catching_up_after_a_cap_rewrite_does_not_take_a_stale_manifests_status(tmp_path, fault):
     """The catch-up of a resumed rescan takes manifest.json's status for the records it
     covered; a manifest.json from before a cap rewrite counts offsets of the old log and its
     status is older than the index's. (The cap's manifest follows from the publisher's thread:
     a writer killed meanwhile leaves such a manifest.json behind.)"""
-    import memstore.session.publisher
-    from memstore.session.index import SessionIndex
-
     log = memstore.open_session(tmp_path, "s", max_events=6)
     log.append(TURN_STARTED)
     log.append({"type": "item.completed", "item": {"type": "agent_message", "text": "x" * 2000}})
@@ -446,16 +428,16 @@ def test_catching_up_after_a_cap_rewrite_does_not_take_a_stale_manifests_status(
     log.flush()
     assert json.loads((session_dir(tmp_path) / "manifest.json").read_bytes())["status"] == "completed"
 
-    def full_disk(*args, **kwargs):
+    def full_disk(**context):
         raise memstore.StoreIOError("write", "manifest.json", "no space left on device")
 
-    monkeypatch.setattr(memstore.session.publisher, "atomic_write", full_disk)
+    fault.arm("manifest.publish", full_disk)
     log.append(TURN_STARTED)  # the session is active again, and the cap evicts turn 1
-    monkeypatch.setattr(SessionIndex, "commit_rows", full_disk)
+    fault.arm("index.commit", full_disk)
     log.append(TURN_COMPLETED)
     with pytest.raises(memstore.StoreIOError):
         log.close()  # (as a writer killed here: the index is behind the log)
-    monkeypatch.undo()
+    fault.disarm_all()
     with memstore.open_session(tmp_path, "s") as log:
         assert (log.turn_count, log.manifest.status) == (3, "active")
 
@@ -468,8 +450,8 @@ def test_a_cap_rewrite_waits_until_manifest_json_describes_the_log_it_rewrites(t
     had left. (The cap now waits, without failing the append, until the views are current.)"""
     result = run_script("""
         import os, sys
-        import memstore, memstore.session.publisher
-        from memstore.session.index import SessionIndex
+        import memstore
+        from memstore import faults
 
         log = memstore.open_session(sys.argv[1], "s", max_events=6)
         log.append({"type": "turn.started"})
@@ -481,14 +463,14 @@ def test_a_cap_rewrite_waits_until_manifest_json_describes_the_log_it_rewrites(t
                     "outcome_code": "ok", "usage": {}, "num_turns": 2})
         log.flush()
 
-        def full_disk(path, *args, **kwargs):
+        def full_disk(path, **context):
             raise memstore.StoreIOError("write", path, "no space left on device")
 
-        def killed(*args, **kwargs):
+        def killed(**context):
             os._exit(0)  # SIGKILL between the log's replacement and the index's eviction
 
-        memstore.session.publisher.atomic_write = full_disk
-        SessionIndex.evict = killed
+        faults.arm("manifest.publish", full_disk)
+        faults.arm("index.evict", killed)
         log.append({"type": "turn.started"})  # active again, and over the cap
         os._exit(0)
     """, tmp_path, timeout=30)
@@ -611,11 +593,9 @@ def test_the_deriver_comes_back_when_it_found_the_session_busy(tmp_path, monkeyp
     waited for ever."""
     import time
 
-    import memstore.session.deriver
-
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.05)
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 0.05)
     log = memstore.open_session(tmp_path, "s")
-    with log._s.lock:  # the agent reads the session as its turn ends (a read takes the lock)
+    with log._writer.lock:  # the agent reads the session as its turn ends (a read takes the lock)
         log.append(TURN_STARTED)
         log.append({"type": "item.completed", "item": {"type": "agent_message", "text": "hello"}})
         log.append(TURN_COMPLETED)

@@ -265,9 +265,9 @@ def test_a_reader_of_a_log_without_an_index_does_not_hold_its_events(tmp_path):
 def test_the_records_an_index_has_not_derived_are_read_a_bounded_batch_at_a_time(tmp_path, monkeypatch):
     import tracemalloc
 
-    import memstore.session.deriver
+    from memstore.session.tuning import TUNING
 
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 3600)
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 3600)
     output = "widget " * 3000
     with memstore.open_session(tmp_path, "s", durability="none") as log:
         for i in range(300):

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import memstore
 import memstore.maintenance
-import memstore.session.deriver
-import memstore.session.recovery
 from memstore.session.index import readonly_uri
+from memstore.session.tuning import TUNING
 import support
 from test_crash import writer_env
 
@@ -78,7 +77,7 @@ def test_a_small_log_is_rebuilt_in_memory_with_the_rows_of_an_in_place_rebuild(t
     assert (index.stat().st_mode & 0o777) == 0o600
     in_memory = dump(directory)
 
-    monkeypatch.setattr(memstore.session.recovery, "MEMORY_SCAN_BYTES", 0)
+    monkeypatch.setattr(TUNING, "memory_scan_bytes", 0)
     memstore.rebuild(tmp_path, "s")
     in_place = dump(directory)
     assert in_memory == in_place
@@ -104,7 +103,7 @@ def test_an_index_rebuilt_in_memory_is_usable_by_writers_and_readers(tmp_path):
 def test_fts_rows_added_in_one_statement_stay_consistent_through_evictions(tmp_path, monkeypatch):
     """The chunks reach their FTS5 table from a staging table in one statement: the external
     content index must still match the table, also after cap rewrites deleted some."""
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 0.01)
     directory = write_session(tmp_path, turns=3)
     with memstore.open_session(tmp_path, "s", max_events=12) as log:
         for n in range(4):
@@ -179,7 +178,7 @@ def test_a_rebuild_never_lets_a_dead_writers_wal_into_the_new_index(tmp_path, mo
     assert rebuilt["manifest"][0]["turn_count"] == 5
     assert [row[0] for row in rebuilt["events"]] == list(range(1, len(rebuilt["events"]) + 1))
     # The same rows as a rebuild in place, which starts from an empty file.
-    monkeypatch.setattr(memstore.session.recovery, "MEMORY_SCAN_BYTES", 0)
+    monkeypatch.setattr(TUNING, "memory_scan_bytes", 0)
     memstore.rebuild(tmp_path, "s")
     assert dump(directory) == rebuilt
 

@@ -28,6 +28,7 @@ from .. import events as ev
 from ..errors import EventNotFound, InvalidProgress, MemstoreError, TurnNotFound
 from ..layout import derived_dir, session_directory
 from ..reader import read_session
+from ..search import MemorySearchResult, fts_match, query_terms, search_catalog, search_memory, snippet
 from ..views.memory_view import memory_facts_of
 from ..views.progress import load_progress
 from .render import display_event
@@ -423,6 +424,8 @@ def event_data(root: os.PathLike | str, session_id: str, seq: int, urls: Urls) -
 SEARCH_LIMIT = 20
 MAX_SEARCH_LIMIT = 100
 MAX_QUERY_CHARS = 500
+MAX_HIGHLIGHT_TERMS = 32
+"""Terms a page highlights (and its FTS5 fallback looks for): enough for any query people type."""
 
 
 def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int = SEARCH_LIMIT,
@@ -431,30 +434,32 @@ def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int =
     """BM25 search over every session, each result with its highlighted snippet and links to its
     session, turn and event.
 
-    With ``conn`` (a connection to the catalog, read-only: the explorer's) the catalog's BM25
-    index is queried as it is, and nothing is written; without it ``memstore.search_memory``
-    runs, which refreshes the catalog first. ``fallback(query, limit, session_id)`` is used when
-    the BM25 search fails (a catalog without its index, say)."""
+    With ``conn`` (a connection to the catalog, read-only: the explorer's) the catalog is
+    searched as it is (:func:`memstore.search.search_catalog`), and nothing is written; without
+    it ``memstore.search_memory`` runs, which refreshes the catalog first. ``fallback(query,
+    limit, session_id)`` is used when the BM25 search fails (a catalog without its index, say).
+    ``total`` is the number of hits of the BM25 ranking (``None`` without ``conn`` or with the
+    fallback)."""
     query = query.strip()[:MAX_QUERY_CHARS]
     limit = min(max(1, limit), MAX_SEARCH_LIMIT)
     results: list[dict] = []
+    total: Optional[int] = None
     engine = None
     if query:
         try:
             if conn is not None:
-                results = bm25_search(conn, query, limit, session_id)
+                page = search_catalog(conn, query, limit=limit, session=session_id or None)
+                results, total = [_result(r) for r in page.results], page.total
             else:
-                from ..search import search_memory
-
-                results = [{k: getattr(r, k, None) for k in _RESULT_KEYS}
-                           for r in search_memory(root, query, max_results=limit, session_id=session_id or None)]
+                results = [_result(r) for r in search_memory(root, query, max_results=limit,
+                                                             session_id=session_id or None)]
             engine = "bm25"
         except (MemstoreError, sqlite3.Error) as exc:
             logger.warning("explorer: BM25 search failed (%s); falling back to FTS5", exc)
         if engine is None and fallback is not None:
             engine = "fts5"
             results = fallback(query, limit, session_id)
-    terms = query_terms(query)
+    terms = query_terms(query)[:MAX_HIGHLIGHT_TERMS]
     words = " ".join(terms)  # what Datasette's FTS5 search can take (a query of quotes alone is an FTS5 error)
     for r in results:
         sid, turn, seq = r.get("session_id"), r.get("turn"), r.get("seq")
@@ -462,7 +467,7 @@ def search_data(root: os.PathLike | str, query: str, urls: Urls, *, limit: int =
         r["session_url"] = urls.session(sid) if sid else None
         r["turn_url"] = urls.turn(sid, turn, anchor=seq) if sid and isinstance(turn, int) else None
         r["event_url"] = urls.event(sid, seq) if sid and isinstance(seq, int) else None
-    return {"q": query, "session": session_id, "limit": limit, "engine": engine, "results": results,
+    return {"q": query, "session": session_id, "limit": limit, "engine": engine, "results": results, "total": total,
             "links": {"json": urls.search(".json", q=query or None, session=session_id or None),
                       "chunks_table": urls.table("chunks", _search=words or None)}}
 
@@ -471,39 +476,9 @@ _RESULT_KEYS = ("chunk_id", "path", "start_line", "end_line", "score", "snippet"
                 "session_id", "turn", "seq")
 
 
-def bm25_search(conn: sqlite3.Connection, query: str, limit: int, session_id: str = "") -> list[dict]:
-    """``search_memory``'s ranking (BM25 with the mild recency preference) over the catalog that
-    ``conn`` reads, without refreshing it first: reads only. ``path`` is the catalog's, relative
-    to the store."""
-    from ..search import SearchIndex, snippet as bm25_snippet, tokenize
-
-    tokens = tokenize(query)
-    if not tokens:
-        return []
-    where, params = ("session_id = ?", (session_id,)) if session_id else (None, ())
-    hits = SearchIndex(conn).search(query, limit, where=where, params=params)
-    if not hits:
-        return []
-    rows = {row["id"]: row for row in _rows(
-        conn, "SELECT id, chunk_id, path, start_line, end_line, source, created_at, session_id, turn, seq, text "
-              "FROM chunks WHERE id IN (SELECT value FROM json_each(?))", (orjson.dumps([doc for doc, _ in hits]).decode(),))}
-    wanted = set(tokens)
-    results = []
-    for doc, score in hits:
-        row = rows.get(doc)
-        if row is None:
-            continue
-        text = row.pop("text") or ""
-        row.pop("id")
-        row.update(start_line=row["start_line"] or 0, end_line=row["end_line"] or 0, score=score,
-                   snippet=bm25_snippet(text, wanted))
-        results.append({k: row.get(k) for k in _RESULT_KEYS})
-    return results
-
-
-def query_terms(query: str) -> list[str]:
-    """The words of a query, lowercased (what the snippets highlight)."""
-    return list(dict.fromkeys(t.lower() for t in re.findall(r"[^\W_]+", query)))[:32]
+def _result(result: MemorySearchResult) -> dict:
+    """A search result as the page shows it (its ``path`` as the result has it)."""
+    return {k: getattr(result, k) for k in _RESULT_KEYS}
 
 
 def highlight_parts(text: str, terms: list[str]) -> list[dict]:
@@ -527,28 +502,17 @@ def highlight_parts(text: str, terms: list[str]) -> list[dict]:
 def fts_search(conn: sqlite3.Connection, query: str, limit: int, session_id: str = "") -> list[dict]:
     """Search the catalog's FTS5 index of chunks (the fallback when the BM25 index cannot be read): the
     query's words, each quoted, any of them; ranked by FTS5's bm25."""
-    terms = query_terms(query)
-    if not terms:
+    match = fts_match(query, MAX_HIGHLIGHT_TERMS)
+    if match is None:
         return []
-    match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
     where = "AND c.session_id = ?" if session_id else ""
     params: tuple[Any, ...] = (match, session_id, limit) if session_id else (match, limit)
     rows = _rows(conn, "SELECT c.chunk_id, c.path, c.start_line, c.end_line, -bm25(chunks_fts) AS score, c.text, "
                        "c.source, c.created_at, c.session_id, c.turn, c.seq FROM chunks_fts "
                        "JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ? "
                        f"{where} ORDER BY bm25(chunks_fts), c.id LIMIT ?", params)
+    terms = query_terms(query)
     for row in rows:
         row["snippet"] = snippet(row.pop("text") or "", terms)
         row["score"] = round(row["score"], 4)
     return rows
-
-
-def snippet(text: str, terms: list[str], width: int = 240) -> str:
-    """About ``width`` characters of ``text`` around its first query term, whitespace folded."""
-    text = " ".join(text.split())
-    lowered = text.lower()
-    hits = [i for i in (lowered.find(t) for t in terms) if i >= 0]
-    at = min(hits) if hits else 0
-    start = max(0, at - width // 3)
-    piece = text[start:start + width]
-    return ("…" if start > 0 else "") + piece + ("…" if start + width < len(text) else "")

@@ -4,6 +4,10 @@ the cap rewrite itself (intent marker, atomic replacement of the log, index and 
 The rewrite's order: the summary hook runs first (if it fails, nothing is touched); then the
 intent marker is written durably; the log is replaced atomically; the index and the manifest
 follow; the marker is removed last. An open that finds the marker knows which rewrite to finish.
+
+:class:`CapPolicy` is the cap of one open session: it owns the back-off after failed hooks, and
+its rewrite works on what it is handed (the log file, the index, the lifecycle state, the
+publisher) plus the few things it asks of the writer (:class:`CapWriter`).
 """
 
 from __future__ import annotations
@@ -14,18 +18,20 @@ import uuid
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
+from typing import Callable, ContextManager, Iterable, Iterator, Optional, Protocol
 
 import orjson
 
+from .. import faults
 from ..layout import DERIVED_DIR, EVICTION_LOG, EVICTION_SUMMARY_PREFIX
 from .. import events as ev
 from ..errors import CapEvictionError, MemstoreError, StoreIOError
 from ..fsio import atomic_write, ensure_private_dir, fsync_dir, open_private_append, write_all
+from .index import SessionIndex
+from .lifecycle import LogState
+from .logfile import LogFile
 from .manifest import CapRewriteMarker, clear_marker, new_generation, write_marker
-
-if TYPE_CHECKING:
-    from .log import _Session
+from .publisher import Batch, Publisher
 
 logger = logging.getLogger("memstore")
 
@@ -173,106 +179,182 @@ def _prune_summary_files(derived: Path, keep: Path) -> None:
 # The rewrite
 
 
-def enforce_cap(session: "_Session", max_events: int, on_evict: Optional[EvictionHook]) -> None:
-    """Evict the oldest whole turns of ``session`` once it holds more than ``max_events``
-    records. Called with the session's lock held, after an append."""
-    state = session.state
-    manifest = state.manifest
-    if manifest.event_count < session.cap_retry_at:
-        return  # the eviction hook failed at the last crossing: wait for the next one
-    if not _views_caught_up(session):  # the turns handed to the publisher are in the index now
-        return
-    open_turn = state.open_turn.number if state.open_turn is not None else None
-    plan = plan_cap_eviction(_turn_spans(session), manifest.event_count, max_events, open_turn)
-    if plan is None:
-        return
-    session.write_out(sync=True)
-    if session.pending or state.dirty or session.unpublished:
-        session.publish()
-    if not _views_caught_up(session):
-        return
-    log = session.log
-    cut = plan.truncate_offset
-    if cut > log.length:
-        raise StoreIOError("cap rewrite", log.path, f"planned offset {cut} is past the end ({log.length})")
-    evicted_count = session.index.count_events_before(cut)
-    base = plan.first_kept_turn if plan.first_kept_turn is not None else manifest.turn_count + 1
-    head, skip, grown = _retained_head(session, cut, base)
-    hook = on_evict if on_evict is not None else write_eviction_summary
-    # The hook runs under the session's lock, between two states of the log: what it would do
-    # to the session from here (an append re-entering the cap) is refused until it returns.
-    running = HookRunning(f"{log.path} is inside its cap rewrite: the eviction hook cannot use the session")
-    session.failed = running
-    try:
-        hook(session.dir, manifest.session_id, _events(log.records(0, cut)))
-    except Exception as exc:
-        # Not again on every append: after the cap's headroom has filled again, a gap that
-        # doubles with every failure in a row.
-        session.cap_failures += 1
-        gap = max(1, max_events - cap_low_water(max_events)) << min(session.cap_failures - 1, 20)
-        session.cap_retry_at = manifest.event_count + gap
-        logger.warning("eviction summary hook failed for %s; nothing evicted, retried at %d events: %s",
-                       log.path, session.cap_retry_at, exc)
-        raise CapEvictionError(
-            f"eviction summary hook failed for {log.path}; the log was left intact: {exc}"
-        ) from exc
-    finally:
-        if session.failed is running:
-            session.failed = None
-    delta = len(head) - skip
-    new_len = log.length - cut + delta
-    write_marker(session.dir, CapRewriteMarker(log.length, new_len, base))
-    try:
-        log.replace_from(cut + skip, head)
-    except BaseException:
-        clear_marker(session.dir)  # the log was not replaced: nothing to recover
-        raise
-    try:
-        # The log is replaced from here on. Should anything fail now, the descriptors or the
-        # index may still describe the old log: the session fails closed and a reopen, guided
-        # by the marker, brings them together again.
-        fsync_dir(session.dir)
-        log.close()
-        log.open()
-        manifest.event_count -= evicted_count
-        manifest.retained_turn_base = base
-        manifest.generation = new_generation()
-        manifest.persisted_file_len = new_len
-        # Offsets move back by ``cut``; those past the head's first line move by ``delta``.
-        pivot = cut + 1 if grown else cut
-        turn = state.open_turn
-        if turn is not None:
-            turn.start_offset += -cut + (delta if turn.start_offset >= pivot else 0)
-            turn.end_offset += -cut + (delta if turn.end_offset >= pivot else 0)
-        log.tail = log.read_tail(new_len)
-        session.index.evict(cut, base, manifest, log.tail, pivot=pivot, delta=delta, grown=grown)
-    except BaseException as exc:
-        session.failed = exc
-        raise
-    session.cap_failures = 0
-    session.cap_retry_at = 0  # the back-off is over: the next crossing of the cap evicts
-    # The marker goes last, once manifest.json describes the rewritten log. Should the manifest
-    # fail, the next flush reports it (a view, not the append), and the marker stays: the next
-    # open rescans if the log is still the rewritten one, and drops it otherwise.
-    session.publish_manifest()
-    if _views_caught_up(session):
-        clear_marker(session.dir)
+def log_head(head_id: Optional[str], retained_turn_base: int) -> dict:
+    """The head keys of a log's first line (see ``events.decode_log_head``): the session id when
+    the directory name cannot say it (``head_id``: a hashed id), and the first retained turn's
+    number once a cap rewrite evicted turns."""
+    head: dict = {}
+    if head_id is not None:
+        head["session_id"] = head_id
+    if retained_turn_base > 1:
+        head["retained_turn_base"] = retained_turn_base
+    return head
 
 
-def _views_caught_up(session: "_Session") -> bool:
-    """Wait for the publisher; whether the index and manifest.json now describe everything
-    written (a rescan after a rewrite killed midway keeps what manifest.json says against the
-    records it covered, so it must be as new as the rewrite). A failure there is not the
-    append's (the event is in the log or the buffer; the next flush reports it): the cap waits
-    until the views work again."""
-    if session.publisher.failing:
-        return False  # tried again at the next turn boundary, in the publisher's thread
-    try:
-        session.publisher.drain()
-    except Exception as exc:  # noqa: BLE001 - kept by the publisher, raised by the next flush
-        logger.warning("the cap of %s waits for its views, which failed: %s", session.log.path, exc)
-        return False
-    return True
+class CapWriter(Protocol):
+    """What a cap rewrite asks of the writer whose lock it runs under."""
+
+    def settle(self) -> None:
+        """Write and sync the buffer, and hand every row describing what was written to the
+        publisher; a failure fails the session closed and is raised."""
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail the session closed with ``exc``: the log and its views may disagree until a
+        reopen brings them together."""
+
+    def refusing(self, reason: BaseException) -> ContextManager[None]:
+        """Refuse every use of the session with ``reason`` while the block runs (what the
+        eviction hook would do to the session from inside the rewrite)."""
+
+
+class CapPolicy:
+    """The cap of one open session, whose log is ``log`` (in ``session_dir``, named in its head
+    by ``head_id``) and whose views are published by ``publisher``.
+
+    After an eviction hook failed, the cap is tried again only once ``retry_at`` events are
+    logged: after the cap's headroom has filled again, a gap that doubles with every failure in
+    a row (``failures``). A rewrite that succeeds ends the back-off.
+    """
+
+    def __init__(self, log: LogFile, publisher: Publisher, session_dir: Path, head_id: Optional[str],
+                 writer: CapWriter):
+        self.log = log
+        self.publisher = publisher
+        self.session_dir = session_dir
+        self.head_id = head_id
+        self.writer = writer
+        self.retry_at = 0
+        self.failures = 0
+
+    def _hook_failed(self, event_count: int, max_events: int) -> int:
+        """Count a failed hook; return the event count from which the cap is tried again."""
+        self.failures += 1
+        gap = max(1, max_events - cap_low_water(max_events)) << min(self.failures - 1, 20)
+        self.retry_at = event_count + gap
+        return self.retry_at
+
+    def _rewrote(self) -> None:
+        self.failures = 0
+        self.retry_at = 0  # the back-off is over: the next crossing of the cap evicts
+
+    def enforce(self, state: LogState, index: SessionIndex, max_events: int,
+                on_evict: Optional[EvictionHook]) -> None:
+        """Evict the oldest whole turns once the session, in ``state`` and indexed in ``index``,
+        holds more than ``max_events`` records. Called with the session's lock held, after an
+        append."""
+        manifest = state.manifest
+        if manifest.event_count < self.retry_at:
+            return  # the eviction hook failed at the last crossing: wait for the next one
+        if not self._views_caught_up():  # the turns handed to the publisher are in the index now
+            return
+        open_turn = state.open_turn.number if state.open_turn is not None else None
+        plan = plan_cap_eviction(_turn_spans(index, state), manifest.event_count, max_events, open_turn)
+        if plan is None:
+            return
+        self.writer.settle()
+        if not self._views_caught_up():
+            return
+        log = self.log
+        cut = plan.truncate_offset
+        if cut > log.length:
+            raise StoreIOError("cap rewrite", log.path, f"planned offset {cut} is past the end ({log.length})")
+        evicted_count = index.count_events_before(cut)
+        base = plan.first_kept_turn if plan.first_kept_turn is not None else manifest.turn_count + 1
+        head, skip, grown = self._retained_head(index, state, cut, base)
+        hook = on_evict if on_evict is not None else write_eviction_summary
+        # The hook runs under the session's lock, between two states of the log: what it would do
+        # to the session from here (an append re-entering the cap) is refused until it returns.
+        running = HookRunning(f"{log.path} is inside its cap rewrite: the eviction hook cannot use the session")
+        with self.writer.refusing(running):
+            try:
+                hook(self.session_dir, manifest.session_id, _events(log.records(0, cut)))
+            except Exception as exc:
+                retry_at = self._hook_failed(manifest.event_count, max_events)
+                logger.warning("eviction summary hook failed for %s; nothing evicted, retried at %d events: %s",
+                               log.path, retry_at, exc)
+                raise CapEvictionError(
+                    f"eviction summary hook failed for {log.path}; the log was left intact: {exc}"
+                ) from exc
+        delta = len(head) - skip
+        new_len = log.length - cut + delta
+        faults.check("cap.marker", path=self.session_dir)
+        write_marker(self.session_dir, CapRewriteMarker(log.length, new_len, base))
+        try:
+            log.replace_from(cut + skip, head)
+        except BaseException:
+            clear_marker(self.session_dir)  # the log was not replaced: nothing to recover
+            raise
+        try:
+            # The log is replaced from here on. Should anything fail now, the descriptors or the
+            # index may still describe the old log: the session fails closed and a reopen, guided
+            # by the marker, brings them together again.
+            faults.check("cap.replaced", path=self.session_dir)
+            fsync_dir(self.session_dir)
+            log.close()
+            log.open()
+            manifest.event_count -= evicted_count
+            manifest.retained_turn_base = base
+            manifest.generation = new_generation()
+            manifest.persisted_file_len = new_len
+            # Offsets move back by ``cut``; those past the head's first line move by ``delta``.
+            pivot = cut + 1 if grown else cut
+            turn = state.open_turn
+            if turn is not None:
+                turn.start_offset += -cut + (delta if turn.start_offset >= pivot else 0)
+                turn.end_offset += -cut + (delta if turn.end_offset >= pivot else 0)
+            log.tail = log.read_tail(new_len)
+            index.evict(cut, base, manifest, log.tail, pivot=pivot, delta=delta, grown=grown)
+        except BaseException as exc:
+            self.writer.fail(exc)
+            raise
+        self._rewrote()
+        # The marker goes last, once manifest.json describes the rewritten log. Should the manifest
+        # fail, the next flush reports it (a view, not the append), and the marker stays: the next
+        # open rescans if the log is still the rewritten one, and drops it otherwise.
+        self.publisher.submit(Batch(manifest_json=manifest.to_json()))
+        if self._views_caught_up():
+            clear_marker(self.session_dir)
+
+    def _views_caught_up(self) -> bool:
+        """Wait for the publisher; whether the index and manifest.json now describe everything
+        written (a rescan after a rewrite killed midway keeps what manifest.json says against the
+        records it covered, so it must be as new as the rewrite). A failure there is not the
+        append's (the event is in the log or the buffer; the next flush reports it): the cap waits
+        until the views work again."""
+        publisher = self.publisher
+        if publisher.failing:
+            return False  # tried again at the next turn boundary, in the publisher's thread
+        try:
+            publisher.drain()
+        except Exception as exc:  # noqa: BLE001 - kept by the publisher, raised by the next flush
+            logger.warning("the cap of %s waits for its views, which failed: %s", self.log.path, exc)
+            return False
+        return True
+
+    def _retained_head(self, index: SessionIndex, state: LogState, cut: int, base: int) -> tuple[bytes, int, bool]:
+        """How the rewritten log starts, so that it says which turns it lost: ``(head, skip,
+        grown)``. Normally its first line, tagged with ``retained_turn_base`` (``skip`` its old
+        length, ``grown`` true); an anchor line if that line cannot be tagged (``skip`` 0).
+        Nothing when nothing is left: VT Code's tests count the lines of such a log, and the next
+        append tags its own line instead."""
+        log = self.log
+        if cut >= log.length:
+            return b"", 0, False
+        # The seq the index gave the first retained record: the rewritten log must say it, so that
+        # a rebuild from the log alone gives the same seqs (its predecessors are gone).
+        first_seq = index.first_seq_from(cut)
+        end = log.find_newline(cut)
+        if end >= 0 and first_seq is not None:
+            line = log.pread(cut, end + 1 - cut)
+            if ev.decode_line(line) is not None:
+                head = log_head(self.head_id, base)
+                head["retained_turn_base"] = base
+                head["seq"] = first_seq
+                tagged = ev.tag_head(line[:-1], head)
+                if tagged is not None:
+                    return tagged + b"\n", len(line), True
+        next_seq = first_seq if first_seq is not None else state.manifest.next_seq
+        return ev.encode_anchor(base, next_seq, self.head_id), 0, False
 
 
 def _events(records: Iterator[ev.Record]) -> Iterator[dict]:
@@ -280,40 +362,14 @@ def _events(records: Iterator[ev.Record]) -> Iterator[dict]:
         yield record.event
 
 
-def _turn_spans(session: "_Session") -> Iterator[tuple[int, int, int, int]]:
+def _turn_spans(index: SessionIndex, state: LogState) -> Iterator[tuple[int, int, int, int]]:
     """Turn spans oldest first, from the index overlaid with turns not yet committed to it."""
-    dirty = session.state.dirty
+    dirty = state.dirty
     seen = set()
-    for number, start, end, count in session.index.turn_spans():
+    for number, start, end, count in index.turn_spans():
         seen.add(number)
         turn = dirty.get(number)
         yield (number, turn.start_offset, turn.end_offset, turn.event_count) if turn else (number, start, end, count)
     for number in sorted(set(dirty) - seen):
         turn = dirty[number]
         yield (number, turn.start_offset, turn.end_offset, turn.event_count)
-
-
-def _retained_head(session: "_Session", cut: int, base: int) -> tuple[bytes, int, bool]:
-    """How the rewritten log starts, so that it says which turns it lost: ``(head, skip,
-    grown)``. Normally its first line, tagged with ``retained_turn_base`` (``skip`` its old
-    length, ``grown`` true); an anchor line if that line cannot be tagged (``skip`` 0).
-    Nothing when nothing is left: VT Code's tests count the lines of such a log, and the next
-    append tags its own line instead."""
-    log = session.log
-    if cut >= log.length:
-        return b"", 0, False
-    # The seq the index gave the first retained record: the rewritten log must say it, so that
-    # a rebuild from the log alone gives the same seqs (its predecessors are gone).
-    first_seq = session.index.first_seq_from(cut)
-    end = log.find_newline(cut)
-    if end >= 0 and first_seq is not None:
-        line = log.pread(cut, end + 1 - cut)
-        if ev.decode_line(line) is not None:
-            head = session.log_head(base)
-            head["retained_turn_base"] = base
-            head["seq"] = first_seq
-            tagged = ev.tag_head(line[:-1], head)
-            if tagged is not None:
-                return tagged + b"\n", len(line), True
-    next_seq = first_seq if first_seq is not None else session.state.manifest.next_seq
-    return ev.encode_anchor(base, next_seq, session.head_id), 0, False

@@ -14,19 +14,42 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
+from .. import faults
 from . import registry
 from .index import BatchRecord, derived_tables
-
-if TYPE_CHECKING:
-    from .log import _Session
+from .indexslot import IndexSlot
+from .logfile import LogFile
+from .tuning import TUNING
 
 logger = logging.getLogger("memstore")
 
-IDLE_SECONDS = 0.2
-BATCH_EVENTS = 500
-BATCH_BYTES = 256 * 1024
+
+class DeriveSource(Protocol):
+    """What the deriver uses of the session it derives for (the session's writer is one)."""
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The session's lock, taken without waiting (a busy lock means the agent is at work:
+        the deriver gives way) while the deriver reads the index and the log and while it
+        commits a batch, so no rewrite of the log happens meanwhile."""
+
+    @property
+    def slot(self) -> IndexSlot:
+        """The index, and the lock of its connection."""
+
+    @property
+    def log(self) -> LogFile:
+        """The log, read with positioned reads only."""
+
+    @property
+    def active(self) -> float:
+        """``time.monotonic()`` when the agent last wrote."""
+
+    def live_generation(self) -> Optional[int]:
+        """The generation of the log and index (it changes when a cap rewrite or a rebuild
+        replaces them); ``None`` when the session failed or its index is closed."""
 
 
 # What derive_batch returns when it did nothing but is not caught up: the session's lock was
@@ -35,58 +58,68 @@ BATCH_BYTES = 256 * 1024
 INTERRUPTED = -1
 
 
-def derive_batch(session: "_Session", *, stop: Optional[threading.Event] = None,
-                 max_events: int = BATCH_EVENTS, max_bytes: int = BATCH_BYTES) -> int:
-    """Derive the next batch of records; return how many (0 when caught up, ``INTERRUPTED``
-    when it had to give way)."""
-    if not _acquire(session, stop):
+def derive_batch(source: DeriveSource, *, stop: Optional[threading.Event] = None,
+                 max_events: Optional[int] = None, max_bytes: Optional[int] = None) -> int:
+    """Derive the next batch of records (at most ``max_events`` and, past the first, ``max_bytes``;
+    by default the :data:`TUNING` batch); return how many (0 when caught up, ``INTERRUPTED`` when
+    it had to give way)."""
+    if max_events is None:
+        max_events = TUNING.derive_batch_events
+    if max_bytes is None:
+        max_bytes = TUNING.derive_batch_bytes
+    lock = source.lock
+    if not _acquire(lock, stop):
         return INTERRUPTED
     try:
-        if session.failed is not None or session.index is None:
+        generation = source.live_generation()
+        index = source.slot.index
+        if generation is None or index is None:
             return 0
-        index = session.index
-        with session.index_lock:
+        with source.slot.lock:
             watermark = index.derived_watermark()
             rows = index.underived(watermark, max_events)
         if not rows:
             return 0
-        taken, size = [], 0
+        taken: list[tuple[int, int, int, Optional[int], Optional[str]]] = []
+        size = 0
         for row in rows:
             if taken and size + row[2] > max_bytes:
                 break
             taken.append(row)
             size += row[2]
         start = taken[0][1]
-        data = session.log.pread(start, taken[-1][1] + taken[-1][2] - start)
-        generation = session.state.manifest.generation
+        data = source.log.pread(start, taken[-1][1] + taken[-1][2] - start)
     finally:
-        session.lock.release()
+        lock.release()
     records = []
     for seq, offset, length, turn, ts in taken:
         record = BatchRecord(seq, turn, ts, offset, length, line=data[offset - start: offset - start + length])
         record.event  # decode here, outside the session's lock
         records.append(record)
-    if not _acquire(session, stop):
+    lock = source.lock
+    if not _acquire(lock, stop):
         return INTERRUPTED
     try:
-        if session.failed is not None or session.index is None:
+        now = source.live_generation()
+        index = source.slot.index
+        if now is None or index is None:
             return 0
-        if session.state.manifest.generation != generation:
+        if now != generation:
             return INTERRUPTED  # rewritten or rebuilt meanwhile
-        with session.index_lock:
-            if session.index.derived_watermark() != watermark:
+        with source.slot.lock:
+            if index.derived_watermark() != watermark:
                 return INTERRUPTED
-            session.index.commit_derived(records, taken[-1][0])
+            index.commit_derived(records, taken[-1][0])
     finally:
-        session.lock.release()
+        lock.release()
     return len(records)
 
 
-def derive_all(session: "_Session") -> int:
+def derive_all(source: DeriveSource) -> int:
     """Derive every record the lazy derived tables lack (``rebuild`` calls this)."""
     total = 0
     while True:
-        done = derive_batch(session, max_events=5_000, max_bytes=4 << 20)
+        done = derive_batch(source, max_events=5_000, max_bytes=4 << 20)
         if done == INTERRUPTED:
             continue  # a writer rewrote the log meanwhile: from the new state
         if not done:
@@ -94,16 +127,16 @@ def derive_all(session: "_Session") -> int:
         total += done
 
 
-def _acquire(session: "_Session", stop: Optional[threading.Event]) -> bool:
+def _acquire(lock: threading.RLock, stop: Optional[threading.Event]) -> bool:
     """Take the session's lock. The background deriver never waits for it: a busy lock means
     the agent is writing (or closing), and then it gives way."""
     if stop is None:
-        session.lock.acquire()
+        lock.acquire()
         return True
-    if stop.is_set() or not session.lock.acquire(blocking=False):
+    if stop.is_set() or not lock.acquire(blocking=False):
         return False
     if stop.is_set():
-        session.lock.release()
+        lock.release()
         return False
     return True
 
@@ -111,8 +144,8 @@ def _acquire(session: "_Session", stop: Optional[threading.Event]) -> bool:
 class Deriver:
     """The background thread of one open session that keeps its lazy derived tables current."""
 
-    def __init__(self, session: "_Session"):
-        self.session = session
+    def __init__(self, source: DeriveSource):
+        self.source = source
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -140,6 +173,7 @@ class Deriver:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        faults.check("deriver.stopped", path=self.source.log.dir)
 
     def forget(self) -> None:
         """In a forked child: the thread does not exist there."""
@@ -148,21 +182,22 @@ class Deriver:
 
     def _run(self) -> None:
         registry.mark_background_thread()
-        session = self.session
+        source = self.source
         while not self._stop.is_set():
             self._wake.wait()
             self._wake.clear()
             while not self._stop.is_set():
-                quiet = time.monotonic() - session.active
-                if quiet < IDLE_SECONDS:
-                    self._stop.wait(IDLE_SECONDS - quiet)
+                idle = TUNING.derive_idle_seconds
+                quiet = time.monotonic() - source.active
+                if quiet < idle:
+                    self._stop.wait(idle - quiet)
                     continue
                 try:
-                    done = derive_batch(session, stop=self._stop)
+                    done = derive_batch(source, stop=self._stop)
                     if done == INTERRUPTED:
                         # The agent is at work (or rewrote the log): look again once it is idle,
                         # not only at its next append, which may be long in coming.
-                        self._stop.wait(IDLE_SECONDS)
+                        self._stop.wait(idle)
                         continue
                     if not done:
                         break
@@ -171,5 +206,5 @@ class Deriver:
                     # derive what is missing, and the next open tries again.
                     self.error = exc
                     logger.warning("deriving search chunks for %s failed (readers derive them in memory): %s",
-                                   session.dir, exc)
+                                   source.log.dir, exc)
                     return

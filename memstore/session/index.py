@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequen
 import orjson
 
 from .. import events as ev
+from .. import faults
 from ..errors import StoreIOError, UnsafePathError
 from ..fsio import remove_temp, write_all, write_temp_beside
 from .manifest import Manifest
@@ -769,6 +770,7 @@ class SessionIndex:
         """:meth:`commit` with the turn and manifest rows already made (the publisher builds
         them on the writer's thread, which goes on changing the live objects); ``lines`` are
         the events' lines, from which the records for eager derived tables are made."""
+        faults.check("index.commit", path=self.path)
         if records is None and lines is not None and any(not t.lazy for t in _derived):
             records = [BatchRecord(row[0], row[3], row[4], row[1], row[2], line=line) for row, line in zip(events, lines)]
         with self._transaction() as conn:
@@ -823,6 +825,7 @@ class SessionIndex:
         ``pivot`` on, by ``delta`` more (the log head the rewrite wrote); with ``grown`` the
         line at ``truncate_offset`` itself got ``delta`` bytes longer. Stores the new manifest
         row and tells the derived tables, all in one transaction."""
+        faults.check("index.evict", path=self.path)
         params = {"cut": truncate_offset, "pivot": pivot, "delta": delta,
                   "grown": truncate_offset if grown else -1}
         with self._transaction() as conn:

@@ -2,7 +2,7 @@
 repair, and the atomic replacement a cap rewrite makes.
 
 :class:`LogFile` knows bytes and lines, not events: what a line means is decided in
-``events.py``, and what the session does with it in ``log.py``.
+``events.py``, and what the session does with it in ``writer.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import orjson
 
 from ..layout import EVENTS_FILE, TORN_INFIX, torn_name
 from .. import events as ev
+from .. import faults
 from ..errors import StoreIOError
 from ..events import Record
 from ..fsio import open_private_append, open_read_no_follow, write_all, write_new_file
@@ -272,12 +273,14 @@ class LogFile:
         try:
             try:
                 write_all(fd, head, tmp)
+                faults.check("cap.copy", path=tmp)
                 pos = start
                 while pos < self.length:
                     chunk = os.pread(self.rfd, min(_READ_CHUNK, self.length - pos), pos)
                     if not chunk:
                         raise StoreIOError("cap rewrite", self.path, "log shrank while copying")
                     write_all(fd, chunk, tmp)
+                    faults.check("cap.copy", path=tmp)
                     pos += len(chunk)
                 os.fsync(fd)
             finally:

@@ -18,30 +18,26 @@ import logging
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from pathlib import Path
+from typing import Optional
 
+from .. import faults
 from . import registry
 from ..fsio import atomic_write
+from .indexslot import IndexSlot
 from .manifest import summary_cache
-from ..layout import MANIFEST_FILE
-
-if TYPE_CHECKING:
-    from .log import _Session
+from .tuning import TUNING
 
 logger = logging.getLogger("memstore")
-
-# When this many event rows wait for the publisher, the writer waits for it: memory stays
-# bounded however fast a bulk import appends.
-MAX_PENDING_ROWS = 200_000
 
 
 @dataclass
 class Batch:
     """Rows describing written bytes, and the state to record with them."""
 
-    rows: list = field(default_factory=list)
-    lines: Optional[list] = None  # the rows' lines, for eager derived tables
-    turns: dict = field(default_factory=dict)  # turn number -> turn row (the newest wins)
+    rows: list[tuple] = field(default_factory=list)
+    lines: Optional[list[bytes]] = None  # the rows' lines, for eager derived tables
+    turns: dict[int, tuple] = field(default_factory=dict)  # turn number -> turn row (the newest wins)
     manifest_row: Optional[tuple] = None
     tail: bytes = b""
     manifest_json: Optional[bytes] = None  # None: do not publish manifest.json with this batch
@@ -58,12 +54,13 @@ class Batch:
 
 
 class Publisher:
-    """The background thread of one open session that commits its batches and publishes its
-    manifest (see the module docstring)."""
+    """The background thread of one open session that commits its batches to the index in
+    ``slot`` (under the slot's lock) and publishes its manifest at ``manifest_path`` (see the
+    module docstring)."""
 
-    def __init__(self, session: "_Session"):
-        self.session = session
-        self.manifest_path = session.dir / MANIFEST_FILE
+    def __init__(self, slot: IndexSlot, manifest_path: Path):
+        self.slot = slot
+        self.manifest_path = manifest_path
         self._cond = threading.Condition()
         self._pending: Optional[Batch] = None
         # The pending batch failed: it waits for the next submit or drain to be tried again
@@ -88,7 +85,7 @@ class Publisher:
                 self._thread = threading.Thread(target=self._run, name="memstore-publisher", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
-            while (self._pending is not None and len(self._pending.rows) >= MAX_PENDING_ROWS
+            while (self._pending is not None and len(self._pending.rows) >= TUNING.max_pending_rows
                    and not self._held and self._thread.is_alive()):
                 self._cond.wait()
 
@@ -104,7 +101,7 @@ class Publisher:
             self._publish(batch)
         except BaseException as exc:
             logger.warning("updating the views of %s failed (the log is intact; retried at the next flush): %s",
-                           self.session.dir, exc)
+                           self.manifest_path.parent, exc)
             with self._cond:
                 self._pending, self._held, self._error = batch, True, exc
 
@@ -122,7 +119,7 @@ class Publisher:
                 self._publish(batch)
             except BaseException as exc:  # reported by drain(); the batch is kept and retried
                 logger.warning("updating the views of %s failed (the log is intact; retried at the next flush): %s",
-                               self.session.dir, exc)
+                               self.manifest_path.parent, exc)
                 with self._cond:
                     if self._pending is not None:
                         batch.merge(self._pending)
@@ -138,17 +135,27 @@ class Publisher:
                     self._cond.notify_all()
 
     def _publish(self, batch: Batch) -> None:
-        session = self.session
         if batch.manifest_row is not None:
-            with session.index_lock:
-                session.index.commit_rows(batch.rows, list(batch.turns.values()), batch.manifest_row, batch.tail,
-                                          lines=batch.lines)
+            slot = self.slot
+            with slot.lock:
+                if slot.index is None:
+                    raise AssertionError(f"{self.manifest_path.parent}: a batch to commit with no index open")
+                slot.index.commit_rows(batch.rows, list(batch.turns.values()), batch.manifest_row, batch.tail,
+                                       lines=batch.lines)
             # Committed: should the manifest fail now, only it is tried again.
             batch.rows, batch.lines, batch.turns, batch.manifest_row = [], None, {}, None
         if batch.manifest_json is not None and batch.manifest_json != self.published:
+            faults.check("manifest.publish", path=self.manifest_path, data=batch.manifest_json)
             atomic_write(self.manifest_path, batch.manifest_json, durable=False)
             summary_cache.invalidate(self.manifest_path)
             self.published = batch.manifest_json
+
+    def publish_manifest_now(self, manifest_json: bytes) -> None:
+        """Publish ``manifest_json`` from the calling thread once every batch before it is
+        committed, and wait until it is written; raise if that fails."""
+        self.drain()
+        self.publish_here(Batch(manifest_json=manifest_json))
+        self.drain()  # raises if publishing failed
 
     @property
     def failing(self) -> bool:
@@ -177,10 +184,12 @@ class Publisher:
             while (self._pending is not None or self._busy) and not self._held:
                 self._cond.wait()
             if self._held:
+                assert self._error is not None
                 raise self._error
 
     def stop(self) -> None:
         """Drain, then end the thread."""
+        faults.check("publisher.stop", path=self.manifest_path)
         try:
             self.drain()
         finally:

@@ -1,8 +1,8 @@
 """The process-wide registry of open sessions, and what happens to them at fork, at exit, and
 when a handle is dropped without ``close()``.
 
-All handles of one session in a process share one ``_Session`` (one descriptor, buffer, state,
-index connection and liveness lock), found here by the session directory's real path. The
+All handles of one session in a process share one ``SessionWriter`` (one descriptor, buffer,
+state, index connection and liveness lock), found here by the session directory's real path. The
 registry's own lock is only ever held for dictionary bookkeeping, never across I/O: closing one
 session does not delay opening another. An open of a session that is still closing waits for
 that close to finish, so it never finds the liveness lock held by the closing descriptor.
@@ -15,13 +15,15 @@ import logging
 import os
 import queue
 import threading
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol, TypeVar, cast
+
+from .. import faults
 
 logger = logging.getLogger("memstore")
 
 
 class Shared(Protocol):
-    """What the registry needs of a session (``log._Session``)."""
+    """What the registry needs of a session (``writer.SessionWriter``)."""
 
     key: str
     handles: int
@@ -39,8 +41,10 @@ _lock = threading.Lock()
 _dropped: "queue.SimpleQueue[Shared]" = queue.SimpleQueue()
 _reaper: Optional[threading.Thread] = None
 
+S = TypeVar("S", bound=Shared)
 
-def acquire(key: str, create: Callable[[], Shared]) -> tuple[Shared, bool]:
+
+def acquire(key: str, create: Callable[[], S]) -> tuple[S, bool]:
     """Count one more handle on the session ``key``, creating it with ``create()`` when no handle
     is open; returns ``(session, created)``. Waits while the session is still closing."""
     _start_reaper()
@@ -48,13 +52,15 @@ def acquire(key: str, create: Callable[[], Shared]) -> tuple[Shared, bool]:
         with _lock:
             closing = _closing.get(key)
             if closing is None:
-                session = _sessions.get(key)
-                created = session is None
-                if created:
+                found = _sessions.get(key)
+                if found is None:
                     session = create()
+                    faults.check("registry.create", key=key)
                     _sessions[key] = session
+                else:
+                    session = cast(S, found)
                 session.handles += 1
-                return session, created
+                return session, found is None
         closing.wait()
 
 

@@ -107,3 +107,14 @@ def test_unknown_attribute_of_the_package_is_an_attribute_error():
     with pytest.raises(AttributeError):
         memstore.no_such_name  # noqa: B018
     assert "Store" in dir(memstore) and "search_memory" in dir(memstore)
+
+
+def test_store_facts_of_one_session_name_the_fact_and_the_session(tmp_path):
+    """A session's facts come back as FactRecords with each field in its place."""
+    store = Store(tmp_path)
+    _write_turn(store, "facts", "setup done")
+    memstore.write_session_memory_view(tmp_path, "facts", {
+        "schema_version": 3, "session_id": "facts", "generated_at": "2026-11-30T08:30:29.123Z",
+        "grounded_facts": [{"fact": "the build uses cargo nextest", "source": "tool:exec"}]})
+    (record,) = store.facts(session="facts")
+    assert (record.fact, record.session_id) == ("the build uses cargo nextest", "facts")

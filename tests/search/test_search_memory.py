@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import memstore
-import memstore.session.deriver
+from memstore.session.tuning import TUNING
 import support
 from memstore.cli import cli
 
@@ -23,7 +23,7 @@ def turn(log, text, output="ok"):
 
 
 def test_search_sees_what_was_flushed_before_it_even_if_nothing_derived_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(memstore.session.deriver, "IDLE_SECONDS", 3600)
+    monkeypatch.setattr(TUNING, "derive_idle_seconds", 3600)
     log = memstore.open_session(tmp_path, "live")
     turn(log, "the widget is blue")
     assert [r.chunk_id for r in memstore.search_memory(tmp_path, "widget")] == ["live:2:0"]
