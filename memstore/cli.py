@@ -679,7 +679,9 @@ def import_command(paths, source, root, as_json):
 
     With no PATH, imports ~/.codex/sessions and ~/.claude/projects ($CODEX_HOME and
     $CLAUDE_CONFIG_DIR are honoured) where they exist. Importing again appends only what the
-    logs gained since. Skipped lines and other problems are reported, never fatal.
+    logs gained since; no import removes an event (a session whose log was rewritten is set
+    aside, renamed, and the log imported afresh). Skipped lines and other problems are
+    reported, never fatal.
 
     \b
     Examples:
@@ -735,6 +737,11 @@ def import_command(paths, source, root, as_json):
                f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated, "
                f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
                f"{plural(report.lines_skipped, 'line')} skipped, {plural(len(report.problems), 'problem')}")
+    for entry in report.set_aside:
+        click.echo(f"set aside {entry.session_id} as {entry.set_aside_as} ({entry.reason}; every event kept)")
+    if report.tombstoned:
+        click.echo(f"not imported: {plural(len(report.tombstoned), 'source')} of sessions removed on purpose "
+                   "(tombstoned)")
     if report.sessions:
         shown = report.sessions[:10]
         more = f" and {len(report.sessions) - len(shown)} more" if len(report.sessions) > len(shown) else ""

@@ -159,17 +159,26 @@ def test_half_a_source_with_a_torn_line_then_the_whole_equals_one_import(tmp_pat
     state = json.loads((memstore.session_directory(tmp_path / "store-a", sid) / "derived" / STATE_FILE).read_text())
     assert state["offset"] == data.rindex(b"\n", 0, half) + 1  # the torn line is left for later
 
+    before = records(tmp_path / "store-a", sid)
     copy_source(source, tmp_path / "a", data, mtime)
     second = memstore.import_logs(tmp_path / "store-a", growing)
     assert second.events_appended > 0
-    assert (second.sessions_updated, second.sessions_regenerated) == ((0, 1) if settled else (1, 0))
+    assert (second.sessions_updated, second.sessions_regenerated, second.set_aside) == (1, 0, [])
 
     whole = copy_source(source, tmp_path / "b", data, mtime)
     memstore.import_logs(tmp_path / "store-b", whole)
     got, want = records(tmp_path / "store-a", sid), records(tmp_path / "store-b", sid)
     if source == CODEX_EXEC:  # the stream has no times: its events carry the file's mtime
-        got, want = [e for e, _ in got], [e for e, _ in want]
-    assert _normalize(got, tmp_path) == _normalize(want, tmp_path)
+        got, want, before = [e for e, _ in got], [e for e, _ in want], [e for e, _ in before]
+    if not settled:
+        assert _normalize(got, tmp_path) == _normalize(want, tmp_path)
+    else:
+        # Finalized when it settled, then grown (a resumed session): the session is reopened
+        # after its thread.completed, nothing it held is lost, and no token is counted twice.
+        assert got[:len(before)] == before
+        assert events(tmp_path / "store-a", sid)[-1]["type"] == "thread.completed"
+        turns_of(events(tmp_path / "store-a", sid))  # well formed
+        assert usage_sum(events(tmp_path / "store-a", sid)) == usage_sum(events(tmp_path / "store-b", sid))
 
 
 def _normalize(rows, tmp_path):
@@ -227,20 +236,27 @@ def test_an_unchanged_source_becomes_finalized_once_it_settles(tmp_path):
     assert (again.sessions_unchanged, again.events_appended) == (1, 0)
 
 
-def test_a_settled_source_that_grows_again_is_reimported_into_a_new_generation(tmp_path):
+def test_a_settled_source_that_grows_again_reopens_its_session(tmp_path):
+    """A resumed session is a grown source: its session goes on after its thread.completed
+    (nothing is set aside or re-imported), and completes again once the source settles."""
     data = CODEX_040.read_bytes()
     cut = data.index(b'"user_message","message":"never mind')
     cut = data.rindex(b"\n", 0, cut) + 1  # up to the third prompt
     source = copy_source(CODEX_040, tmp_path / "src", data[:cut], OLD)
     sid = session_id_of(source)
     memstore.import_logs(tmp_path / "store", source)
-    assert events(tmp_path / "store", sid)[-1]["type"] == "thread.completed"
+    before = records(tmp_path / "store", sid)
+    assert before[-1][0]["type"] == "thread.completed"
     copy_source(CODEX_040, tmp_path / "src", data, OLD)  # the session was resumed
     report = memstore.import_logs(tmp_path / "store", source)
-    assert (report.sessions_regenerated, report.sessions_created, report.sessions_updated) == (1, 0, 0)
+    assert (report.sessions_regenerated, report.sessions_created, report.sessions_updated, report.set_aside) == \
+        (0, 0, 1, [])
+    after = records(tmp_path / "store", sid)
+    assert after[:len(before)] == before
+    assert [e["type"] for e, _ in after].count("thread.completed") == 2
+    assert memstore.list_sessions(tmp_path / "store")[0].status == "completed"
     memstore.import_logs(tmp_path / "fresh", source)
-    assert records(tmp_path / "store", sid) == records(tmp_path / "fresh", sid)
-    assert sum(e["type"] == "thread.completed" for e in events(tmp_path / "store", sid)) == 1
+    assert usage_sum([e for e, _ in after]) == usage_sum(events(tmp_path / "fresh", sid))
 
 
 @pytest.mark.parametrize("change", ["rewritten", "truncated"])
@@ -255,14 +271,19 @@ def test_a_rewritten_or_truncated_source_is_reimported_into_a_new_generation(tmp
     else:
         new = data[:data.index(b'"now run the full suite"')]
         new = new[:new.rindex(b"\n") + 1]
+    before = records(tmp_path / "store", sid)
     copy_source(CLAUDE_20, tmp_path / "src", new)
     report = memstore.import_logs(tmp_path / "store", source)
     assert report.sessions_regenerated == 1
     memstore.import_logs(tmp_path / "fresh", source)
     assert records(tmp_path / "store", sid) == records(tmp_path / "fresh", sid)
+    # The old session is set aside, whole, beside the new import.
+    [entry] = report.set_aside
+    assert entry.session_id == sid and entry.set_aside_as.startswith(f"{sid}.superseded-")
+    assert records(tmp_path / "store", entry.set_aside_as) == before
 
 
-def test_a_session_that_no_longer_matches_its_source_is_reimported(tmp_path):
+def test_a_note_appended_by_hand_is_kept_even_without_the_import_cache(tmp_path):
     source = copy_source(CODEX_EXEC, tmp_path / "src")
     sid = session_id_of(source)
     memstore.import_logs(tmp_path / "store", source)
@@ -270,10 +291,26 @@ def test_a_session_that_no_longer_matches_its_source_is_reimported(tmp_path):
     with memstore.open_session(tmp_path / "store", sid) as log:
         log.append({"type": "note", "text": "by hand"})
     (memstore.session_directory(tmp_path / "store", sid) / "derived" / STATE_FILE).unlink()
+    before = records(tmp_path / "store", sid)
+    report = memstore.import_logs(tmp_path / "store", source)
+    assert (report.sessions_regenerated, report.set_aside, report.foreign_events_kept) == (0, [], 1)
+    assert records(tmp_path / "store", sid) == before
+    assert events(tmp_path / "store", sid)[-1] == {"type": "note", "text": "by hand"}
+
+
+def test_a_session_that_no_longer_matches_its_source_is_set_aside_not_lost(tmp_path):
+    source = copy_source(CODEX_EXEC, tmp_path / "src")
+    sid = session_id_of(source)
+    memstore.import_logs(tmp_path / "store", source)
+    (memstore.session_directory(tmp_path / "store", sid) / "derived" / STATE_FILE).unlink()
+    before = records(tmp_path / "store", sid)
+    data = CODEX_EXEC.read_bytes()
+    copy_source(CODEX_EXEC, tmp_path / "src", data.replace(b"One file: README.md.", b"Two files."))
     report = memstore.import_logs(tmp_path / "store", source)
     assert report.sessions_regenerated == 1
-    assert any("no longer matches" in p.reason for p in report.problems)
-    assert all(e["type"] != "note" for e in events(tmp_path / "store", sid))
+    [entry] = report.set_aside
+    assert "no longer match" in entry.reason
+    assert records(tmp_path / "store", entry.set_aside_as) == before
 
 
 def test_two_sources_naming_one_session_are_not_merged(tmp_path):

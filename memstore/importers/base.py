@@ -293,6 +293,12 @@ class Parser:
 
     # -- the end -------------------------------------------------------------------------
 
+    def reopen(self) -> None:
+        """The finalized source grew again (a resumed session): go on from where it was
+        finalized. The session's ``thread.completed`` stays where it is; what the source adds
+        follows it (new turns reopen the session), and a later settling completes it again."""
+        self.s["finalized"] = False
+
     def finalize(self) -> None:
         """The source is settled: close the open turn and complete the thread.
 

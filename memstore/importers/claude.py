@@ -148,6 +148,13 @@ class ClaudeParser(Parser):
         turn["msgs"] = {}  # message id -> [input, cache read, cache creation, output], the largest seen
         return turn
 
+    def reopen(self) -> None:
+        """The settled transcript grew: the responses of the turn finalizing closed may go on
+        (their later lines are imported, and their usage counts only beyond what that turn
+        counted)."""
+        super().reopen()
+        self.s["continued"] = dict(self.s.get("last_msgs") or {})
+
     def turn_usage(self, turn: dict) -> dict:
         inp = cached = created = out = 0
         seen, seen_set = self.s["seen"], self._seen
@@ -159,6 +166,10 @@ class ClaudeParser(Parser):
             if mid not in seen_set:
                 seen.append(mid)
                 seen_set.add(mid)
+        # What this turn counted per response, kept until the next turn closes: a source that
+        # settled mid-response and then grew (see reopen) continues that response.
+        self.s["last_msgs"] = turn["msgs"]
+        self.s.pop("continued", None)
         if len(seen) > _SEEN_LIMIT:
             for mid in seen[:len(seen) - _SEEN_LIMIT]:
                 seen_set.discard(mid)
@@ -286,10 +297,11 @@ class ClaudeParser(Parser):
             self.note(lineno, "assistant line without a message object")
             return
         mid = message.get("id")
-        if isinstance(mid, str) and mid in self._seen:
+        s = self.s
+        counted = s.get("continued", {}).get(mid) if isinstance(mid, str) else None
+        if isinstance(mid, str) and mid in self._seen and counted is None:
             self.note(lineno, "assistant response repeated from an earlier turn (counted once)")
             return
-        s = self.s
         if s["turn"] is None:
             self.begin_turn(ts, explicit=False)
         turn = s["turn"]
@@ -304,6 +316,8 @@ class ClaudeParser(Parser):
         if isinstance(mid, str) and isinstance(usage, dict):
             new = [u64(usage.get("input_tokens")), u64(usage.get("cache_read_input_tokens")),
                    u64(usage.get("cache_creation_input_tokens")), u64(usage.get("output_tokens"))]
+            if counted is not None:  # a response continued after its source settled: only what it added
+                new = [max(0, n - c) for n, c in zip(new, counted)]
             old = turn["msgs"].get(mid)
             turn["msgs"][mid] = new if old is None else [max(a, b) for a, b in zip(old, new)]
         model = message.get("model")

@@ -1,8 +1,9 @@
 """tombstones.jsonl: sessions removed on purpose stay removed.
 
 Invariants: a tombstone recorded is found by every later reader (another process included); an
-undo removes it; a torn last line (an append a crash cut) is ignored and cut off by the next
-append; any other damage fails closed: every reader raises an error that names the file.
+undo makes the session importable again; a torn last line (an append a crash cut) is ignored and
+cut off by the next append; any other damage fails closed: every reader raises an error that
+names the file, and an import refuses to run at all rather than recreate a removed session.
 """
 
 from __future__ import annotations
@@ -14,8 +15,15 @@ from pathlib import Path
 
 import orjson
 import pytest
+from click.testing import CliRunner
+
+import memstore
+from memstore.cli import cli
 from memstore.tombstones import TombstoneFileError, TombstoneReason, Tombstones
 
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "import"
+CODEX_040 = next((FIXTURES / "codex" / "0.40").glob("*.jsonl"))
+SID_040 = "codex-019982b8-2222-79e0-8b3b-00000000b002"
 REPO = Path(__file__).parent.parent.parent
 
 
@@ -80,3 +88,29 @@ def test_a_tombstone_file_that_is_not_a_file_fails_closed(tmp_path):
         Tombstones(tmp_path).all()
     with pytest.raises(TombstoneFileError):
         Tombstones(tmp_path).record("a", TombstoneReason.FORGET)
+
+
+def test_an_import_skips_a_tombstoned_session_and_says_so(tmp_path):
+    root = tmp_path / "store"
+    root.mkdir()
+    Tombstones(root).record(SID_040, TombstoneReason.FORGET, source_path=str(CODEX_040))
+    report = memstore.import_logs(root, CODEX_040)
+    assert (report.sessions_created, report.events_appended) == (0, 0)
+    assert [(t.session_id, t.reason) for t in report.tombstoned] == [(SID_040, "forget")]
+    assert not memstore.session_directory(root, SID_040).exists()
+    # Undone, the next import brings it in.
+    Tombstones(root).remove(SID_040)
+    assert memstore.import_logs(root, CODEX_040).sessions_created == 1
+
+
+def test_a_damaged_tombstone_file_stops_the_import_before_anything_is_written(tmp_path):
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "tombstones.jsonl").write_bytes(b"garbage\n")
+    with pytest.raises(TombstoneFileError):
+        memstore.import_logs(root, CODEX_040)
+    assert not (root / "sessions").exists()
+    result = CliRunner().invoke(cli, ["import", str(CODEX_040), "--root", str(root)])
+    assert result.exit_code == 2
+    assert str(root / "tombstones.jsonl") in result.output
+    assert not (root / "sessions").exists()
