@@ -759,25 +759,32 @@ def import_command(paths, source, root, as_json):
               help="Remove sessions whose last event is older; also marks idle active ones completed (0: no sweep).")
 @click.option("--preserve", "preserve", default=None, metavar="SESSION", callback=_session_ids,
               help="Never touch this session.")
+@click.option("--include-imported", is_flag=True,
+              help="Also age out sessions imported from Codex and Claude Code logs (tombstoned, so that no import "
+                   "recreates them). By default they are kept and not counted.")
 @click.option("--apply", "apply_", is_flag=True, help="Remove for real (default: a dry run that only shows).")
 @json_option
-def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_json):
+def retention_command(root, max_sessions, max_age_days, preserve, include_imported, apply_, as_json):
     """Show which sessions retention would remove (a dry run), or remove them with --apply.
 
     Removals are recorded in <root>/gc-log.jsonl. Live, pinned and preserved sessions are never
-    touched; see `memstore pin`.
+    touched; see `memstore pin`. Sessions imported from agent logs (`memstore import`) are your
+    history, whose sources the agents may have deleted: they are kept unless --include-imported,
+    and each one that option removes is tombstoned in <root>/tombstones.jsonl so that the next
+    import does not bring it back.
 
     \b
     Examples:
       memstore retention --max-sessions 50 --max-age-days 30
       memstore retention --max-age-days 90 --preserve run-42 --apply
+      memstore retention --max-age-days 365 --include-imported --apply
     """
     from .retention import RetentionPolicy, apply_retention_preserving
 
     _require_store(root)
     try:
-        report = apply_retention_preserving(root, RetentionPolicy(max_sessions, max_age_days), preserve,
-                                            dry_run=not apply_)
+        policy = RetentionPolicy(max_sessions, max_age_days, include_imported=include_imported)
+        report = apply_retention_preserving(root, policy, preserve, dry_run=not apply_)
     except errors.MemstoreError as exc:
         raise _fail(exc) from exc
     if as_json:
@@ -789,6 +796,8 @@ def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_jso
         click.echo(f"  {r.directory:<40} {r.reason:<12} {r.bytes:>10} bytes  updated {r.updated_at}")
     if report.marked_abandoned:
         click.echo(f"{'marked' if apply_ else 'would mark'} completed (abandoned): {', '.join(report.marked_abandoned)}")
+    if report.imported_kept:
+        click.echo(f"kept {plural(report.imported_kept, 'imported session')} (pass --include-imported to age them out)")
     if report.skipped:
         click.echo("left alone:")
         for s in report.skipped:
