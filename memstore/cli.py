@@ -680,8 +680,10 @@ def import_command(paths, source, root, as_json):
     With no PATH, imports ~/.codex/sessions and ~/.claude/projects ($CODEX_HOME and
     $CLAUDE_CONFIG_DIR are honoured) where they exist. Importing again appends only what the
     logs gained since; no import removes an event (a session whose log was rewritten is set
-    aside, renamed, and the log imported afresh). Skipped lines and other problems are
-    reported, never fatal.
+    aside, renamed, and the log imported afresh). Records not understood are kept and counted;
+    problems are reported, never fatal. Per agent version it prints sessions, turns, tokens and
+    records understood; "warning: format drift:" lines (stderr) flag an agent version never seen
+    before, a jump in records not understood, and sessions with no turn or no token.
 
     \b
     Examples:
@@ -727,6 +729,8 @@ def import_command(paths, source, root, as_json):
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
+    for warning in report.warnings:  # format drift: on stderr, with or without --json
+        click.echo(warning, err=True)
     if as_json:
         _echo_json(report.to_dict())
         return
@@ -742,6 +746,8 @@ def import_command(paths, source, root, as_json):
     if report.tombstoned:
         click.echo(f"not imported: {plural(len(report.tombstoned), 'source')} of sessions removed on purpose "
                    "(tombstoned)")
+    for agent in report.agents:
+        click.echo(agent.line())
     if report.sessions:
         shown = report.sessions[:10]
         more = f" and {len(report.sessions) - len(shown)} more" if len(report.sessions) > len(shown) else ""

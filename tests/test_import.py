@@ -4,6 +4,7 @@ test_import_codex.py and test_import_claude.py, on the fixtures in tests/fixture
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -189,17 +190,17 @@ def _normalize(rows, tmp_path):
 
 def test_importing_twice_imports_nothing_twice(tmp_path):
     first = memstore.import_logs(tmp_path, FIXTURES)
-    assert first.sessions_created == 7 and first.events_appended > 0
+    assert first.sessions_created == 9 and first.events_appended > 0
     logs = {p: p.read_bytes() for p in (tmp_path / "sessions").glob("*/events.jsonl")}
     again = memstore.import_logs(tmp_path, FIXTURES)
     assert (again.sessions_created, again.sessions_updated, again.events_appended, again.lines_skipped) == (0, 0, 0, 0)
-    assert again.sessions_unchanged == 7
+    assert again.sessions_unchanged == 9
     assert {p: p.read_bytes() for p in (tmp_path / "sessions").glob("*/events.jsonl")} == logs
     # Without the cache, the sources are parsed again, checked against the logs, and add nothing.
     for state in (tmp_path / "sessions").glob(f"*/derived/{STATE_FILE}"):
         state.unlink()
     third = memstore.import_logs(tmp_path, FIXTURES)
-    assert (third.sessions_created, third.events_appended, third.sessions_unchanged) == (0, 0, 7)
+    assert (third.sessions_created, third.events_appended, third.sessions_unchanged) == (0, 0, 9)
     assert {p: p.read_bytes() for p in (tmp_path / "sessions").glob("*/events.jsonl")} == logs
 
 
@@ -386,11 +387,17 @@ def test_bad_lines_are_counted_and_skipped(tmp_path):
     source = copy_source(CLAUDE_21, tmp_path / "src", b"\n".join(lines))
     report = memstore.import_logs(tmp_path / "store", source)
     assert report.sessions_created == 1
-    assert report.lines_skipped == 4  # the two above, the unknown line type and the trailing non-JSON line
+    # The two above, the unknown line type and the trailing non-JSON line: none understood, all kept.
+    assert (report.lines_skipped, report.lines_kept_unrecognized) == (0, 4)
     reasons = {(p.line, p.reason) for p in report.problems}
-    assert (6, "unparsable line (not JSON)") not in reasons  # several alike are reported once, with a count
-    assert any(r.startswith("unparsable line (not JSON) (2 lines)") for _, r in reasons)
-    assert (8, "line is not a JSON object") in reasons
+    assert (6, "unparsable line (not JSON); kept as import.unrecognized") not in reasons  # several alike: once, counted
+    assert any(r.startswith("unparsable line (not JSON); kept as import.unrecognized (2 lines)") for _, r in reasons)
+    assert (8, "line is not a JSON object; kept as import.unrecognized") in reasons
+    kept = [e for e in events(tmp_path / "store", session_id_of(source)) if e["type"] == "import.unrecognized"]
+    assert [(e["line"], e["record_type"]) for e in kept] == [
+        (6, "(not JSON)"), (8, "(not a JSON object)"), (28, "future-record"), (32, "(not JSON)")]
+    assert "raw_base64" in kept[0] and kept[1]["raw"] == '["an", "array"]'
+    assert base64.b64decode(kept[0]["raw_base64"]) == b"\x00\xff binary junk"
 
 
 def test_unknown_fields_are_reported_once_per_import(tmp_path):
@@ -494,15 +501,15 @@ def test_cli_imports_paths_and_reports(tmp_path):
     result = runner.invoke(cli, ["import", str(FIXTURES / "codex"), str(CLAUDE_20), "--root", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["sessions_created"] == 5 and report["lines_skipped"] == 2
+    assert report["sessions_created"] == 7 and report["lines_skipped"] == 0 and report["lines_kept_unrecognized"] == 4
     assert {"path", "line", "reason"} == set(report["problems"][0])
     result = runner.invoke(cli, ["import", str(FIXTURES / "codex"), "--root", str(tmp_path)])
     assert result.exit_code == 0
-    assert "0 sessions created, 0 updated, 0 regenerated, 4 unchanged" in result.stdout
-    assert result.stderr == ""  # unchanged sources are not parsed again, so their problems are not repeated
+    assert "0 sessions created, 0 updated, 0 regenerated, 6 unchanged" in result.stdout
+    assert result.stderr == ""  # unchanged sources are not parsed again: their problems, their drift are not repeated
     result = runner.invoke(cli, ["import", str(CODEX_0104), "--root", str(tmp_path / "other")])
     assert result.exit_code == 0 and "1 session created" in result.stdout
-    assert f"{CODEX_0104}:46: unknown event_msg type future_event_kind" in result.stderr
+    assert f"{CODEX_0104}:46: unknown event_msg type future_event_kind; kept as import.unrecognized" in result.stderr
 
 
 def test_cli_without_paths_imports_the_agents_default_directories(tmp_path, monkeypatch):

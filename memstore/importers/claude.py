@@ -30,6 +30,9 @@ IGNORED_TYPES = frozenset({
     "summary", "file-history-snapshot", "queue-operation", "progress", "custom-title", "last-prompt",
     "attachment", "permission-mode", "mode", "agent-name", "tag", "pr-link", "ai-title",
 })
+# system lines that say nothing an event log keeps (a hook summary, a slash command's output, an
+# API retry notice, ...); any other subtype is kept as import.unrecognized.
+QUIET_SYSTEM_SUBTYPES = frozenset({"local_command", "stop_hook_summary", "api_error", "informational"})
 _MARKUP = ("<command-", "<local-command-", "<bash-input>", "<bash-stdout>", "<bash-stderr>", "<user-memory-input>")
 _INTERRUPTED = "[Request interrupted by user"
 _SEEN_LIMIT = 4096  # message ids remembered to drop responses replayed from an earlier turn
@@ -188,7 +191,7 @@ class ClaudeParser(Parser):
                 self.on_progress(obj)
             return
         if kind not in ("user", "assistant", "system"):
-            self.note(lineno, f"unknown transcript line type {kind!s:.40}")
+            self.keep(lineno, f"{kind!s:.40}", f"unknown transcript line type {kind!s:.40}")
             return
         for key in obj.keys() - KNOWN_FIELDS:
             self.note(lineno, f"unknown field {key!r:.60} in Claude transcript lines ignored", skipped=False)
@@ -294,7 +297,7 @@ class ClaudeParser(Parser):
     def on_assistant(self, obj: dict, lineno: int, ts: str) -> None:
         message = obj.get("message")
         if not isinstance(message, dict):
-            self.note(lineno, "assistant line without a message object")
+            self.keep(lineno, "assistant (no message)", "assistant line without a message object")
             return
         mid = message.get("id")
         s = self.s
@@ -359,7 +362,8 @@ class ClaudeParser(Parser):
             elif kind == "redacted_thinking":
                 continue
             else:
-                self.note(lineno, f"unknown assistant content block {kind!s:.40} ignored", skipped=False)
+                self.keep(lineno, f"assistant block {kind!s:.40}", f"unknown assistant content block {kind!s:.40}",
+                          raw=block)
 
     def on_system(self, obj: dict, lineno: int, ts: str) -> None:
         subtype = obj.get("subtype")
@@ -379,7 +383,8 @@ class ClaudeParser(Parser):
             if type(meta.get("preTokens")) is int:
                 event["pre_tokens"] = meta["preTokens"]
             self.emit(event, ts)
-        # other subtypes (local_command, stop_hook_summary, api_error, informational, ...) say nothing to keep
+        elif subtype not in QUIET_SYSTEM_SUBTYPES:
+            self.keep(lineno, f"system:{subtype!s:.40}", f"unknown system line subtype {subtype!s:.40}")
 
     def flush_call(self, call: dict, ts: str) -> None:
         self.after_interruption(ts)

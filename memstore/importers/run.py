@@ -58,6 +58,7 @@ from ..tombstones import Tombstone, Tombstones
 from .base import Parser
 from .claude import ClaudeParser
 from .codex import CodexExecParser, CodexRolloutParser
+from .drift import SourceStats, source_stats
 from .setaside import CannotSetAside, SessionPinned, set_aside_session
 from .sources import (
     CHUNK,
@@ -78,8 +79,9 @@ STATE_VERSION = 2  # 2: the ledger (next_seq, foreign), changed_while_read
 # Bump when the same lines would produce different events: sessions imported by an older
 # mapping are then compared with the new mapping's events and, where they differ, set aside
 # and imported afresh (never extended inconsistently).
-MAPPING_VERSION = 3  # 2: prompts after an aborted task, results before calls, exec turn verdicts;
-# 3: a Claude Code turn interrupted before a compaction ends before it
+MAPPING_VERSION = 4  # 2: prompts after an aborted task, results before calls, exec turn verdicts;
+# 3: a Claude Code turn interrupted before a compaction ends before it; 4: records not understood are
+# kept (import.unrecognized), Codex item_completed records
 # A line may be dated up to this far past the import's clock (another machine's clock, a time
 # zone bug); a later time is taken as wrong (see Parser.ts_limit).
 FUTURE_SLACK_SECONDS = 86_400
@@ -116,6 +118,7 @@ class Outcome:
     set_aside: Optional[tuple[str, str, str]] = None  # (session id, the id it was set aside as, why)
     tombstoned: Optional[Tombstone] = None  # the tombstone that kept the source out
     foreign_kept: int = 0  # records others appended to the session, found (and kept) by this import
+    stats: Optional[SourceStats] = None  # what the session holds, for the per-version report
 
 
 class _Diverged(Exception):
@@ -428,6 +431,7 @@ def _import(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, 
             and not state.get("changed_while_read") and _same_source(state, source.name, st) \
             and _prefix_sample(fd, state) is not None and _manifest_next_seq(directory) == state["next_seq"]:
         out.unchanged = True
+        out.stats = _stats(session_id, found.kind, state["carry"])
         progress(st.st_size)
         return
     log = None
@@ -611,7 +615,7 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
     if log is None:
         return  # the source produced no events (nothing but titles, say): no session
     out.session_id = session_id
-
+    out.stats = _stats(session_id, found.kind, parser.s)
     foreign = ledger.foreign
     if check is not None and check.new_foreign:
         out.foreign_kept = sum(last - first + 1 for first, last in check.new_foreign)
@@ -633,6 +637,12 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
         (check.matched if check is not None else 0) + writer.appended
     _save_state(directory, found.kind, session_id, source, st, offset, lineno, consumed, events,
                 log.manifest.next_seq, foreign, parser.s, changed_while_read=not intact)
+
+
+def _stats(session_id: str, kind: str, state: dict) -> SourceStats:
+    # Legacy Codex rollouts record no token usage: zero tokens is no sign of drift there.
+    expects_usage = not (kind == "codex" and state.get("legacy") is not False)
+    return source_stats(session_id, kind, state, expects_usage)  # per importer: an exec stream is its own format
 
 
 def _known_until(log: SessionLog, ledger: Ledger) -> Optional[int]:
@@ -663,6 +673,7 @@ def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limi
     feed = parser.feed
     feed_lines = parser.feed_lines
     out = parser.out
+    stats = parser.s["stats"]
     progress(start)
     while pos < limit:
         data = read_at(fd, min(CHUNK, limit - pos), pos)
@@ -678,6 +689,7 @@ def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limi
             line = b"".join(pieces)
             consumed.consume(line)
             lineno += 1
+            stats["records"] += len(line) > 1
             feed(line[:-1], lineno)
             pieces = []
             data = data[newline + 1:]
@@ -687,6 +699,7 @@ def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limi
             consumed.consume(body)
             lines = body.split(b"\n")
             lines.pop()
+            stats["records"] += len(lines) - lines.count(b"")
             lineno = feed_lines(lines, lineno)
         tail = data[cut:]
         if tail:
@@ -705,6 +718,7 @@ def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limi
             # more, so it is the source's last line (a torn one still waits, as it did).
             consumed.consume(last)
             lineno += 1
+            stats["records"] += 1
             feed(last, lineno)
             progress(pos - offset)
             offset = pos
