@@ -331,13 +331,15 @@ def _import_stats(directory: Path, session_id: str, manifest: Manifest, turns: l
             carry = state["carry"]
     except (MemstoreError, orjson.JSONDecodeError):
         pass
-    stats = carry.get("stats") if isinstance(carry.get("stats"), dict) else {}
+    raw_stats = carry.get("stats")
+    stats: dict = raw_stats if isinstance(raw_stats, dict) else {}
     records = stats.get("records")
     unrecognized = stats.get("unrecognized")
     expects_usage = not (agent == "codex" and (carry.get("legacy") is True or version is None))
-    sums = [sum(getattr(t, name) for t in turns) for name in
-            ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")]
-    return SourceStats(session_id, agent, version, len(turns), *sums, records if type(records) is int else None,
+    tokens = [sum(getattr(t, name) for t in turns) for name in
+              ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")]
+    return SourceStats(session_id, agent, version, len(turns), tokens[0], tokens[1], tokens[2], tokens[3],
+                       records if type(records) is int else None,
                        dict(unrecognized) if isinstance(unrecognized, dict) else {}, expects_usage)
 
 

@@ -26,10 +26,12 @@ the caps (``report.imported_kept`` says how many it kept). With
 ``RetentionPolicy(include_imported=True)`` they are judged like the rest, and each one removed
 is **tombstoned** (``<root>/tombstones.jsonl``, see :mod:`memstore.tombstones`), durably and
 before its removal is final, so that the next import of its source does not recreate it. When
-that file is damaged, no imported session is removed (fail closed). A session's age is measured from its
-last event time (the manifest's ``updated_at``, or the log's when the manifest is missing,
-malformed or behind the log), parsed as a time; file mtimes are never used, and a time that
-does not parse is never aged out (and sorts as the newest for the count cap).
+that file is damaged, no imported session is removed (fail closed).
+
+A session's age is measured from its last event time (the manifest's ``updated_at``, or the
+log's when the manifest is missing, malformed or behind the log), parsed as a time; file mtimes
+are never used, and a time that does not parse is never aged out (and sorts as the newest for
+the count cap).
 
 Removal goes through :func:`memstore.locks.remove_session_directory`, which takes the session's
 liveness lock, so a writer that opens a session while retention runs keeps it. Just before each

@@ -152,8 +152,9 @@ class Tombstones:
         source = obj.get("source")
         path = source.get("path") if isinstance(source, dict) else None
         fingerprint = source.get("fingerprint") if isinstance(source, dict) else None
-        return obj["session_id"], Tombstone(obj["session_id"], reason, obj["at"], path if isinstance(path, str) else None,
-                                fingerprint if isinstance(fingerprint, dict) else None)
+        return obj["session_id"], Tombstone(obj["session_id"], reason, obj["at"],
+                                            path if isinstance(path, str) else None,
+                                            fingerprint if isinstance(fingerprint, dict) else None)
 
     def _damaged(self, number: int, what: str) -> TombstoneFileError:
         return TombstoneFileError("read", self.path, f"line {number} is damaged ({what}); refusing to go on without "

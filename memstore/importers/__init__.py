@@ -20,6 +20,7 @@ from ..tombstones import Tombstones
 from .drift import DRIFT_PREFIX, VersionStats, aggregate, load_versions, save_versions, warnings_for
 from .base import UNRECOGNIZED
 from .run import import_source
+from .setaside import finish_interrupted_set_asides
 from .sources import SourceFile, discover, display_path
 
 logger = logging.getLogger("memstore")
@@ -147,6 +148,7 @@ def import_logs(
     # Read before anything is touched: a damaged file stops the import (it fails closed).
     tombstones = Tombstones(root)
     tombstoned = tombstones.all()
+    finish_interrupted_set_asides(root)
     files = discover(paths, root, problem)
     meter = _Progress(progress)
     for f in files:
@@ -241,5 +243,5 @@ class _Progress:
         self.advance(self.size - self.counted)
 
 
-__all__ = ["import_logs", "ImportReport", "Problem", "SetAside", "Tombstoned", "VersionStats", "DRIFT_PREFIX", "SOURCES",
-           "DEFAULT_SETTLE_SECONDS"]
+__all__ = ["import_logs", "ImportReport", "Problem", "SetAside", "Tombstoned", "VersionStats", "DRIFT_PREFIX",
+           "SOURCES", "DEFAULT_SETTLE_SECONDS"]

@@ -465,7 +465,8 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 if role == "user":
                     self.user_record(payload, lineno, obj.get("timestamp"))
                 elif role not in ("developer", "system"):
-                    self.keep(lineno, f"response_item:message role {role!s:.40}", f"message of unknown role {role!s:.40}")
+                    self.keep(lineno, f"response_item:message role {role!s:.40}",
+                              f"message of unknown role {role!s:.40}")
                 return  # injected context, or a prompt held until its user_message twin shows
             raw = obj.get("timestamp")
             if raw == self._raw_ts and raw is not None:
@@ -732,7 +733,8 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             return True
         if itype == "Reasoning":
             summary = item.get("summary_text")
-            text = "\n".join(t for t in summary if isinstance(t, str) and t.strip()) if isinstance(summary, list) else ""
+            parts = summary if isinstance(summary, list) else []
+            text = "\n".join(t for t in parts if isinstance(t, str) and t.strip())
             if not text or self.mirrored("reasoning", "item", text):
                 return False
             self.item({"id": str(lineno), "type": "reasoning", "text": text}, ts)

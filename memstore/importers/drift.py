@@ -52,11 +52,11 @@ def version_known(agent: str, version: Optional[str]) -> bool:
     version, a legacy Codex file or an exec stream, counts as known: there is nothing to check)."""
     if version is None:
         return True
-    known = [_minor(v) for v in KNOWN_VERSIONS.get(agent, ())]
+    known = [minor for minor in map(_minor, KNOWN_VERSIONS.get(agent, ())) if minor is not None]
     mine = _minor(version)
     if mine is None or not known:
         return False
-    return min(known) <= mine <= max(known)  # type: ignore[type-var]
+    return min(known) <= mine <= max(known)
 
 
 def _minor(version: str) -> Optional[tuple[int, int]]:
@@ -83,16 +83,19 @@ class SourceStats:
 
 def source_stats(session_id: str, agent: str, state: dict, expects_usage: bool) -> SourceStats:
     """The stats of a session from its parser's state (live, or the saved carry)."""
-    stats = state.get("stats") if isinstance(state.get("stats"), dict) else {}
-    usage = state.get("usage") if isinstance(state.get("usage"), list) and len(state["usage"]) == 4 else [0, 0, 0, 0]
-    turns = state.get("turns") if type(state.get("turns")) is int else 0
+    raw_stats = state.get("stats")
+    stats: dict = raw_stats if isinstance(raw_stats, dict) else {}
+    raw_usage = state.get("usage")
+    usage: list = raw_usage if isinstance(raw_usage, list) and len(raw_usage) == 4 else [0, 0, 0, 0]
+    raw_turns = state.get("turns")
+    turns = raw_turns if type(raw_turns) is int else 0
     if state.get("turn") is not None:
         turns += 1
     records = stats.get("records")
     unrecognized = stats.get("unrecognized")
     version = state.get("version")
-    return SourceStats(session_id, agent, version if isinstance(version, str) else None, turns, *usage,
-                       records if type(records) is int else None,
+    return SourceStats(session_id, agent, version if isinstance(version, str) else None, turns,
+                       usage[0], usage[1], usage[2], usage[3], records if type(records) is int else None,
                        dict(unrecognized) if isinstance(unrecognized, dict) else {}, expects_usage)
 
 
@@ -123,7 +126,8 @@ class VersionStats:
         """One line for people: ``codex 0.104.0: 1 session, 4 turns, ...``."""
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(self.not_understood_by_type.items()))
         text = (f"{self.agent} {self.version}: {_n(self.sessions, 'session')}, {_n(self.turns, 'turn')}, "
-                f"{self.input_tokens} input ({self.cached_input_tokens} cached) and {self.output_tokens} output tokens; "
+                f"{self.input_tokens} input ({self.cached_input_tokens} cached) and {self.output_tokens} "
+                "output tokens; "
                 f"{_n(self.records, 'record')}, {self.records_understood} understood, "
                 f"{self.records_not_understood} kept not understood")
         return text + (f" ({kinds})" if kinds else "")
@@ -191,7 +195,8 @@ def save_versions(root: os.PathLike | str, seen: dict, aggregates: list[VersionS
         if not entry.records:
             continue
         versions = updated.setdefault(entry.agent, {})
-        old = versions.get(entry.version) if isinstance(versions.get(entry.version), dict) else {}
+        previous = versions.get(entry.version)
+        old: dict = previous if isinstance(previous, dict) else {}
         versions[entry.version] = {"first_seen": old.get("first_seen", now), "last_seen": now,
                                    "records": entry.records, "not_understood": entry.records_not_understood}
     if updated != seen:
@@ -226,7 +231,8 @@ def warnings_for(aggregates: list[VersionStats], seen: dict, *, new_versions: bo
                 out.append(f"{DRIFT_PREFIX} {label}: {entry.records_not_understood} of {entry.records} records not "
                            f"understood ({share:.1%}; {kinds}){since}")
         if entry.zero_turn_sessions:
-            out.append(f"{DRIFT_PREFIX} {label}: {_n(len(entry.zero_turn_sessions), 'session')} produced no turn although "
+            count = _n(len(entry.zero_turn_sessions), "session")
+            out.append(f"{DRIFT_PREFIX} {label}: {count} produced no turn although "
                        f"the source has records: {', '.join(entry.zero_turn_sessions[:5])}"
                        + (" ..." if len(entry.zero_turn_sessions) > 5 else ""))
         if entry.zero_token_sessions:
@@ -242,7 +248,8 @@ def _baseline(versions: dict, version: str) -> float:
     mine = versions.get(version)
     if isinstance(mine, dict) and type(mine.get("records")) is int and mine["records"] > 0:
         return _share(mine)
-    records = sum(v.get("records", 0) for v in versions.values() if isinstance(v, dict) and type(v.get("records")) is int)
+    records = sum(v.get("records", 0) for v in versions.values()
+                  if isinstance(v, dict) and type(v.get("records")) is int)
     unknown = sum(v.get("not_understood", 0) for v in versions.values()
                   if isinstance(v, dict) and type(v.get("not_understood")) is int)
     return unknown / records if records else 0.0

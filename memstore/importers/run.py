@@ -218,6 +218,11 @@ def _manifest_next_seq(directory: Path) -> Optional[int]:
 # Comparing the import's events with the log
 
 
+def _seq(record: Record) -> int:
+    """A record's seq (iter_records gives every record one)."""
+    return record.seq if record.seq is not None else 0
+
+
 def _same(record: Record, event: dict, ts: str) -> bool:
     return record.ts == ts and (record.event == event or record.event == _stand_in(event))
 
@@ -227,11 +232,12 @@ class _Check:
 
     Records in ``foreign`` ranges are skipped (others appended them). A record with a seq below
     ``known_until`` was written by the import: it must equal the next event, else the session
-    diverged from its source. From ``known_until`` on nobody knows: records that equal the next
-    events were written by an import that crashed before saving its cache; the first that does
-    not, and every record after it, were appended by someone else (foreign). With
-    ``known_until=None`` (no ledger) every record must match while the source produces events,
-    and the records left when it produces no more are foreign (the log's tail).
+    diverged from its source. From ``known_until`` on nobody knows: a record that equals the next
+    event was written by an import that crashed before saving its cache (such imports resume
+    from the same state, so their records are the events to come, in order); one that does not
+    was appended by someone else (foreign), before or between them. With ``known_until=None``
+    (no ledger) every record must match while the source produces events, and the records left
+    when it produces no more are foreign (the log's tail).
     """
 
     def __init__(self, log: SessionLog, *, start_seq: int, known_until: Optional[int], foreign: list):
@@ -239,7 +245,6 @@ class _Check:
         self.start_seq = start_seq
         self.known_until = known_until
         self.foreign = foreign
-        self.last_seq = log.manifest.next_seq - 1
         self.new_foreign: list[list[int]] = []
         self.matched = 0
         self.done = False
@@ -251,7 +256,8 @@ class _Check:
             if record is None:
                 self._close()
                 return None
-            if record.seq < self.start_seq or _in_ranges(record.seq, self.foreign):
+            seq = _seq(record)
+            if seq < self.start_seq or _in_ranges(seq, self.foreign):
                 continue
             self._peeked = record
         return self._peeked
@@ -261,37 +267,36 @@ class _Check:
 
     def take(self, event: dict, ts: str) -> bool:
         """Whether ``(event, ts)`` is already in the log (then it is not appended)."""
-        if self.done:
-            return False
-        record = self._peek()
-        if record is None:
-            return False
-        if _same(record, event, ts):
-            self._peeked = None
-            self.matched += 1
-            return True
-        if self._known(record.seq):
-            self._close()
-            raise _Diverged()
-        self._rest_is_foreign(record.seq)
+        while not self.done:
+            record = self._peek()
+            if record is None:
+                return False
+            if _same(record, event, ts):
+                self._peeked = None
+                self.matched += 1
+                return True
+            if self._known(_seq(record)):
+                self._close()
+                raise _Diverged()
+            self._foreign(_seq(record))
         return False
 
     def finish(self) -> None:
         """The source produces no more events: what is left of the log is foreign (or, for
         records the import wrote, a divergence)."""
-        if self.done:
-            return
-        record = self._peek()
-        if record is None:
-            return
-        if self.known_until is not None and record.seq < self.known_until:
-            self._close()
-            raise _Diverged()
-        self._rest_is_foreign(record.seq)
+        while not self.done:
+            record = self._peek()
+            if record is None:
+                return
+            if self.known_until is not None and _seq(record) < self.known_until:
+                self._close()
+                raise _Diverged()
+            self._foreign(_seq(record))
 
-    def _rest_is_foreign(self, first: int) -> None:
-        self.new_foreign.append([first, self.last_seq])
-        self._close()
+    def _foreign(self, seq: int) -> None:
+        """The record ``seq`` was appended by someone else: kept, recorded, passed over."""
+        self.new_foreign.append([seq, seq])
+        self._peeked = None
 
     def _close(self) -> None:
         self.done = True
@@ -357,7 +362,8 @@ class _Writer:
 
 
 def _stand_in(event: dict) -> dict:
-    item = event.get("item") if isinstance(event.get("item"), dict) else {}
+    raw = event.get("item")
+    item: dict = raw if isinstance(raw, dict) else {}
     return {"type": "item.completed", "item": {"id": str(item.get("id", "")), "type": "error",
                                                "message": "memstore could not store this imported event"}}
 
@@ -538,7 +544,7 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
     if count:
         records = log.iter_records()  # type: ignore[union-attr]
         first = next(records, None)
-        records.close()
+        getattr(records, "close", lambda: None)()
         origin = first.event.get("source") if first is not None and first.event.get("type") == "thread.started" else None
         other = origin.get("path") if isinstance(origin, dict) else None
         if not isinstance(other, str):
@@ -656,7 +662,7 @@ def _known_until(log: SessionLog, ledger: Ledger) -> Optional[int]:
         return 0
     for number, record in enumerate(log.iter_records(), start=1):
         if number == ledger.known_count:
-            return record.seq + 1
+            return _seq(record) + 1
     return None
 
 

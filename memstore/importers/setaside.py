@@ -28,6 +28,7 @@ from ..layout import DERIVED_DIR, SET_ASIDE_FILE, session_dir_name, session_dire
 from ..retention import session_retention_pinned
 from ..session.lock import LivenessLock, SessionGone
 from ..session.log import rebuild_index
+from ..session.manifest import load_manifest
 from .. import events as ev
 
 logger = logging.getLogger(__name__)
@@ -105,5 +106,42 @@ def set_aside_session(root: Path, session_id: str, reason: str) -> str:
     return new_id
 
 
-__all__ = ["set_aside_session", "superseded_id", "is_superseded", "SessionPinned", "CannotSetAside",
+def finish_interrupted_set_asides(root: Path) -> list[str]:
+    """Finish what a set-aside cut short (the process killed between the rename and the
+    relabelling): every ``*.superseded-*`` session whose manifest still names another id (or
+    has none) gets its index and manifest regenerated under its own id, and its note. Returns
+    the ids finished. Sessions another process has open are left for the next time."""
+    finished: list[str] = []
+    base = sessions_root(root)
+    try:
+        names = [e.name for e in os.scandir(base) if SUPERSEDED_INFIX in e.name and e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return finished
+    except OSError as exc:
+        raise StoreIOError.from_os_error("list", base, exc) from exc
+    for name in names:
+        directory = base / name
+        try:
+            manifest = load_manifest(directory)
+        except StoreIOError:
+            manifest = None
+        if manifest is not None and manifest.session_id == name:
+            continue
+        note = directory / DERIVED_DIR / SET_ASIDE_FILE
+        try:
+            rebuild_index(root, name).close()
+            if not note.exists():
+                origin = name.partition(SUPERSEDED_INFIX)[0]
+                atomic_write(note, orjson.dumps({"set_aside_from": origin, "set_aside_at": None,
+                                                 "reason": "unknown: the import setting it aside was interrupted"}))
+        except MemstoreError as exc:
+            logger.info("could not finish setting aside %s yet: %s", name, exc)
+            continue
+        logger.warning("import: finished setting aside %r (the import doing it was interrupted)", name)
+        finished.append(name)
+    return finished
+
+
+__all__ = ["set_aside_session", "finish_interrupted_set_asides", "superseded_id", "is_superseded", "SessionPinned",
+           "CannotSetAside",
            "SUPERSEDED_INFIX"]

@@ -77,7 +77,8 @@ def test_an_unknown_assistant_block_is_kept_not_dropped(tmp_path):
                 "usage": {"input_tokens": 3, "output_tokens": 4}}}
     prompt = {"type": "user", "sessionId": line["sessionId"], "uuid": "u1", "timestamp": "2026-03-01T10:00:00.000Z",
               "message": {"role": "user", "content": "search for it"}}
-    source = write(tmp_path / "src" / f"{line['sessionId']}.jsonl", orjson.dumps(prompt) + b"\n" + orjson.dumps(line) + b"\n")
+    source = write(tmp_path / "src" / f"{line['sessionId']}.jsonl",
+                   orjson.dumps(prompt) + b"\n" + orjson.dumps(line) + b"\n")
     report = memstore.import_logs(tmp_path / "store", source)
     [kept] = [e for e in events(tmp_path / "store", report.sessions[0]) if e["type"] == "import.unrecognized"]
     assert (kept["line"], kept["record_type"]) == (2, "assistant block server_tool_use_v2")

@@ -91,6 +91,7 @@ def test_a_new_stream_for_the_same_thread_does_not_replace_the_session_of_a_dele
                         b'{"type":"turn.completed","usage":{"input_tokens":9000,"cached_input_tokens":0,'
                         b'"output_tokens":80}}\n')
     report = memstore.import_logs(root, resumed)
-    holders = [s.session_id for s in memstore.list_sessions(root) if records(root, s.session_id)[:len(before)] == before]
+    holders = [s.session_id for s in memstore.list_sessions(root)
+               if records(root, s.session_id)[:len(before)] == before]
     assert holders, "the session of the deleted stream is gone"
     assert [(e.session_id, e.set_aside_as) for e in report.set_aside] == [(sid, holders[0])]

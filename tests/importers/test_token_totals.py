@@ -73,7 +73,8 @@ def turn_usages(root, sid) -> list[tuple]:
         for event in reader.iter_events():
             if event["type"] in ("turn.completed", "turn.failed", "turn.aborted"):
                 u = event["usage"]
-                out.append((u["input_tokens"], u["cached_input_tokens"], u["cache_creation_tokens"], u["output_tokens"]))
+                out.append((u["input_tokens"], u["cached_input_tokens"], u["cache_creation_tokens"],
+                            u["output_tokens"]))
     return out
 
 
