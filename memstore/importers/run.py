@@ -59,7 +59,7 @@ from .base import Parser
 from .claude import ClaudeParser
 from .codex import CodexExecParser, CodexRolloutParser
 from .drift import SourceStats, source_stats
-from .setaside import CannotSetAside, SessionPinned, set_aside_session
+from .setaside import CannotSetAside, SessionPinned, directory_identity, set_aside_session
 from .sources import (
     CHUNK,
     ConsumedBytes,
@@ -562,6 +562,7 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
             # is only ever used up to the first event).
             context["default_ts"] = first.ts
     plan, consumed = _plan(log, state, fd, st, found.kind)
+    judged = directory_identity(directory)  # the session judged, under its lock
     reason = REASON_CHANGED_WHILE_READ if state is not None and state.get("changed_while_read") else REASON_REWRITTEN
     ledger = Ledger()
     for _attempt in range(2):
@@ -571,7 +572,7 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
                 log.close()
                 log = None
             try:
-                new_id = set_aside_session(root, session_id, reason)
+                new_id = set_aside_session(root, session_id, reason, judged)
             except (SessionPinned, CannotSetAside) as exc:
                 out.problems.append((None, str(exc)))
                 return

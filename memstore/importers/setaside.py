@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import time
 import uuid
 from pathlib import Path
+from typing import Optional
 
 import orjson
 
@@ -60,12 +62,28 @@ def is_superseded(session_id: str) -> bool:
     return SUPERSEDED_INFIX in session_id
 
 
-def set_aside_session(root: Path, session_id: str, reason: str) -> str:
+def directory_identity(directory: Path) -> Optional[tuple[int, int]]:
+    """``(st_dev, st_ino)`` of a real session directory (``None``: missing, a symlink, a file)."""
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def set_aside_session(root: Path, session_id: str, reason: str,
+                      expected: Optional[tuple[int, int]] = None) -> str:
     """Rename the session ``session_id`` to a new id (see the module docstring) and return
-    that id. Raises :class:`SessionPinned` for a pinned session, :class:`CannotSetAside` for one
-    whose directory name is not its id, :class:`SessionBusyError` when another process has it
-    open, and :class:`StoreIOError` when the rename fails (nothing is changed then)."""
+    that id. ``expected`` is the :func:`directory_identity` of the session the caller judged:
+    if another directory took its place meanwhile (another import set it aside and imported
+    afresh), nothing is done. Raises :class:`SessionPinned` for a pinned session,
+    :class:`CannotSetAside` for one whose directory name is not its id,
+    :class:`SessionBusyError` when another process has it open or it changed meanwhile, and
+    :class:`StoreIOError` when the rename fails or it is not a real directory (nothing is
+    changed then)."""
     directory = session_directory(root, session_id)
+    if directory_identity(directory) is None:
+        raise StoreIOError("set aside", directory, "is not a session directory (missing, a symlink or a file)")
     if session_retention_pinned(directory):
         raise SessionPinned(session_id)
     new_id = superseded_id(session_id, time.time())
@@ -80,6 +98,8 @@ def set_aside_session(root: Path, session_id: str, reason: str) -> str:
     except SessionGone:
         raise SessionBusyError(f"session {session_id!r} was removed while it was being set aside") from None
     try:
+        if expected is not None and directory_identity(directory) != expected:
+            raise SessionBusyError(f"session {session_id!r} was replaced while it was being set aside")
         if session_retention_pinned(directory):  # asked again where nobody can pin it unseen
             raise SessionPinned(session_id)
         if os.path.lexists(target):  # (a rename over an empty directory would succeed)
@@ -142,6 +162,6 @@ def finish_interrupted_set_asides(root: Path) -> list[str]:
     return finished
 
 
-__all__ = ["set_aside_session", "finish_interrupted_set_asides", "superseded_id", "is_superseded", "SessionPinned",
+__all__ = ["set_aside_session", "finish_interrupted_set_asides", "directory_identity", "superseded_id", "is_superseded", "SessionPinned",
            "CannotSetAside",
            "SUPERSEDED_INFIX"]
