@@ -258,7 +258,8 @@ def _file_change(item_id: str, patch: str, out: str, code: Optional[int], succes
 
 
 def _mirror_key(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    """A short, stable digest of a text (kept in the carry-over: the same in every process)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def _user_inputs(content: Any) -> tuple[str, int]:
@@ -619,7 +620,8 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         or a response_item user message (``source``); imported once when its twin from another
         source shows in the same turn. Opens the turn it starts. Returns whether it made an event."""
         s = self.s
-        if self.twin("prompt", source, text):
+        key = _mirror_key(text)
+        if self.twin("prompt", source, key):
             return False
         if s["tasks"]:
             # A prompt joins the running task (queued input), unless that task was aborted:
@@ -627,13 +629,13 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             opened = s["turn"] is None or s["turn"]["abort"] is not None
             if opened:
                 self.begin_turn(ts, explicit=False)
-            self.remember("prompt", source, text)
+            self.remember("prompt", source, key)
             self.prompt(text, images, lineno, ts)
             if opened:
                 s["turn"]["adoptable"] = True
         else:
             self.begin_turn(ts, explicit=False)
-            self.remember("prompt", source, text)
+            self.remember("prompt", source, key)
             self.prompt(text, images, lineno, ts)
         return True
 
@@ -667,24 +669,26 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         """Whether ``text`` (an answer, a reasoning summary, a search) was already imported in
         this turn from another source of the same content (Codex 0.147 and later write several):
         then it is its twin, not imported again. Otherwise it is remembered for the twin to come."""
-        if self.twin(kind, source, text):
-            return True
-        self.remember(kind, source, text)
-        return False
-
-    def twin(self, kind: str, source: str, text: str) -> bool:
-        """Whether ``text`` is the twin of one imported in this turn from another source (that
-        one is then taken: a third copy is no twin of it)."""
         key = _mirror_key(text)
-        for other, keys in self.s["mirror"].get(kind, {}).items():
-            if other != source and key in keys:
-                keys.remove(key)
-                return True
+        if self.twin(kind, source, key):
+            return True
+        self.remember(kind, source, key)
         return False
 
-    def remember(self, kind: str, source: str, text: str) -> None:
-        """Remember, as a short hash, that ``text`` was imported in this turn from ``source``."""
-        self.s["mirror"].setdefault(kind, {}).setdefault(source, []).append(_mirror_key(text))
+    def twin(self, kind: str, source: str, key: str) -> bool:
+        """Whether the text of ``key`` (see :func:`_mirror_key`) is the twin of one imported in
+        this turn from another source (that one is then taken: a third copy is no twin of it)."""
+        by_source = self.s["mirror"].get(kind)
+        if by_source:
+            for other, keys in by_source.items():
+                if other != source and key in keys:
+                    keys.remove(key)
+                    return True
+        return False
+
+    def remember(self, kind: str, source: str, key: str) -> None:
+        """Remember that the text of ``key`` was imported in this turn from ``source``."""
+        self.s["mirror"].setdefault(kind, {}).setdefault(source, []).append(key)
 
     def close_turn(self, ts: str) -> None:
         super().close_turn(ts)
@@ -696,12 +700,15 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         super().finalize()
 
     def remember_call(self, call_id: Any) -> None:
+        """Remember a paired call's id (the last ``_DONE_CALLS_KEPT`` to ``2 *`` that many)."""
         if isinstance(call_id, str) and call_id not in self._done:
             done = self.s["done"]
             done.append(call_id)
             self._done.add(call_id)
-            if len(done) > _DONE_CALLS_KEPT:
-                self._done.discard(done.pop(0))
+            if len(done) > 2 * _DONE_CALLS_KEPT:
+                for old in done[:_DONE_CALLS_KEPT]:
+                    self._done.discard(old)
+                del done[:_DONE_CALLS_KEPT]
 
     # -- item_completed (Codex 0.147 and later) -------------------------------------------
 
