@@ -16,6 +16,8 @@ when it is replaced, does not tell its absolute path, and bounds the size of a r
 - **Bounded results.** A query's rows are fetched until they hold :data:`.guard.LIMITS`
   ``.max_result_bytes`` of values; a page of results past that is cut there (``truncated``), and
   a query that is not paged is an error that says so.
+- **Bounded work.** A query stops at Datasette's time limit or at the count of steps that time
+  allows, whichever comes first (:func:`bounded_steps`).
 
 The explorer's own code runs through :meth:`CatalogDatabase.execute_trusted` (see
 :func:`.guard.trusted`).
@@ -28,12 +30,13 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
 from datasette.database import Database, QueryInterrupted, Results
-from datasette.utils import sqlite_timelimit
 
 from ..layout import CATALOG_FILE
 from .guard import LIMITS, trusted
@@ -189,7 +192,7 @@ class CatalogDatabase(Database):
             limit_ms = self.ds.sql_time_limit_ms
             if custom_time_limit and custom_time_limit < limit_ms:
                 limit_ms = custom_time_limit
-            with sqlite_timelimit(conn, limit_ms):
+            with bounded_steps(conn, limit_ms):
                 try:
                     cursor = conn.cursor()
                     cursor.execute(sql, params if params is not None else {})
@@ -217,6 +220,36 @@ class CatalogDatabase(Database):
             return Results(rows, truncated, cursor.description)
 
         return await self.execute_fn(run)
+
+
+# Between two checks of the progress handler: about 0.1 ms of work (Datasette checks as often).
+STEPS_PER_CHECK = 1_000
+# A query's work is bounded by its count of virtual-machine steps too, whatever the clock says
+# (a loaded machine, a Datasette configured with a long time limit): at most this many a second
+# of its time limit, several times what SQLite runs in a second here.
+MAX_STEPS_PER_SECOND = 200_000_000
+
+
+@contextmanager
+def bounded_steps(conn: sqlite3.Connection, limit_ms: float) -> Iterator[None]:
+    """Stop the statement run on ``conn`` inside the block once ``limit_ms`` have passed or it
+    has run the steps that time allows (:data:`MAX_STEPS_PER_SECOND`): a progress handler that
+    watches the clock and counts. SQLite reports the stop as "interrupted" (Datasette's "query
+    took too long")."""
+    deadline = time.perf_counter() + limit_ms / 1000
+    checks_left = max(1, int(MAX_STEPS_PER_SECOND * max(limit_ms, 1) / 1000 / STEPS_PER_CHECK))
+    calls = 0
+
+    def handler() -> int:
+        nonlocal calls
+        calls += 1
+        return 1 if calls > checks_left or time.perf_counter() >= deadline else 0
+
+    conn.set_progress_handler(handler, STEPS_PER_CHECK)
+    try:
+        yield
+    finally:
+        conn.set_progress_handler(None, STEPS_PER_CHECK)
 
 
 # What a catalog has once open_catalog is done with it: its tables, then the search index's.

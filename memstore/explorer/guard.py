@@ -22,8 +22,9 @@ Every connection Datasette opens to a memstore catalog gets :func:`guard_connect
 - **Bounded memory**: ``PRAGMA hard_heap_limit`` caps SQLite's heap in this process (it is only
   ever lowered, never raised, as :mod:`memstore.sql` does).
 
-Time per query is Datasette's ``sql_time_limit_ms``; the size of a result is bounded by
-:class:`memstore.explorer.database.CatalogDatabase` as rows are fetched.
+Time per query is Datasette's ``sql_time_limit_ms``, enforced by a progress handler that also
+counts steps, and the size of a result is bounded as rows are fetched: both by
+:class:`memstore.explorer.database.CatalogDatabase`.
 """
 
 from __future__ import annotations

@@ -278,3 +278,22 @@ def test_a_deleted_or_set_aside_catalog_is_followed(tmp_path, serve_store):
     assert wait_for({"first", "second", "third"}) == {"first", "second", "third"}
     status, body = served.request("/-/memstore/search.json?q=prompt")
     assert status == 200 and json.loads(body)["total"] >= 3
+
+
+def test_a_query_stops_at_its_time_or_its_count_of_steps(store, monkeypatch):
+    """The progress handler watches the clock and counts steps: with a long time limit (a
+    Datasette configured so) the count still stops an endless query."""
+    from memstore.explorer import database
+
+    endless = "with recursive n(i) as (select 1 union all select i + 1 from n) select count(*) from n"
+    monkeypatch.setattr(database, "MAX_STEPS_PER_SECOND", 20_000)
+    ds = make_datasette(store, settings={"sql_time_limit_ms": 120_000})
+    started = time.monotonic()
+    response = asyncio.run(ds.client.get(sql_path(endless)))
+    assert response.status_code == 400 and "too long" in response.text
+    assert time.monotonic() - started < 60
+    conn = sqlite3.connect(":memory:")
+    started = time.monotonic()
+    with database.bounded_steps(conn, 200), pytest.raises(sqlite3.OperationalError, match="interrupted"):
+        conn.execute(endless).fetchone()
+    assert time.monotonic() - started < 30
