@@ -150,11 +150,12 @@ def test_a_pack_of_a_session_open_in_this_process_verifies_while_it_idles_and_af
 
 
 HOLDER = textwrap.dedent("""
+    import os
     import sys
     import memstore
     import memstore.session.deriver
     root, sid = sys.argv[1], sys.argv[2]
-    sys.path.insert(0, sys.argv[3])
+    sys.path[:0] = [sys.argv[3], os.path.dirname(sys.argv[3])]
     from test_pack_open_session import derive_now, write_turns
     memstore.session.deriver.IDLE_SECONDS = 3600  # derived when the test says so (see resting_deriver)
     log = memstore.open_session(root, sid)
@@ -240,7 +241,7 @@ def test_a_wal_left_without_its_shm_is_read_from_a_private_copy(tmp_path):
     without its -shm a read-only open would create one and an immutable one would ignore the
     WAL: the pack reads a copy, and the session is left as it was."""
     code = ("import os, sys, memstore\n"
-            "sys.path.insert(0, sys.argv[3])\n"
+            "sys.path[:0] = [sys.argv[3], os.path.dirname(sys.argv[3])]\n"
             "from test_pack_open_session import write_turns\n"
             "log = memstore.open_session(sys.argv[1], sys.argv[2])\n"
             "write_turns(log, 4)\n"

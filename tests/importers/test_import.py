@@ -24,7 +24,7 @@ from memstore.importers.run import PARSERS
 from memstore.layout import IMPORT_STATE_FILE as STATE_FILE
 from memstore.importers.sources import SourceFile, open_source, sniff
 
-FIXTURES = Path(__file__).parent / "fixtures" / "import"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "import"
 CODEX_LEGACY = next((FIXTURES / "codex" / "legacy").glob("*.jsonl"))
 CODEX_040 = next((FIXTURES / "codex" / "0.40").glob("*.jsonl"))
 CODEX_0104 = next((FIXTURES / "codex" / "0.104").glob("*.jsonl"))
@@ -346,7 +346,7 @@ def test_a_session_open_in_another_process_is_skipped_and_reported(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c", ("import sys, memstore; log = memstore.open_session(sys.argv[1], sys.argv[2]); "
                                 "print('ready', flush=True); sys.stdin.read()"), str(tmp_path / "store"), sid],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent)
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
     try:
         assert holder.stdout.readline().strip() == "ready"
         report = memstore.import_logs(tmp_path / "store", source)

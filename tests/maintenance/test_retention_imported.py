@@ -21,7 +21,7 @@ from memstore.cli import cli
 from memstore.retention import RetentionPolicy
 from memstore.tombstones import Tombstones
 
-FIXTURES = Path(__file__).parent / "fixtures" / "import"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "import"
 CODEX_040 = next((FIXTURES / "codex" / "0.40").glob("*.jsonl"))  # dated September 2025: older than any cap
 CLAUDE_20 = next((FIXTURES / "claude" / "projects" / "-home-dev-web").glob("*.jsonl"))
 SID_040 = "codex-019982b8-2222-79e0-8b3b-00000000b002"

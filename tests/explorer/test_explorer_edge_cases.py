@@ -406,7 +406,7 @@ def test_metadata_still_documents_a_sessions_index_and_its_canned_queries(tmp_pa
     memstore.rebuild(tmp_path, "demo")  # event_details is derived lazily; a rebuild derives it all
     db = tmp_path / "sessions" / "demo" / "index" / "session.db"
     metadata = yaml.safe_load(
-        (Path(__file__).resolve().parent.parent / "memstore" / "explorer" / "metadata.yml").read_text()
+        (Path(__file__).resolve().parents[2] / "memstore" / "explorer" / "metadata.yml").read_text()
     )
     session = metadata["databases"]["session"]
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)

@@ -11,7 +11,6 @@ that the log, its index and a fresh rebuild all agree.
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import shutil
 import signal
@@ -113,20 +112,12 @@ def closed_turns(events: list[dict]) -> tuple[int, bool]:
     return closed, in_turn
 
 
-def writer_env() -> dict:
-    """The writer imports the same memstore as this test process, wherever pytest runs from."""
-    package_parent = str(Path(memstore.__file__).resolve().parent.parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-    return env
-
-
 def run_and_kill(root: Path, durability: str, max_events: int, rng: random.Random, label: str) -> list[tuple[int, ...]]:
     """Start a writer on the session, SIGKILL it at a random moment, and return what it
     acknowledged: one tuple of seqs per acknowledgement line it completed."""
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(root), SESSION_ID, durability, str(rng.randrange(2**32)), str(max_events)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=writer_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=support.writer_env(),
     )
     lines: list[bytes] = []
     ready = threading.Event()
@@ -303,7 +294,7 @@ def test_cap_rewrite_killed_after_its_summary_does_not_renumber_turns_on_rebuild
     turn base of the summary of a rewrite that never happened."""
     root = tmp_path / "store"
     proc = subprocess.run([sys.executable, "-c", KILLED_INSIDE_CAP_REWRITE, str(root), SESSION_ID],
-                          capture_output=True, timeout=60, env=writer_env())
+                          capture_output=True, timeout=60, env=support.writer_env())
     assert proc.returncode == -signal.SIGKILL, f"writer was not killed inside the cap rewrite: {proc.stderr.decode()}"
     sdir = session_dir(root)
     assert list((sdir / "derived").glob("eviction-summary-*.json")), "the summary hook did not run before the kill"
@@ -347,7 +338,7 @@ def test_reopen_after_a_cap_rewrite_killed_mid_copy_leaves_no_copy_of_the_log_be
     or every crash during a rewrite leaks another copy of the log."""
     root = tmp_path / "store"
     proc = subprocess.run([sys.executable, "-c", KILLED_WHILE_COPYING_THE_LOG, str(root), SESSION_ID],
-                          capture_output=True, timeout=60, env=writer_env())
+                          capture_output=True, timeout=60, env=support.writer_env())
     assert proc.returncode == -signal.SIGKILL, f"writer was not killed inside the cap rewrite: {proc.stderr.decode()}"
     sdir = session_dir(root)
     assert list(sdir.glob(".events.jsonl.cap-*")), "the kill did not leave the temporary copy this test is about"

@@ -19,7 +19,7 @@ import orjson
 
 import memstore
 
-REPO = str(Path(__file__).resolve().parent.parent)
+REPO = str(Path(__file__).resolve().parents[2])
 SID = "s"
 
 

@@ -60,7 +60,7 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("browser") / "store"
     write_demo_store(root)
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen(
         [sys.executable, "-m", "memstore", "serve", "--root", str(root), "--port", str(port)],
         stdout=subprocess.PIPE,
@@ -89,7 +89,7 @@ def server(tmp_path_factory):
             proc.wait()
 
 
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
 def _no_page_overflow(page) -> bool:

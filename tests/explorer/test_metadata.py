@@ -16,7 +16,7 @@ from memstore.catalog import refresh_catalog
 from memstore.demo import write_demo_store
 from memstore.explorer import make_datasette
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 METADATA = PROJECT / "memstore" / "explorer" / "metadata.yml"
 
 

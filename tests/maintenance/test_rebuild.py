@@ -16,7 +16,7 @@ import memstore.maintenance
 from memstore.session.index import readonly_uri
 from memstore.session.tuning import TUNING
 import support
-from test_crash import writer_env
+from support import writer_env
 
 TABLES = {
     "events": "SELECT * FROM events ORDER BY seq",
