@@ -20,6 +20,10 @@ TURN_COLUMNS = (
     "number, status, start_offset, end_offset, event_count, first_seq, last_seq, started_at, ended_at, "
     "input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, error"
 )
+# The two events of the shortest turn.
+TURN_STARTED = {"type": "turn.started"}
+TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
+
 ONE_EVENT = b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n'
 
 

@@ -12,13 +12,11 @@ import time
 
 import filelock
 import pytest
+from support import TURN_COMPLETED, TURN_STARTED
 
 import memstore
-from memstore.session.lock import is_live
 from memstore.locks import remove_session_directory, store_lock
-
-TURN_STARTED = {"type": "turn.started"}
-TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
+from memstore.session.lock import is_live
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])

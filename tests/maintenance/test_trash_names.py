@@ -7,10 +7,9 @@ import subprocess
 import sys
 import textwrap
 
-import memstore
+from support import TURN_COMPLETED, TURN_STARTED
 
-TURN_STARTED = {"type": "turn.started"}
-TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
+import memstore
 
 
 def test_a_crash_left_removal_whose_name_was_taken_again_is_kept_once_not_retried_forever(tmp_path, caplog):

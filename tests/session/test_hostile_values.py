@@ -10,11 +10,9 @@ import threading
 import time
 
 import pytest
+from support import TURN_COMPLETED, TURN_STARTED
 
 import memstore
-
-TURN_STARTED = {"type": "turn.started"}
-TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
 
 
 def log_lines(root, sid="s"):

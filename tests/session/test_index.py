@@ -6,13 +6,11 @@ import shutil
 import sqlite3
 
 import pytest
+from support import TURN_COMPLETED, TURN_STARTED
 
 import memstore
 from memstore.session.index import DerivedTable, MigrationSet, register_derived_table, unregister_derived_table
 from memstore.session.tuning import TUNING
-
-TURN_STARTED = {"type": "turn.started"}
-TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
 
 
 def message(text: str) -> dict:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import memstore
 import support
+from support import TURN_COMPLETED, TURN_STARTED
 
-TURN_STARTED = {"type": "turn.started"}
-TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
+import memstore
 
 
 def test_a_rescan_interrupted_between_batches_without_manifest_json_never_reuses_the_old_indexs_seqs(tmp_path, monkeypatch, fault):

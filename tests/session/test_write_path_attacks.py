@@ -9,13 +9,11 @@ import sys
 import textwrap
 
 import pytest
+import support
+from support import TURN_COMPLETED, TURN_STARTED
 
 import memstore
-import support
 from memstore.session.tuning import TUNING
-
-TURN_STARTED = {"type": "turn.started"}
-TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
 
 
 def session_dir(root, sid="s"):

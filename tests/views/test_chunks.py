@@ -8,13 +8,11 @@ import time
 
 import hypothesis
 import hypothesis.strategies as st
+from support import TURN_COMPLETED, TURN_STARTED
 
 import memstore
 from memstore.session.tuning import TUNING
 from memstore.views.chunks import WINDOW_CHARS, WINDOW_LINES, event_chunks, windows
-
-TURN_STARTED = {"type": "turn.started"}
-TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
 
 
 def command(i: int, output: str) -> dict:
