@@ -535,6 +535,17 @@ def report_stopped(run: ChildRun, timeout: float, mb: float, floor_a: float, fig
               f"({fraction:.0%}) after {spent:,.0f} s")
         print(f"  EXTRAPOLATED (linear in sessions, not measured): refresh {estimate:,.0f} s, import until searchable "
               f"{import_s + estimate:,.0f} s, ratio floor A / that {floor_a / (import_s + estimate):.4f}x")
+        # The refresh takes the sessions in name order; their logs' bytes weigh the work better.
+        names = sorted(e.name for e in os.scandir(store / "sessions") if e.is_dir() and not e.name.startswith("."))
+        sizes = [(store / "sessions" / n / "events.jsonl").stat().st_size
+                 if (store / "sessions" / n / "events.jsonl").exists() else 0 for n in names]
+        weight = sum(sizes[:done]) / sum(sizes) if sum(sizes) else 0.0
+        if weight:
+            by_bytes = spent / weight
+            fig.update(refresh_extrapolated_by_bytes_s=by_bytes, refresh_bytes_fraction=weight)
+            print(f"  EXTRAPOLATED (linear in the logs' bytes: {weight:.0%} done, not measured): refresh {by_bytes:,.0f} s, "
+                  f"import until searchable {import_s + by_bytes:,.0f} s, ratio floor A / that "
+                  f"{floor_a / (import_s + by_bytes):.4f}x")
     elif fraction:
         estimate = progress["elapsed"] / fraction
         fig.update(import_extrapolated_s=estimate)

@@ -182,13 +182,14 @@ def test_markers_a_killed_refresh_took_up_are_taken_up_again(tmp_path):
     store.close()
 
 
-def test_retention_and_reimports_mark_what_they_remove(tmp_path):
-    """A removal is a change too: retention's and an importer's mark the directory, and the next
-    search forgets the session without a sweep."""
-    from memstore.importers.run import discard_session
+def test_retention_and_set_asides_mark_what_they_move_or_remove(tmp_path):
+    """A removal or a rename is a change too: retention's removal and an import's set-aside mark
+    the directories they touch, and the next search sees it without a sweep (the set-aside
+    session under its new id, every event kept; the removed one gone)."""
+    from memstore.importers.setaside import set_aside_session
     from memstore.retention import RetentionPolicy, apply_retention_preserving
 
-    for sid in ("keep", "old", "gone"):
+    for sid in ("keep", "old", "moved"):
         with memstore.open_session(tmp_path, sid) as log:
             turn(log, 1)
             log.append(
@@ -203,13 +204,14 @@ def test_retention_and_reimports_mark_what_they_remove(tmp_path):
                 }
             )
     store = memstore.Store(tmp_path, sweep_interval=3600)
-    assert {h.session_id for h in store.search("widget", limit=50)} == {"keep", "old", "gone"}
-    discard_session(tmp_path, "gone")
-    assert markers(tmp_path) == ["gone"]
-    assert {h.session_id for h in store.search("widget", limit=50)} == {"keep", "old"}
+    assert {h.session_id for h in store.search("widget", limit=50)} == {"keep", "old", "moved"}
+    new_id = set_aside_session(tmp_path, "moved", "its source was rewritten")
+    assert markers(tmp_path) == sorted(["moved", new_id])
+    assert {h.session_id for h in store.search("widget", limit=50)} == {"keep", "old", new_id}
+    assert markers(tmp_path) == []
     report = apply_retention_preserving(tmp_path, RetentionPolicy(max_sessions=0), "keep")
-    assert [r.session_id for r in report.removed] == ["old"]
-    assert markers(tmp_path) == ["old"]
+    assert sorted(r.session_id for r in report.removed) == sorted(["old", new_id])
+    assert markers(tmp_path) == sorted(["old", new_id])
     assert {h.session_id for h in store.search("widget", limit=50)} == {"keep"}
     store.close()
 
