@@ -20,6 +20,7 @@ batch, rolled back whole, and is raised as :class:`StoreIOError` naming ``catalo
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from collections.abc import Iterable
@@ -149,11 +150,12 @@ class CatalogWriter:
             removed += self._forget(session_id)
             conn.execute("DELETE FROM catalog_state WHERE directory = ?", (name,))
         next_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").fetchone()[0]
+        known = self._known({session_id for copy in copies if copy.full for session_id in copy.forget})
         staged: list[tuple] = []
         for copy in copies:
             conn.execute("SAVEPOINT memstore_session")
             try:
-                gone = self._session_rows(copy)
+                gone = self._session_rows(copy, known)
             except sqlite3.Error as exc:
                 conn.execute("ROLLBACK TO memstore_session")
                 conn.execute("RELEASE memstore_session")
@@ -165,6 +167,7 @@ class CatalogWriter:
                 result.errors[copy.name] = f"the catalog refused its rows: {exc}"
                 continue
             conn.execute("RELEASE memstore_session")
+            known.add(copy.session_id)  # it has rows now
             removed += gone
             for row in copy.chunks:
                 staged.append((next_id, *row))
@@ -181,14 +184,28 @@ class CatalogWriter:
         conn.execute("COMMIT")
         return result
 
-    def _session_rows(self, copy: SessionCopy) -> list[int]:
+    def _known(self, session_ids: set[str]) -> set[str]:
+        """Which of ``session_ids`` the catalog has rows of: a session's rows are written
+        together with its ``sessions`` row, in one savepoint, so that row says. A build from
+        scratch then spends nothing forgetting sessions the catalog never had."""
+        if not session_ids:
+            return set()
+        rows = self.conn.execute(
+            "SELECT session_id FROM sessions WHERE session_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(sorted(session_ids)),),
+        )
+        return {row[0] for row in rows}
+
+    def _session_rows(self, copy: SessionCopy, known: set[str]) -> list[int]:
         """Write one session's rows (not its chunks: the batch stages those); return the ids of
-        the chunks it replaced (removed from the search index by the caller)."""
+        the chunks it replaced (removed from the search index by the caller). ``known``: the
+        session ids of the batch's full copies the catalog has rows of."""
         conn = self.conn
         removed: list[int] = []
         if copy.full:
             for session_id in copy.forget:
-                removed += self._forget(session_id)
+                if session_id in known:
+                    removed += self._forget(session_id)
         elif copy.facts is not None:
             removed += [
                 r[0]
