@@ -70,8 +70,32 @@ def catalog_writable(root: os.PathLike | str) -> bool:
     return True
 
 
+class _Held:
+    """One thread's catalog connection, closed when the thread's state goes (the thread ended,
+    or the connection was replaced): a process whose threads come and go does not pile up open
+    files. :meth:`LiveCatalog.close` closes those still held, from any thread."""
+
+    __slots__ = ("conn", "__weakref__")
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn: Optional[sqlite3.Connection] = conn
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        try:
+            conn.close()
+        except sqlite3.Error as exc:
+            logger.debug("closing a catalog connection: %s", exc)
+
+    def __del__(self) -> None:
+        self.close()
+
+
 class _Thread(threading.local):
     conn: Optional[sqlite3.Connection] = None
+    held: Optional[_Held] = None
     identity: Optional[tuple[int, int, int, int]] = None
     writable: bool = False
 
@@ -92,7 +116,7 @@ class LiveCatalog:
         self.sweep_interval = max(0.0, float(sweep_interval))
         self.lock_wait = lock_wait
         self._thread = _Thread()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: weakref.WeakSet[_Held] = weakref.WeakSet()  # every thread's, to close them
         self._conn_lock = threading.Lock()  # guards _connections
         self._mutex = threading.Lock()  # one refresh at a time in this process
         self._swept_at = float("-inf")  # monotonic time of the last sweep this process knows of
@@ -140,36 +164,37 @@ class LiveCatalog:
         return conn
 
     def _keep(self, conn: sqlite3.Connection) -> None:
+        """Hold ``conn`` as this thread's (``local.conn``): closed with the thread's state."""
+        held = _Held(conn)
+        self._thread.held = held
         with self._conn_lock:
-            self._connections.append(conn)
+            self._connections.add(held)
 
     def _drop_connection(self) -> None:
         local = self._thread
-        if local.conn is not None:
+        held = local.held
+        if held is not None:
             with self._conn_lock:
-                if local.conn in self._connections:
-                    self._connections.remove(local.conn)
-            try:
-                local.conn.close()
-            except sqlite3.Error as exc:
-                logger.debug("closing a catalog connection: %s", exc)
-        local.conn, local.identity = None, None
+                self._connections.discard(held)
+            held.close()
+        elif local.conn is not None:
+            local.conn.close()
+        local.conn, local.held, local.identity = None, None, None
 
     def close(self) -> None:
         """Close every connection this object opened (in any thread)."""
         with self._conn_lock:
-            connections, self._connections = self._connections, []
-        for conn in connections:
-            try:
-                conn.close()
-            except sqlite3.Error as exc:
-                logger.debug("closing a catalog connection: %s", exc)
+            held, self._connections = list(self._connections), weakref.WeakSet()
+        for one in held:
+            one.close()
         self._thread = _Thread()
 
     def _forget_after_fork(self) -> None:
         # The parent's connections must not be used (nor closed) in a forked child.
+        for held in list(self._connections):
+            held.conn = None  # never closed here: it is the parent's
         self._thread = _Thread()
-        self._connections = []
+        self._connections = weakref.WeakSet()
         self._conn_lock = threading.Lock()
         self._mutex = threading.Lock()
 
