@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,3 +18,12 @@ def fault() -> Iterator[object]:
         yield fault_points
     finally:
         fault_points.disarm_all()
+
+
+@pytest.fixture(autouse=True)
+def _no_store_of_the_person_running_the_tests(tmp_path_factory, monkeypatch) -> None:
+    """A command or ``Store()`` that falls back to the default store (see memstore.location)
+    finds a per-user store in a temporary directory, never the real one of whoever runs the
+    tests, and no MEMSTORE_ROOT from their shell."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+    monkeypatch.delenv("MEMSTORE_ROOT", raising=False)

@@ -71,7 +71,7 @@ def test_show_turns_and_one_turn(tmp_path):
     data = json.loads(result.output)
     assert data["manifest"]["turn_count"] == 3
     assert [t["status"] for t in data["turns"]] == ["failed", "completed", "completed"]
-    result = run("show", "demo", "--root", str(tmp_path), "--turn", "3")
+    result = run("show", "demo", "--root", str(tmp_path), "--turn", "3", "--jsonl")
     events = [json.loads(line) for line in result.output.splitlines()]
     assert events[0] == {"type": "turn.started"} and events[-1]["type"] == "turn.completed"
     missing = CliRunner().invoke(cli, ["show", "demo", "--root", str(tmp_path), "--turn", "9"])

@@ -39,11 +39,14 @@ def small_store(root, sessions=("one", "two")):
     return root
 
 
-def test_serve_defaults_refresh_the_catalog_and_bind_localhost(tmp_path, served):
+def test_serve_defaults_refresh_the_catalog_and_bind_localhost(tmp_path, served, monkeypatch):
+    checked = []
+    # The default port is asked for, never bound: a real `memstore serve` may be running on it.
+    monkeypatch.setattr(server, "check_port", lambda host, port: checked.append((host, port)))
     small_store(tmp_path)
     result = CliRunner().invoke(cli, ["serve", "--root", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert served[0]["host"] == "127.0.0.1" and served[0]["port"] == 8001
+    assert served[0]["host"] == "127.0.0.1" and served[0]["port"] == 8001 and checked == [("127.0.0.1", 8001)]
     assert "http://localhost:8001/-/memstore" in result.output
     assert (tmp_path / "catalog.db").is_file()
     app = served[0]["app"]
