@@ -1110,7 +1110,11 @@ def import_command(paths, source, root, as_json):
 
     With no PATH, imports ~/.codex/sessions and ~/.claude/projects ($CODEX_HOME and
     $CLAUDE_CONFIG_DIR are honoured) where they exist. Importing again appends only what the
-    logs gained since. Skipped lines and other problems are reported, never fatal.
+    logs gained since; no import removes an event (a session whose log was rewritten is set
+    aside, renamed, and the log imported afresh). Records not understood are kept and counted;
+    problems are reported, never fatal. Per agent version it prints sessions, turns, tokens and
+    records understood; "warning: format drift:" lines (stderr) flag an agent version never seen
+    before, a jump in records not understood, and sessions with no turn or no token.
 
     \b
     Examples:
@@ -1156,6 +1160,8 @@ def import_command(paths, source, root, as_json):
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
+    for warning in report.warnings:  # format drift: on stderr, with or without --json
+        click.echo(warning, err=True)
     if as_json:
         _echo_json(report.to_dict())
         return
@@ -1166,6 +1172,13 @@ def import_command(paths, source, root, as_json):
                f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated, "
                f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
                f"{plural(report.lines_skipped, 'line')} skipped, {plural(len(report.problems), 'problem')}")
+    for entry in report.set_aside:
+        click.echo(f"set aside {entry.session_id} as {entry.set_aside_as} ({entry.reason}; every event kept)")
+    if report.tombstoned:
+        click.echo(f"not imported: {plural(len(report.tombstoned), 'source')} of sessions removed on purpose "
+                   "(tombstoned)")
+    for agent in report.agents:
+        click.echo(agent.line())
     if report.sessions:
         shown = report.sessions[:10]
         more = f" and {len(report.sessions) - len(shown)} more" if len(report.sessions) > len(shown) else ""
@@ -1184,25 +1197,32 @@ def import_command(paths, source, root, as_json):
                    "completed (0: no age limit: nothing ages out, nothing is marked).")
 @click.option("--preserve", "preserve", default=None, metavar="SESSION", callback=_session_ids,
               help="Never touch this session.")
+@click.option("--include-imported", is_flag=True,
+              help="Also age out sessions imported from Codex and Claude Code logs (tombstoned, so that no import "
+                   "recreates them). By default they are kept and not counted.")
 @click.option("--apply", "apply_", is_flag=True, help="Remove for real (default: a dry run that only shows).")
 @json_option
-def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_json):
+def retention_command(root, max_sessions, max_age_days, preserve, include_imported, apply_, as_json):
     """Show which sessions retention would remove (a dry run), or remove them with --apply.
 
     Removals are recorded in <root>/gc-log.jsonl. Live, pinned and preserved sessions are never
-    touched; see `memstore pin`.
+    touched; see `memstore pin`. Sessions imported from agent logs (`memstore import`) are your
+    history, whose sources the agents may have deleted: they are kept unless --include-imported,
+    and each one that option removes is tombstoned in <root>/tombstones.jsonl so that the next
+    import does not bring it back.
 
     \b
     Examples:
       memstore retention --max-sessions 50 --max-age-days 30
       memstore retention --max-age-days 90 --preserve run-42 --apply
+      memstore retention --max-age-days 365 --include-imported --apply
     """
     from .retention import RetentionPolicy, apply_retention_preserving
 
     _require_store(root)
     try:
-        report = apply_retention_preserving(root, RetentionPolicy(max_sessions, max_age_days), preserve,
-                                            dry_run=not apply_)
+        policy = RetentionPolicy(max_sessions, max_age_days, include_imported=include_imported)
+        report = apply_retention_preserving(root, policy, preserve, dry_run=not apply_)
     except errors.MemstoreError as exc:
         raise _fail(exc) from exc
     if as_json:
@@ -1214,6 +1234,8 @@ def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_jso
         click.echo(f"  {r.directory:<40} {r.reason:<12} {r.bytes:>10} bytes  updated {r.updated_at}")
     if report.marked_abandoned:
         click.echo(f"{'marked' if apply_ else 'would mark'} completed (abandoned): {', '.join(report.marked_abandoned)}")
+    if report.imported_kept:
+        click.echo(f"kept {plural(report.imported_kept, 'imported session')} (pass --include-imported to age them out)")
     if report.skipped:
         click.echo("left alone:")
         for s in report.skipped:
