@@ -66,8 +66,14 @@ root_option = click.option(
     help=f"Store root (holds sessions/; a VT Code .vtcode/ works). Default: ${ENV_VAR}, else the nearest "
     "VT Code workspace's .vtcode/, else the per-user store; `memstore path` shows which.",
 )
-json_option = click.option("--json", "as_json", is_flag=True, callback=_remember_json, is_eager=True,
-                           help="Machine-readable JSON output (errors too, on stderr).")
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    callback=_remember_json,
+    is_eager=True,
+    help="Machine-readable JSON output (errors too, on stderr).",
+)
 
 
 def _location(root: str) -> StoreLocation:
@@ -128,17 +134,36 @@ def _quiet() -> bool:
 
 
 _VERBOSITY = (
-    click.Option(["-v", "--verbose"], count=True, expose_value=False, is_eager=True, callback=_set_verbosity,
-                 help="Say more on stderr (-v: what is done, -vv: debugging detail)."),
-    click.Option(["-q", "--quiet"], count=True, expose_value=False, is_eager=True, callback=_set_verbosity,
-                 help="Say less on stderr (-q: errors only, no progress bars; -qq: nothing)."),
+    click.Option(
+        ["-v", "--verbose"],
+        count=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_verbosity,
+        help="Say more on stderr (-v: what is done, -vv: debugging detail).",
+    ),
+    click.Option(
+        ["-q", "--quiet"],
+        count=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_verbosity,
+        help="Say less on stderr (-q: errors only, no progress bars; -qq: nothing).",
+    ),
 )
 
 
 def limit_option(default: Optional[int], help: str, *, minimum: int = 1, maximum: Optional[int] = None):
     """The one name for a result limit: ``-n`` / ``--limit``."""
-    return click.option("-n", "--limit", "limit", type=click.IntRange(min=minimum, max=maximum), default=default,
-                        show_default=default is not None, help=help)
+    return click.option(
+        "-n",
+        "--limit",
+        "limit",
+        type=click.IntRange(min=minimum, max=maximum),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
 
 
 class _Group(click.Group):
@@ -178,8 +203,9 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except errors.MemstoreError as exc:
-            error: click.ClickException = _ExitWith(str(exc), 1 if isinstance(
-                exc, (errors.TurnNotFound, errors.EventNotFound)) else 2)
+            error: click.ClickException = _ExitWith(
+                str(exc), 1 if isinstance(exc, (errors.TurnNotFound, errors.EventNotFound)) else 2
+            )
         except click.UsageError as exc:
             error = _one_line(exc, ctx.command_path)
         except click.ClickException as exc:
@@ -200,7 +226,7 @@ def _one_line(exc: click.UsageError, command_path: str) -> click.ClickException:
 
 def _wants_json(args) -> bool:
     args = list(args)
-    return "--json" in args[:args.index("--") if "--" in args else len(args)]
+    return "--json" in args[: args.index("--") if "--" in args else len(args)]
 
 
 def _report(error: click.ClickException, as_json: bool):
@@ -250,8 +276,11 @@ def path_command(root, as_json):
         return
     click.echo(str(location.path))
     if not _quiet():
+        why = location.describe()
+        if location.reason is RootReason.USER:
+            why += f": no --root, no {ENV_VAR}, no VT Code workspace (.vtcode/) here or above"
         state = "" if location.path.is_dir() else "; not created yet"
-        click.echo(f"({location.describe()}{state})", err=True)
+        click.echo(f"({why}{state})", err=True)
 
 
 class _ExitWith(click.ClickException):
@@ -283,8 +312,13 @@ def _fail(exc: Exception, code: int = 2) -> _ExitWith:
 
 @cli.command("demo")
 @root_option
-@click.option("--sessions", type=click.IntRange(min=4, max=10_000), default=30, show_default=True,
-              help="About how many sessions to write.")
+@click.option(
+    "--sessions",
+    type=click.IntRange(min=4, max=10_000),
+    default=30,
+    show_default=True,
+    help="About how many sessions to write.",
+)
 @click.option("--seed", type=int, default=7, show_default=True, help="Seed of the generated sessions.")
 @json_option
 def demo_command(root, sessions, seed, as_json):
@@ -312,9 +346,11 @@ def demo_command(root, sessions, seed, as_json):
     if as_json:
         _echo_json(report.to_dict())
         return
-    click.echo(f"demo store in {_store_named(root)}: "
-               f"{plural(len(report.written) + len(report.imported), 'session')} written "
-               f"({plural(report.events, 'event')}), {len(report.skipped)} already there")
+    click.echo(
+        f"demo store in {_store_named(root)}: "
+        f"{plural(len(report.written) + len(report.imported), 'session')} written "
+        f"({plural(report.events, 'event')}), {len(report.skipped)} already there"
+    )
     if report.kept:
         click.echo(f"left as they are (they hold events that are not the demo's): {', '.join(report.kept)}")
     click.echo(f"next: memstore serve{_root_arg(root)}   (then open {Urls(EXPLORER_URL).home()})")
@@ -364,10 +400,16 @@ class _progress_bar:
 @click.argument("source", type=click.File("rb"), default="-")
 @root_option
 @click.option("--durability", type=click.Choice(["turn", "event", "none"]), default="turn", show_default=True)
-@click.option("--max-events", type=click.IntRange(min=0), default=10_000, show_default=True,
-              help="Cap on the events kept (0: no cap).")
-@click.option("--atomic", is_flag=True,
-              help="Check every line against the event contract first; append all of them or none.")
+@click.option(
+    "--max-events",
+    type=click.IntRange(min=0),
+    default=10_000,
+    show_default=True,
+    help="Cap on the events kept (0: no cap).",
+)
+@click.option(
+    "--atomic", is_flag=True, help="Check every line against the event contract first; append all of them or none."
+)
 @json_option
 def append_command(session, source, root, durability, max_events, atomic, as_json):
     """Append events to SESSION from SOURCE (JSON Lines; default stdin).
@@ -391,8 +433,9 @@ def append_command(session, source, root, durability, max_events, atomic, as_jso
             try:
                 line = source.readline()
             except OSError as exc:
-                raise _ExitWith(f"read {source.name}: {exc.strerror or exc}"
-                                + (f" (after line {number})" if number else ""), 2) from None
+                raise _ExitWith(
+                    f"read {source.name}: {exc.strerror or exc}" + (f" (after line {number})" if number else ""), 2
+                ) from None
             if not line:
                 return
             number += 1
@@ -421,8 +464,11 @@ def append_command(session, source, root, durability, max_events, atomic, as_jso
     # Until one is appended, each line is checked in full first ("nothing appended"): the
     # session is created only once its first valid event is ready, so input that is empty or
     # bad from its first line leaves no empty session behind.
-    events = iter(checked) if checked is not None else (
-        (number, parse(number, line, appended or None)) for number, line in lines())
+    events = (
+        iter(checked)
+        if checked is not None
+        else ((number, parse(number, line, appended or None)) for number, line in lines())
+    )
     first = next(events, None)
     if first is None:
         manifest = _manifest_if_there(root, session)
@@ -433,8 +479,9 @@ def append_command(session, source, root, durability, max_events, atomic, as_jso
                     try:
                         last_seq = log.append(data)
                     except errors.InvalidEvent as exc:
-                        raise _ExitWith(f"line {number}: {exc}; {plural(appended, 'event')} appended before it",
-                                        2) from exc
+                        raise _ExitWith(
+                            f"line {number}: {exc}; {plural(appended, 'event')} appended before it", 2
+                        ) from exc
                     appended += 1
                 manifest = log.manifest
         except errors.MemstoreError as exc:
@@ -442,14 +489,25 @@ def append_command(session, source, root, durability, max_events, atomic, as_jso
     session_id = manifest.session_id if manifest is not None else session
     turns, count = (manifest.turn_count, manifest.event_count) if manifest is not None else (0, 0)
     if as_json:
-        _echo_json({"session_id": session_id, "appended": appended, "last_seq": last_seq,
-                    "turn_count": turns, "event_count": count})
+        _echo_json(
+            {
+                "session_id": session_id,
+                "appended": appended,
+                "last_seq": last_seq,
+                "turn_count": turns,
+                "event_count": count,
+            }
+        )
     elif manifest is None:
-        click.echo(f"appended nothing: no events in {getattr(source, 'name', 'the input')}, "
-                   f"and no session {session!r} was created")
+        click.echo(
+            f"appended nothing: no events in {getattr(source, 'name', 'the input')}, "
+            f"and no session {session!r} was created"
+        )
     else:
-        click.echo(f"appended {plural(appended, 'event')} to {session_id!r} "
-                   f"({plural(count, 'event')}, {plural(turns, 'turn')})")
+        click.echo(
+            f"appended {plural(appended, 'event')} to {session_id!r} "
+            f"({plural(count, 'event')}, {plural(turns, 'turn')})"
+        )
 
 
 def _manifest_if_there(root: str, session: str):
@@ -468,8 +526,13 @@ def _manifest_if_there(root: str, session: str):
 @cli.command("rebuild")
 @click.argument("sessions", nargs=-1, callback=_session_ids)
 @click.option("--all", "rebuild_all", is_flag=True, help="Rebuild every session under the root.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Worker processes (default: one per CPU, at most 8; 1: none).")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes (default: one per CPU, at most 8; 1: none).",
+)
 @root_option
 @json_option
 def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
@@ -502,8 +565,13 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
         jobs = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8)
     results: list[dict] = []
     failures = 0
-    with click.progressbar(rebuild_each(root, sessions, jobs=jobs), length=len(sessions), label="rebuilding",
-                           file=sys.stderr, hidden=as_json or len(sessions) < 20 or not sys.stderr.isatty()) as bar:
+    with click.progressbar(
+        rebuild_each(root, sessions, jobs=jobs),
+        length=len(sessions),
+        label="rebuilding",
+        file=sys.stderr,
+        hidden=as_json or len(sessions) < 20 or not sys.stderr.isatty(),
+    ) as bar:
         for session, manifest in bar:
             if isinstance(manifest, errors.MemstoreError):
                 failures += 1
@@ -511,11 +579,19 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
                 if not as_json:
                     click.echo(f"{session}: error: {manifest}", err=True)
                 continue
-            results.append({"session_id": manifest.session_id, "turn_count": manifest.turn_count,
-                            "event_count": manifest.event_count, "status": manifest.status})
+            results.append(
+                {
+                    "session_id": manifest.session_id,
+                    "turn_count": manifest.turn_count,
+                    "event_count": manifest.event_count,
+                    "status": manifest.status,
+                }
+            )
             if not as_json and len(sessions) < 20:
-                click.echo(f"{session}: {plural(manifest.event_count, 'event')}, "
-                           f"{plural(manifest.turn_count, 'turn')}, {manifest.status}")
+                click.echo(
+                    f"{session}: {plural(manifest.event_count, 'event')}, "
+                    f"{plural(manifest.turn_count, 'turn')}, {manifest.status}"
+                )
     from .catalog import refresh_catalog
 
     if failures < len(sessions):  # nothing rebuilt, nothing to refresh (and nothing created)
@@ -523,8 +599,9 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
     if as_json:
         _echo_json(results)
     elif len(sessions) >= 20:
-        click.echo(f"rebuilt {plural(len(sessions) - failures, 'session')}"
-                   + (f", {failures} failed" if failures else ""))
+        click.echo(
+            f"rebuilt {plural(len(sessions) - failures, 'session')}" + (f", {failures} failed" if failures else "")
+        )
     if failures:
         sys.exit(1 if failures < len(sessions) else 2)
 
@@ -563,15 +640,26 @@ def sessions_command(root, limit, as_json):
     for s in summaries:
         d = details.get(s.session_id, {})
         tokens = (d.get("input_tokens") or 0) + (d.get("output_tokens") or 0)
-        rows.append((s.session_id, _shorten(d.get("title") or "", 48), d.get("agent") or "",
-                     d.get("model") or "", str(s.turn_count), _count(tokens) if d else "",
-                     _usd(d.get("cost_usd"), d.get("cost_unpriced_turns") or 0) if d else "", _when(s.updated_at)))
+        rows.append(
+            (
+                s.session_id,
+                _shorten(d.get("title") or "", 48),
+                d.get("agent") or "",
+                d.get("model") or "",
+                str(s.turn_count),
+                _count(tokens) if d else "",
+                _usd(d.get("cost_usd"), d.get("cost_unpriced_turns") or 0) if d else "",
+                _when(s.updated_at),
+            )
+        )
     header = ("session", "title", "agent", "model", "turns", "tokens", "cost", "updated")
     right = {4, 5, 6}
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
 
     def line(cells) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
 
     click.echo(line(header))
     for r in rows:
@@ -609,21 +697,39 @@ def _session_details(root: str, ids: list[str], *, enabled: bool) -> dict[str, d
         if "cost_usd" in columns:  # the catalog prices turns itself (the agent's figure wins)
             cost = "s.cost_usd, s.cost_unpriced_turns"
         else:  # price each turn's tokens here, with the library's SQL functions
-            priced = ("memstore_cost_usd(t.model, s.agent, t.input_tokens, t.cached_input_tokens, "
-                      "t.cache_creation_tokens, t.output_tokens, coalesce(t.ended_at, t.started_at))")
-            cost = (f"(SELECT CASE WHEN count({priced}) THEN total({priced}) END FROM turns t "
-                    "WHERE t.session_id = s.session_id), "
-                    f"(SELECT count(*) - count({priced}) FROM turns t WHERE t.session_id = s.session_id "
-                    "AND t.input_tokens + t.output_tokens > 0)")
+            priced = (
+                "memstore_cost_usd(t.model, s.agent, t.input_tokens, t.cached_input_tokens, "
+                "t.cache_creation_tokens, t.output_tokens, coalesce(t.ended_at, t.started_at))"
+            )
+            cost = (
+                f"(SELECT CASE WHEN count({priced}) THEN total({priced}) END FROM turns t "
+                "WHERE t.session_id = s.session_id), "
+                f"(SELECT count(*) - count({priced}) FROM turns t WHERE t.session_id = s.session_id "
+                "AND t.input_tokens + t.output_tokens > 0)"
+            )
         details = {}
         marks = ", ".join("?" * len(ids))
         for row in conn.execute(
-                f"SELECT s.session_id, s.title, s.agent, s.model, s.input_tokens, s.cached_input_tokens, "
-                f"s.cache_creation_tokens, s.output_tokens, {cost} FROM sessions s WHERE s.session_id IN ({marks})",
-                ids):
-            details[row[0]] = dict(zip(("title", "agent", "model", "input_tokens", "cached_input_tokens",
-                                        "cache_creation_tokens", "output_tokens", "cost_usd", "cost_unpriced_turns"),
-                                       row[1:]))
+            f"SELECT s.session_id, s.title, s.agent, s.model, s.input_tokens, s.cached_input_tokens, "
+            f"s.cache_creation_tokens, s.output_tokens, {cost} FROM sessions s WHERE s.session_id IN ({marks})",
+            ids,
+        ):
+            details[row[0]] = dict(
+                zip(
+                    (
+                        "title",
+                        "agent",
+                        "model",
+                        "input_tokens",
+                        "cached_input_tokens",
+                        "cache_creation_tokens",
+                        "output_tokens",
+                        "cost_usd",
+                        "cost_unpriced_turns",
+                    ),
+                    row[1:],
+                )
+            )
         return details
     except sqlite3.Error as exc:
         logger.warning("sessions listed without details: %s: %s", path, exc)
@@ -668,8 +774,11 @@ def _require_store(root: str) -> None:
     import os
 
     if not os.path.isdir(root):
-        raise _ExitWith(f"no store at {_store_named(root)}: no such directory (`memstore demo` or `memstore import` "
-                        f"make one; or set --root or {ENV_VAR})", 2)
+        raise _ExitWith(
+            f"no store at {_store_named(root)}: no such directory (`memstore demo` or `memstore import` "
+            f"make one; or set --root or {ENV_VAR})",
+            2,
+        )
 
 
 class _PositiveNumber(click.ParamType):
@@ -690,12 +799,24 @@ class _PositiveNumber(click.ParamType):
 
 @cli.command("show")
 @click.argument("session", callback=_session_ids)
-@click.option("--turn", "turn_number", type=_PositiveNumber(), default=None,
-              help="Show this turn: its prompt, commands, file changes, answer, tokens and cost.")
-@click.option("--tail", "tail_lines", type=click.IntRange(min=0), default=6, show_default=True,
-              help="Lines of each command's output to show (its last ones; 0: none).")
-@click.option("--jsonl", "as_jsonl", is_flag=True,
-              help="The events as JSON Lines (the turn's with --turn, else the session's).")
+@click.option(
+    "--turn",
+    "turn_number",
+    type=_PositiveNumber(),
+    default=None,
+    help="Show this turn: its prompt, commands, file changes, answer, tokens and cost.",
+)
+@click.option(
+    "--tail",
+    "tail_lines",
+    type=click.IntRange(min=0),
+    default=6,
+    show_default=True,
+    help="Lines of each command's output to show (its last ones; 0: none).",
+)
+@click.option(
+    "--jsonl", "as_jsonl", is_flag=True, help="The events as JSON Lines (the turn's with --turn, else the session's)."
+)
 @root_option
 @json_option
 def show_command(session, turn_number, tail_lines, as_jsonl, root, as_json):
@@ -747,8 +868,10 @@ def show_command(session, turn_number, tail_lines, as_jsonl, root, as_json):
         return
     # turn_count counts closed turns (as VT Code's manifest does): say so when one is open.
     open_turn = " (and 1 open)" if manifest.in_turn else ""
-    click.echo(f"session {manifest.session_id!r}: {manifest.status}, {plural(manifest.turn_count, 'turn')}{open_turn}, "
-               f"{plural(manifest.event_count, 'event')}, updated {manifest.updated_at}")
+    click.echo(
+        f"session {manifest.session_id!r}: {manifest.status}, {plural(manifest.turn_count, 'turn')}{open_turn}, "
+        f"{plural(manifest.event_count, 'event')}, updated {manifest.updated_at}"
+    )
     source = manifest.source or {}
     about = [f"{key} {source[key]}" for key in ("agent", "cwd", "git_branch") if isinstance(source.get(key), str)]
     click.echo("  ".join(about + [f"cost {_cost_text(total)}"]))
@@ -759,14 +882,18 @@ def show_command(session, turn_number, tail_lines, as_jsonl, root, as_json):
 
 def _print_turns(turns, costs: Optional[dict] = None) -> None:
     costs = costs or {}
-    click.echo(f"{'turn':>4}  {'status':<11} {'events':>6}  {'input':>7} {'cached':>7} {'output':>7} {'cost':>9}  "
-               "model / started")
+    click.echo(
+        f"{'turn':>4}  {'status':<11} {'events':>6}  {'input':>7} {'cached':>7} {'output':>7} {'cost':>9}  "
+        "model / started"
+    )
     for t in turns:
         cost = costs.get(t.number)
         shown = _usd(float(cost.usd)) if cost is not None and cost.usd is not None else "-"
-        click.echo(f"{t.number:>4}  {t.status:<11} {t.event_count:>6}  {t.input_tokens:>7} "
-                   f"{t.cached_input_tokens:>7} {t.output_tokens:>7} {shown:>9}  "
-                   f"{t.model or '-'}  {_when(t.started_at)}")
+        click.echo(
+            f"{t.number:>4}  {t.status:<11} {t.event_count:>6}  {t.input_tokens:>7} "
+            f"{t.cached_input_tokens:>7} {t.output_tokens:>7} {shown:>9}  "
+            f"{t.model or '-'}  {_when(t.started_at)}"
+        )
 
 
 def _agent_of(manifest) -> Optional[str]:
@@ -821,14 +948,20 @@ def _print_turn(manifest, turn, records, tail_lines: int, root: str) -> None:
             view = {**view, "role": "answer"}  # the turn's last word: its answer
         for line in _turn_lines(view, tail_lines, root):
             click.echo(line)
-    usage = (f"tokens: {turn.input_tokens:,} in ({turn.cached_input_tokens:,} cached"
-             + (f", {turn.cache_creation_tokens:,} written to the cache" if turn.cache_creation_tokens else "")
-             + f"), {turn.output_tokens:,} out")
+    usage = (
+        f"tokens: {turn.input_tokens:,} in ({turn.cached_input_tokens:,} cached"
+        + (f", {turn.cache_creation_tokens:,} written to the cache" if turn.cache_creation_tokens else "")
+        + f"), {turn.output_tokens:,} out"
+    )
     if end_event is not None:
         cost = turn_cost(end_event.event, provider_hint=_agent_of(manifest), when=end_event.ts)
-        priced = f"{_usd(float(cost.usd))} ({cost.source.value}" + (
-            f", {cost.model_matched}" if cost.model_matched else "") + ")" if cost.usd is not None else (
-            f"- ({cost.note})" if cost.note else "-")
+        priced = (
+            f"{_usd(float(cost.usd))} ({cost.source.value}"
+            + (f", {cost.model_matched}" if cost.model_matched else "")
+            + ")"
+            if cost.usd is not None
+            else (f"- ({cost.note})" if cost.note else "-")
+        )
         usage += f"; cost {priced}"
     click.echo(f"{turn.model + ': ' if turn.model else ''}{usage}")
 
@@ -849,8 +982,11 @@ def _turn_lines(view: dict, tail_lines: int, root: str) -> list[str]:
     if kind == "command":
         code = view.get("exit_code")
         state = f"exit {code}" if code is not None else view.get("status") or "no exit code"
-        lines = [click.style(f"$ {view.get('command')}", bold=True) + "  "
-                 + click.style(f"[{state}]", fg="red" if error else "green" if code == 0 else None)]
+        lines = [
+            click.style(f"$ {view.get('command')}", bold=True)
+            + "  "
+            + click.style(f"[{state}]", fg="red" if error else "green" if code == 0 else None)
+        ]
         output = (view.get("output") or {}).get("text", "").rstrip("\n")
         if tail_lines and output:
             out = output.splitlines()
@@ -868,12 +1004,18 @@ def _turn_lines(view: dict, tail_lines: int, root: str) -> list[str]:
             lines.append(f"  -> sub-agent session {child}: memstore show {shlex.quote(child)}{_root_arg(root)}")
         return lines
     if kind == "tool_output":
-        return [click.style(f"  -> {_shorten((view.get('output') or {}).get('text', ''), 100)}", fg="red")] if error else []
+        return (
+            [click.style(f"  -> {_shorten((view.get('output') or {}).get('text', ''), 100)}", fg="red")]
+            if error
+            else []
+        )
     if kind == "file_change":
-        counts = " ".join(f"{sign}{view[key]}" for sign, key in (("+", "additions"), ("-", "deletions"))
-                          if view.get(key) is not None)
-        return [f"changed {c['path']} ({c['kind']}{', ' + counts if counts else ''})" for c in view.get("changes") or []] \
-            or [f"file change{' ' + counts if counts else ''}"]
+        counts = " ".join(
+            f"{sign}{view[key]}" for sign, key in (("+", "additions"), ("-", "deletions")) if view.get(key) is not None
+        )
+        return [
+            f"changed {c['path']} ({c['kind']}{', ' + counts if counts else ''})" for c in view.get("changes") or []
+        ] or [f"file change{' ' + counts if counts else ''}"]
     if kind in ("error", "notice"):
         line = f"{title}" + (f": {_first_line(text)}" if text else "")
         return [click.style(line, fg="red" if error else "yellow")]
@@ -893,8 +1035,11 @@ def _span(started: Optional[str], ended: Optional[str]) -> str:
     if start is None or end is None:
         return f"  ({shown})"
     seconds = max(0, round((end - start).total_seconds()))
-    took = f"{seconds // 3600}h {seconds % 3600 // 60}m" if seconds >= 3600 else (
-        f"{seconds // 60}m {seconds % 60}s" if seconds >= 60 else f"{seconds}s")
+    took = (
+        f"{seconds // 3600}h {seconds % 3600 // 60}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m {seconds % 60}s" if seconds >= 60 else f"{seconds}s")
+    )
     return f"  ({shown}, {took})"
 
 
@@ -1027,13 +1172,19 @@ def verify_command(session, pack_path, root, as_json):
 @click.argument("query")
 @click.option("--session", "session_id", default=None, callback=_session_ids, help="Only this session.")
 @click.option("--since", default=None, help="Only events from this date (YYYY-MM-DD) or time on.")
-@click.option("--source", type=click.Choice(["event", "session"]), default=None,
-              help="Only event text, or only memory facts.")
+@click.option(
+    "--source", type=click.Choice(["event", "session"]), default=None, help="Only event text, or only memory facts."
+)
 @limit_option(10, "At most this many results.", maximum=1000)
 @click.option("--max-results", "max_results", type=click.IntRange(min=1, max=1000), default=None, hidden=True)
 @click.option("--no-recency", is_flag=True, help="Plain BM25, without the mild preference for recent events.")
-@click.option("--explorer-url", default=EXPLORER_URL, show_default=True, envvar="MEMSTORE_EXPLORER_URL",
-              help="Where `memstore serve` runs, for the links of the hits; env MEMSTORE_EXPLORER_URL.")
+@click.option(
+    "--explorer-url",
+    default=EXPLORER_URL,
+    show_default=True,
+    envvar="MEMSTORE_EXPLORER_URL",
+    help="Where `memstore serve` runs, for the links of the hits; env MEMSTORE_EXPLORER_URL.",
+)
 @root_option
 @json_option
 def search_command(query, session_id, since, source, limit, max_results, no_recency, explorer_url, root, as_json):
@@ -1063,8 +1214,9 @@ def search_command(query, session_id, since, source, limit, max_results, no_rece
     except errors.StoreIOError as exc:  # a read-only store: search what the catalog holds
         logger.warning("searching without refreshing the catalog first: %s", exc)
     try:
-        results = search_memory(root, query, limit, source=source, session_id=session_id, since=since,
-                                recency=not no_recency)
+        results = search_memory(
+            root, query, limit, source=source, session_id=session_id, since=since, recency=not no_recency
+        )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from exc
     urls = Urls(explorer_url)
@@ -1101,8 +1253,13 @@ def _hit_command(hit, root: str) -> str:
 
 @cli.command("import")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=str))
-@click.option("--source", type=click.Choice(["auto", "codex", "codex-exec", "claude"]), default="auto", show_default=True,
-              help="What the files are; auto tells each file by its lines.")
+@click.option(
+    "--source",
+    type=click.Choice(["auto", "codex", "codex-exec", "claude"]),
+    default="auto",
+    show_default=True,
+    help="What the files are; auto tells each file by its lines.",
+)
 @root_option
 @json_option
 def import_command(paths, source, root, as_json):
@@ -1129,8 +1286,9 @@ def import_command(paths, source, root, as_json):
     if not paths:
         codex_home = os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
         claude_home = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.expanduser("~/.claude")
-        paths = tuple(p for p in (os.path.join(codex_home, "sessions"), os.path.join(claude_home, "projects"))
-                      if os.path.isdir(p))
+        paths = tuple(
+            p for p in (os.path.join(codex_home, "sessions"), os.path.join(claude_home, "projects")) if os.path.isdir(p)
+        )
         if not paths:
             if as_json:  # an empty report: there was nothing to import, which is no error
                 from .importers import ImportReport
@@ -1168,21 +1326,24 @@ def import_command(paths, source, root, as_json):
     for problem in report.problems:
         where = f"{problem.path}:{problem.line}" if problem.line else problem.path
         click.echo(f"{where}: {problem.reason}", err=True)
-    click.echo(f"imported {plural(report.events_appended, 'event')} from {plural(report.sources, 'source')}: "
-               f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated, "
-               f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
-               f"{plural(report.lines_skipped, 'line')} skipped, {plural(len(report.problems), 'problem')}")
+    click.echo(
+        f"imported {plural(report.events_appended, 'event')} from {plural(report.sources, 'source')}: "
+        f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated, "
+        f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
+        f"{plural(report.lines_skipped, 'line')} skipped, {plural(len(report.problems), 'problem')}"
+    )
     for entry in report.set_aside:
         click.echo(f"set aside {entry.session_id} as {entry.set_aside_as} ({entry.reason}; every event kept)")
     if report.tombstoned:
-        click.echo(f"not imported: {plural(len(report.tombstoned), 'source')} of sessions removed on purpose "
-                   "(tombstoned)")
+        click.echo(
+            f"not imported: {plural(len(report.tombstoned), 'source')} of sessions removed on purpose (tombstoned)"
+        )
     for agent in report.agents:
         click.echo(agent.line())
     if report.sessions:
-        shown = report.sessions[:10]
-        more = f" and {len(report.sessions) - len(shown)} more" if len(report.sessions) > len(shown) else ""
-        click.echo(f"sessions: {', '.join(shown)}{more}")
+        named = report.sessions[:10]
+        more = f" and {len(report.sessions) - len(named)} more" if len(report.sessions) > len(named) else ""
+        click.echo(f"sessions: {', '.join(named)}{more}")
 
 
 # --- retention, pins, legacy migration, memory facts ---
@@ -1190,16 +1351,30 @@ def import_command(paths, source, root, as_json):
 
 @cli.command("retention")
 @root_option
-@click.option("--max-sessions", type=click.IntRange(min=0), default=50, show_default=True,
-              help="Keep at most this many removable (completed, unpinned, idle) sessions.")
-@click.option("--max-age-days", type=click.IntRange(min=0), default=30, show_default=True,
-              help="Remove sessions whose last event is older than this, first marking idle active ones that old "
-                   "completed (0: no age limit: nothing ages out, nothing is marked).")
-@click.option("--preserve", "preserve", default=None, metavar="SESSION", callback=_session_ids,
-              help="Never touch this session.")
-@click.option("--include-imported", is_flag=True,
-              help="Also age out sessions imported from Codex and Claude Code logs (tombstoned, so that no import "
-                   "recreates them). By default they are kept and not counted.")
+@click.option(
+    "--max-sessions",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="Keep at most this many removable (completed, unpinned, idle) sessions.",
+)
+@click.option(
+    "--max-age-days",
+    type=click.IntRange(min=0),
+    default=30,
+    show_default=True,
+    help="Remove sessions whose last event is older than this, first marking idle active ones that old "
+    "completed (0: no age limit: nothing ages out, nothing is marked).",
+)
+@click.option(
+    "--preserve", "preserve", default=None, metavar="SESSION", callback=_session_ids, help="Never touch this session."
+)
+@click.option(
+    "--include-imported",
+    is_flag=True,
+    help="Also age out sessions imported from Codex and Claude Code logs (tombstoned, so that no import "
+    "recreates them). By default they are kept and not counted.",
+)
 @click.option("--apply", "apply_", is_flag=True, help="Remove for real (default: a dry run that only shows).")
 @json_option
 def retention_command(root, max_sessions, max_age_days, preserve, include_imported, apply_, as_json):
@@ -1233,7 +1408,9 @@ def retention_command(root, max_sessions, max_age_days, preserve, include_import
     for r in report.removed:
         click.echo(f"  {r.directory:<40} {r.reason:<12} {r.bytes:>10} bytes  updated {r.updated_at}")
     if report.marked_abandoned:
-        click.echo(f"{'marked' if apply_ else 'would mark'} completed (abandoned): {', '.join(report.marked_abandoned)}")
+        click.echo(
+            f"{'marked' if apply_ else 'would mark'} completed (abandoned): {', '.join(report.marked_abandoned)}"
+        )
     if report.imported_kept:
         click.echo(f"kept {plural(report.imported_kept, 'imported session')} (pass --include-imported to age them out)")
     if report.skipped:
@@ -1309,8 +1486,11 @@ def unpin_command(session, root, as_json):
 
 @cli.command("migrate")
 @root_option
-@click.option("--remove-legacy", is_flag=True,
-              help="Then remove the legacy files whose content was imported (others are kept and listed).")
+@click.option(
+    "--remove-legacy",
+    is_flag=True,
+    help="Then remove the legacy files whose content was imported (others are kept and listed).",
+)
 @json_option
 def migrate_command(root, remove_legacy, as_json):
     """Import VT Code's legacy history/*.memory.json and logs/trajectory*.jsonl under the root
@@ -1336,19 +1516,23 @@ def migrate_command(root, remove_legacy, as_json):
     if as_json:
         _echo_json(report.to_dict())
     else:
-        click.echo(f"imported {plural(report.memory_imported, 'memory envelope')} and "
-                   f"{plural(report.trajectory_imported, 'trajectory log')} "
-                   f"({plural(report.records_imported, 'record')}, {plural(report.bytes_migrated, 'byte')}): "
-                   f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated; "
-                   f"{report.already_imported} already imported, "
-                   f"{report.already_migrated} already migrated by VT Code")
+        click.echo(
+            f"imported {plural(report.memory_imported, 'memory envelope')} and "
+            f"{plural(report.trajectory_imported, 'trajectory log')} "
+            f"({plural(report.records_imported, 'record')}, {plural(report.bytes_migrated, 'byte')}): "
+            f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated; "
+            f"{report.already_imported} already imported, "
+            f"{report.already_migrated} already migrated by VT Code"
+        )
         for m in report.migrated_by_vtcode:
             click.echo(f"migrated by VT Code: {m.path} (session {m.session}): {m.state.value.replace('_', ' ')}")
         for s in report.skipped:
             click.echo(f"not imported: {s.path}: {s.reason}")
         if report.legacy is not None:
-            click.echo(f"removed {plural(len(report.legacy.removed), 'legacy file')} "
-                       f"({plural(report.legacy.bytes_freed, 'byte')})")
+            click.echo(
+                f"removed {plural(len(report.legacy.removed), 'legacy file')} "
+                f"({plural(report.legacy.bytes_freed, 'byte')})"
+            )
             for s in report.legacy.kept:
                 click.echo(f"kept: {s.path}: {s.reason}")
     if report.skipped:
@@ -1396,15 +1580,32 @@ def facts_command(root, limit, session, as_json):
 
 @cli.command("serve")
 @root_option
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Interface to bind (the default is reachable from this machine only).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Interface to bind (the default is reachable from this machine only).",
+)
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8001, show_default=True)
-@click.option("--refresh-interval", type=click.FloatRange(min=0), default=3.0, show_default=True,
-              help="Refresh the catalog at most this often (seconds) while pages are requested; 0: never.")
-@click.option("--metadata", type=click.Path(exists=True, dir_okay=False, path_type=str), default=None,
-              help="Datasette metadata file (default: the project's metadata.yml).")
-@click.option("--plugins-dir", type=click.Path(exists=True, file_okay=False, path_type=str), default=None,
-              help="Datasette plugins directory (default: the project's plugins/).")
+@click.option(
+    "--refresh-interval",
+    type=click.FloatRange(min=0),
+    default=3.0,
+    show_default=True,
+    help="Refresh the catalog at most this often (seconds) while pages are requested; 0: never.",
+)
+@click.option(
+    "--metadata",
+    type=click.Path(exists=True, dir_okay=False, path_type=str),
+    default=None,
+    help="Datasette metadata file (default: the project's metadata.yml).",
+)
+@click.option(
+    "--plugins-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=str),
+    default=None,
+    help="Datasette plugins directory (default: the project's plugins/).",
+)
 @json_option
 def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_json):
     """Explore the store in a browser: refresh its catalog and serve it with Datasette.
@@ -1427,6 +1628,7 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
     if plugins_dir is not None:
         kwargs["plugins_dir"] = plugins_dir
     with _progress_bar("refreshing the catalog", enabled=not as_json, minimum=200) as progress:
+
         def announce(url):
             if as_json:  # one JSON object on stdout, once the server is about to listen
                 _echo_json({"url": url, "root": root, "host": host, "port": port})
@@ -1434,8 +1636,15 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
                 click.echo(f"memstore explorer on {url}  (store {root}; Ctrl-C to stop)", err=True)
 
         try:
-            server.serve(root, host=host, port=port, refresh_interval=refresh_interval, progress=progress,
-                         announce=announce, **kwargs)
+            server.serve(
+                root,
+                host=host,
+                port=port,
+                refresh_interval=refresh_interval,
+                progress=progress,
+                announce=announce,
+                **kwargs,
+            )
         except OSError as exc:  # the port is taken, say (library errors are the group's to print)
             raise _ExitWith(f"cannot serve on {host}:{port}: {exc.strerror or exc}", 2) from exc
 
@@ -1491,8 +1700,9 @@ def doctor_command(root, fix, as_json):
             state = "fixed" if p.fixed else ("run with --fix" if p.fixable and not fix else "not fixed")
             click.echo(f"{where}: {p.check}: {p.detail} [{state}]")
         if report.live:
-            click.echo(f"{plural(len(report.live), 'session')} open in another process "
-                       "(their writers keep them current)")
+            click.echo(
+                f"{plural(len(report.live), 'session')} open in another process (their writers keep them current)"
+            )
         verdict = "ok" if report.ok else plural(sum(not p.fixed for p in report.problems), "problem")
         click.echo(f"{plural(report.sessions, 'session')} checked: {verdict} (store {_store_named(root)})")
     if not report.ok:
@@ -1512,8 +1722,9 @@ class _ExportGroup(click.Group):
             command = self.get_command(ctx, name)
             if command is None:
                 continue
-            sub = click.Context(command, info_name=name, parent=ctx, terminal_width=formatter.width,
-                                max_content_width=formatter.width)
+            sub = click.Context(
+                command, info_name=name, parent=ctx, terminal_width=formatter.width, max_content_width=formatter.width
+            )
             formatter.write_paragraph()
             formatter.write_text(f"--- {sub.command_path} ---")
             command.format_help(sub, formatter)
@@ -1574,10 +1785,12 @@ def export_parquet_command(dest, include_text, full, root, as_json):
         _echo_json(report.to_dict())
         return
     rows = ", ".join(f"{table} {count}" for table, count in report.rows.items())
-    click.echo(f"exported to {report.destination}: {plural(len(report.written), 'session')} written, "
-               f"{report.unchanged} unchanged, {len(report.removed)} removed; "
-               f"{plural(report.files_written, 'file')} written ({report.bytes_written} bytes), "
-               f"{report.files_removed} removed")
+    click.echo(
+        f"exported to {report.destination}: {plural(len(report.written), 'session')} written, "
+        f"{report.unchanged} unchanged, {len(report.removed)} removed; "
+        f"{plural(report.files_written, 'file')} written ({report.bytes_written} bytes), "
+        f"{report.files_removed} removed"
+    )
     click.echo(f"rows: {rows}")
     for name, reason in report.refresh_errors:
         click.echo(f"{name}: exported as the catalog last saw it ({reason})", err=True)
@@ -1614,9 +1827,11 @@ def export_otlp_command(dest, root, as_json):
     if as_json and not to_stdout:
         _echo_json(report.to_dict())
     elif not to_stdout:
-        click.echo(f"exported to {report.destination}: {plural(report.sessions, 'trace')}, "
-                   f"{plural(report.spans, 'span')} in {plural(report.lines, 'request')} ({report.bytes} bytes); "
-                   f"tokens: {report.input_tokens} input, {report.output_tokens} output")
+        click.echo(
+            f"exported to {report.destination}: {plural(report.sessions, 'trace')}, "
+            f"{plural(report.spans, 'span')} in {plural(report.lines, 'request')} ({report.bytes} bytes); "
+            f"tokens: {report.input_tokens} input, {report.output_tokens} output"
+        )
     for name, reason in report.refresh_errors:
         click.echo(f"{name}: exported as the catalog last saw it ({reason})", err=True)
 
