@@ -63,7 +63,7 @@ class StoreLocation:
             return f"{ENV_VAR} is set"
         if self.reason is RootReason.WORKSPACE:
             return f"the VT Code workspace of {self.path.parent}"
-        return "the per-user store (no --root, no MEMSTORE_ROOT, no VT Code workspace here)"
+        return "the per-user store"
 
     def to_dict(self) -> dict:
         return {
