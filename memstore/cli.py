@@ -20,6 +20,7 @@ import os
 import shlex
 import sys
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any, Optional
 
 import click
@@ -761,11 +762,52 @@ def _usd(usd: Optional[float], unpriced: int = 0) -> str:
     return text + ("+" if unpriced else "")
 
 
-def _when(ts: Optional[str]) -> str:
-    """``2026-11-03 14:05`` from a memstore timestamp (as it is when it is not one)."""
-    if not ts:
+def _when(ts: Optional[str], *, now: Optional[datetime] = None) -> str:
+    """``2026-11-03 15:35 (3 h ago)``: a memstore timestamp (UTC) in the local time zone, and how
+    long ago it was; as it is when it is not a timestamp."""
+    local = _local(ts)
+    if not ts or local == ts:
+        return ts or ""
+    return f"{local} ({_ago(ts, now=now)})"
+
+
+def _local(ts: Optional[str], *, seconds: bool = False) -> str:
+    """A memstore timestamp in the local time zone (``2026-11-03 15:35``, with ``seconds``
+    ``15:35:09``); as it is when it is not one."""
+    from .events import parse_ts
+
+    when = parse_ts(ts)
+    if when is None:
+        return ts or ""
+    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def _ago(ts: Optional[str], *, now: Optional[datetime] = None) -> str:
+    """How long before ``now`` (default: the current time) ``ts`` was, in the largest unit that
+    fits: ``just now``, ``12 min ago``, ``3 h ago``, ``5 days ago``, ``4 months ago``,
+    ``2 years ago``; ``in 5 min`` for a time ahead of the clock. Empty when ``ts`` is no
+    timestamp."""
+    from .events import parse_ts
+
+    when = parse_ts(ts)
+    if when is None:
         return ""
-    return ts[:16].replace("T", " ") if len(ts) >= 16 and ts[10:11] == "T" else ts
+    seconds = ((now or datetime.now(UTC)) - when).total_seconds()
+    ahead, seconds = seconds < 0, abs(seconds)
+    if seconds < 60:
+        return "just now"
+    for size, unit, units in (
+        (365 * 86400, "year", "years"),
+        (30 * 86400, "month", "months"),
+        (86400, "day", "days"),
+        (3600, "h", "h"),
+        (60, "min", "min"),
+    ):
+        if seconds >= size * (2 if unit in ("year", "month") else 1):
+            n = int(seconds // size)
+            text = f"{n} {unit if n == 1 else units}"
+            return f"in {text}" if ahead else f"{text} ago"
+    return "just now"  # (not reached: every span of 60 s or more has a unit)
 
 
 def _require_store(root: str) -> None:
@@ -870,7 +912,7 @@ def show_command(session, turn_number, tail_lines, as_jsonl, root, as_json):
     open_turn = " (and 1 open)" if manifest.in_turn else ""
     click.echo(
         f"session {manifest.session_id!r}: {manifest.status}, {plural(manifest.turn_count, 'turn')}{open_turn}, "
-        f"{plural(manifest.event_count, 'event')}, updated {manifest.updated_at}"
+        f"{plural(manifest.event_count, 'event')}, updated {_when(manifest.updated_at)}"
     )
     source = manifest.source or {}
     about = [f"{key} {source[key]}" for key in ("agent", "cwd", "git_branch") if isinstance(source.get(key), str)]
@@ -892,7 +934,7 @@ def _print_turns(turns, costs: Optional[dict] = None) -> None:
         click.echo(
             f"{t.number:>4}  {t.status:<11} {t.event_count:>6}  {t.input_tokens:>7} "
             f"{t.cached_input_tokens:>7} {t.output_tokens:>7} {shown:>9}  "
-            f"{t.model or '-'}  {_when(t.started_at)}"
+            f"{t.model or '-'}  {_local(t.started_at)}"
         )
 
 
@@ -1025,13 +1067,13 @@ def _turn_lines(view: dict, tail_lines: int, root: str) -> list[str]:
 
 
 def _span(started: Optional[str], ended: Optional[str]) -> str:
-    """``  (2026-11-03 14:05:09, 2m 31s)``: when a turn started and how long it took."""
+    """``  (2026-11-03 14:05:09, 2m 31s)``: when a turn started (local time) and how long it took."""
     from .events import parse_ts
 
     if not started:
         return ""
     start, end = parse_ts(started), parse_ts(ended) if ended else None
-    shown = started[:19].replace("T", " ") if start is not None else started
+    shown = _local(started, seconds=True)
     if start is None or end is None:
         return f"  ({shown})"
     seconds = max(0, round((end - start).total_seconds()))
@@ -1180,24 +1222,28 @@ def verify_command(session, pack_path, root, as_json):
 @click.option("--no-recency", is_flag=True, help="Plain BM25, without the mild preference for recent events.")
 @click.option(
     "--explorer-url",
-    default=EXPLORER_URL,
-    show_default=True,
+    default=None,
     envvar="MEMSTORE_EXPLORER_URL",
-    help="Where `memstore serve` runs, for the links of the hits; env MEMSTORE_EXPLORER_URL.",
+    metavar="URL",
+    help="Base URL of the explorer, for the links of the hits (env MEMSTORE_EXPLORER_URL). Default: the "
+    "`memstore serve` running on this store, if one is; else no links.",
 )
 @root_option
 @json_option
 def search_command(query, session_id, since, source, limit, max_results, no_recency, explorer_url, root, as_json):
     """BM25 search over every session: where did the agent do QUERY?
 
-    Each hit says where it is, with the `memstore show` command that opens its turn and its
-    page in the explorer. The first search of a large store builds its catalog first (a
-    progress bar shows while that takes long). --json: the hits, each with "url" and "show".
+    Each hit says where it is and when (local time, and how long ago), with the `memstore
+    show` command that opens its turn and, while `memstore serve` runs on this store (or with
+    --explorer-url), its page in the explorer. The first search of a large store builds its
+    catalog first (a progress bar shows while that takes long). --json: the hits, each with
+    "show" and "url" (null when no explorer is known).
 
     \b
     Examples:
       memstore search "mismatched types"
       memstore search "cargo test" --since 2026-11-01 -n 20 --json
+      memstore search "flaky test" --explorer-url https://agents.example.com/
     """
     from .explorer.urls import Urls
     from .search import search_memory
@@ -1219,20 +1265,53 @@ def search_command(query, session_id, since, source, limit, max_results, no_rece
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from exc
-    urls = Urls(explorer_url)
-    hits = [(r, _hit_url(urls, r), _hit_command(r, root)) for r in results]
+    base = _explorer_base(root, explorer_url)
+    urls = Urls(base) if base is not None else None
+    hits = [(r, _hit_url(urls, r) if urls is not None else None, _hit_command(r, root)) for r in results]
     if as_json:
         _echo_json([{**r.to_dict(), "url": url, "show": command} for r, url, command in hits])
         return
     if not results:
         click.echo("no results")
         return
-    for r, url, command in hits:
-        where = f"{r.session_id} turn {r.turn} seq {r.seq}" if r.seq is not None else f"{r.session_id} (memory)"
-        click.echo(f"{r.score:7.3f}  {where}  [{r.kind or r.source}]  {r.created_at or ''}")
-        click.echo(f"         {r.snippet}")
-        click.echo(click.style(f"         {command}", dim=True))
-        click.echo(click.style(f"         {url}", dim=True))
+    rows = [
+        (
+            f"{r.score:.3f}",
+            _hit_place(r),
+            r.kind or r.source or "",
+            _when(r.created_at),
+        )
+        for r, _url, _command in hits
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    indent = " " * (widths[0] + 2)
+    for (score, where, kind, when), (r, url, command) in zip(rows, hits):
+        click.echo(f"{score:>{widths[0]}}  {where:<{widths[1]}}  {kind:<{widths[2]}}  {when}".rstrip())
+        click.echo(f"{indent}{r.snippet}")
+        click.echo(click.style(f"{indent}{command}", dim=True))
+        if url is not None:
+            click.echo(click.style(f"{indent}{url}", dim=True))
+    if urls is None and not _quiet():
+        click.echo(f"(links to the explorer: run `memstore serve{_root_arg(root)}`, or pass --explorer-url)", err=True)
+
+
+def _hit_place(hit) -> str:
+    """Where a hit is, for people: ``run-42 turn 3 event 17``, or ``run-42 (memory)``."""
+    if hit.turn is None:
+        return f"{hit.session_id} (memory)"
+    return f"{hit.session_id} turn {hit.turn}" + (f" event {hit.seq}" if hit.seq is not None else "")
+
+
+def _explorer_base(root: str, configured: Optional[str]) -> Optional[str]:
+    """The explorer's base URL for links: the one configured (--explorer-url or
+    MEMSTORE_EXPLORER_URL), else that of the `memstore serve` running on this store now, else
+    None (a link to a server that is not there would only mislead)."""
+    from .location import running_explorer
+
+    if configured:
+        return configured
+    record = running_explorer(root)
+    return record.base_url if record is not None else None
 
 
 def _hit_url(urls, hit) -> str:
@@ -1586,7 +1665,13 @@ def facts_command(root, limit, session, as_json):
     show_default=True,
     help="Interface to bind (the default is reachable from this machine only).",
 )
-@click.option("--port", type=click.IntRange(min=0, max=65535), default=8001, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(min=0, max=65535),
+    default=8001,
+    show_default=True,
+    help="Port to listen on (0: a free one, announced).",
+)
 @click.option(
     "--refresh-interval",
     type=click.FloatRange(min=0),
@@ -1612,7 +1697,8 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
 
     Opens http://localhost:8001/-/memstore: sessions, turns, events, search, charts and SQL
     over catalog.db. New sessions appear without a restart (the catalog is refreshed in the
-    background while pages are requested). Read-only. Stop with Ctrl-C.
+    background while pages are requested). Read-only. Stop with Ctrl-C. While it runs,
+    `memstore search` on the same store links each hit to its page here.
 
     \b
     Examples:
@@ -1621,15 +1707,26 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
       MEMSTORE_ROOT=/srv/agents memstore serve --host 0.0.0.0
     """
     from .explorer import server
+    from .explorer.urls import PREFIX
+    from .location import ExplorerRecord, forget_explorer, record_explorer
 
     kwargs = {}
     if metadata is not None:
         kwargs["metadata"] = metadata
     if plugins_dir is not None:
         kwargs["plugins_dir"] = plugins_dir
+    if port == 0:  # a free port chosen here, so that the URL announced is the one served
+        try:
+            port = _free_port(host)
+        except OSError as exc:
+            raise _ExitWith(f"cannot serve on {host}: {exc.strerror or exc}", 2) from exc
+    recorded = False
     with _progress_bar("refreshing the catalog", enabled=not as_json, minimum=200) as progress:
 
         def announce(url):
+            nonlocal recorded
+            base = url[: -len(PREFIX)] if url.endswith(PREFIX) else url
+            recorded = record_explorer(ExplorerRecord(root, base, host, port, os.getpid())) is not None
             if as_json:  # one JSON object on stdout, once the server is about to listen
                 _echo_json({"url": url, "root": root, "host": host, "port": port})
             else:
@@ -1647,6 +1744,19 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
             )
         except OSError as exc:  # the port is taken, say (library errors are the group's to print)
             raise _ExitWith(f"cannot serve on {host}:{port}: {exc.strerror or exc}", 2) from exc
+        finally:
+            if recorded:
+                forget_explorer(root, os.getpid())
+
+
+def _free_port(host: str) -> int:
+    """A port free on ``host`` now (the system's choice, as binding to port 0 makes it)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 @cli.command("mcp")

@@ -24,6 +24,9 @@ def fault() -> Iterator[object]:
 def _no_store_of_the_person_running_the_tests(tmp_path_factory, monkeypatch) -> None:
     """A command or ``Store()`` that falls back to the default store (see memstore.location)
     finds a per-user store in a temporary directory, never the real one of whoever runs the
-    tests, and no MEMSTORE_ROOT from their shell."""
+    tests, and no MEMSTORE_ROOT from their shell; a `memstore serve` records itself in a
+    temporary runtime directory, and no MEMSTORE_EXPLORER_URL is configured."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("xdg-runtime")))
     monkeypatch.delenv("MEMSTORE_ROOT", raising=False)
+    monkeypatch.delenv("MEMSTORE_EXPLORER_URL", raising=False)

@@ -227,9 +227,11 @@ def test_serve_json_announces_as_json_and_shows_no_progress(tmp_path, monkeypatc
     write_session(tmp_path, "s")
     result = run("serve", "--root", tmp_path, "--port", "0", "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"url": "http://localhost:0/-/memstore", "root": str(tmp_path),
-                                         "host": "127.0.0.1", "port": 0}
-    assert result.stderr == "" and calls == [("127.0.0.1", 0)]
+    announced = json.loads(result.stdout)
+    port = announced["port"]  # port 0: a free port, chosen before serving, so the URL is the real one
+    assert port > 0 and announced == {"url": f"http://localhost:{port}/-/memstore", "root": str(tmp_path),
+                                      "host": "127.0.0.1", "port": port}
+    assert result.stderr == "" and calls == [("127.0.0.1", port)]
     json_error(run("serve", "--root", tmp_path / "nothing", "--json"), 2, "memstore demo")
 
 

@@ -68,7 +68,8 @@ def test_serve_options_and_environment(tmp_path, served, monkeypatch):
     result = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0", "--port", "0", "--refresh-interval", "0"],
                                 env={"MEMSTORE_ROOT": str(tmp_path)})
     assert result.exit_code == 0, result.output
-    assert served[-1]["host"] == "0.0.0.0" and served[-1]["port"] == 0
+    assert served[-1]["host"] == "0.0.0.0" and served[-1]["port"] > 0  # port 0: a free port, announced
+    assert f"http://0.0.0.0:{served[-1]['port']}/-/memstore" in result.output
     metadata = tmp_path / "meta.yml"
     metadata.write_text("title: custom title\n")
     result = CliRunner().invoke(cli, ["serve", "--root", str(tmp_path), "--port", "0", "--metadata", str(metadata)])

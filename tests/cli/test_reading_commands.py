@@ -6,6 +6,7 @@ how to open them (the explorer's URL and the `memstore show` command), and every
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -163,7 +164,21 @@ def test_show_session_lists_turns_with_cost(store):
     assert data["cost"]["usd"] == pytest.approx(expected_turn_cost())
 
 
-def test_sessions_shows_title_agent_model_turns_tokens_cost_and_time(store):
+@pytest.fixture
+def local_tz(monkeypatch):
+    """The local time zone is India's (UTC+05:30, no daylight saving) for one test."""
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_sessions_shows_title_agent_model_turns_tokens_cost_and_time(store, local_tz):
+    """Columns aligned; the update time in the local time zone and how long ago; cost in
+    dollars ("+" when some turn is unpriced, "-" when none is priced)."""
     with memstore.open_session(store, "quiet") as log:  # no model, no tokens: no cost, no title
         log.append({"type": "turn.started"}, ts="2026-11-01T09:00:00.000Z")
         log.append({"type": "turn.completed", "usage": {}}, ts="2026-11-01T09:00:05.000Z")
@@ -173,8 +188,11 @@ def test_sessions_shows_title_agent_model_turns_tokens_cost_and_time(store):
     assert header.split() == ["session", "title", "agent", "model", "turns", "tokens", "cost", "updated"]
     assert first.startswith(SID) and "Why does append_roundtrip fail?" in first and "claude" in first
     assert "no-such-model-anywhere" in first  # the model of the last turn
-    assert "2026-11-03 10:05" in first and "13.0k" in first and f"${expected_turn_cost():.3f}+" in first
-    assert second.startswith("quiet") and second.split()[-3:-2] == ["-"]
+    assert "2026-11-03 15:35 (" in first and "13.0k" in first and f"${expected_turn_cost():.3f}+" in first
+    assert re.search(r"2026-11-03 15:35 \(\d+ (days|months|years) ago\)$", first)
+    assert second.startswith("quiet") and re.search(r"\s-  2026-11-01 14:30 \(", second)
+    assert header.index("updated") == first.index("2026-11-03") == second.index("2026-11-01")  # aligned
+    assert header.index("turns") + len("turns") == first.index(" 2 ") + 2  # numbers right-aligned
     rows = json.loads(run("sessions", "--root", store, "--json").stdout)
     assert [r["session_id"] for r in rows] == [SID, "quiet"]
     assert rows[0]["title"] == "Why does append_roundtrip fail?" and rows[0]["agent"] == "claude"
@@ -191,23 +209,127 @@ def test_sessions_lists_what_the_library_lists(store):
     assert [r["session_id"] for r in rows] == listed == [SID]
 
 
-def test_search_hits_say_how_to_open_them(store):
-    """Each hit has the explorer URL of its turn at its event, built by the explorer's own
-    Urls, and the `memstore show` command that opens the turn in the same store."""
+def test_search_hits_say_how_to_open_them(store, local_tz):
+    """Each hit says where and when it is (local time, how long ago) and the `memstore show`
+    command that opens its turn in the same store; with no explorer known, no URL (null in
+    --json) and a hint on stderr; with a base URL configured (option or environment), the
+    explorer URL of its turn at its event, built by the explorer's own Urls."""
     result = run("search", "append_roundtrip", "--root", store)
     assert result.exit_code == 0, result.output
     with memstore.read_session(store, SID) as reader:
         seq = next(r.seq for r in reader.iter_records() if r.event.get("item", {}).get("id") == "c")
-    url = Urls("http://127.0.0.1:8001/").turn(SID, 1, anchor=seq)
-    assert url == f"http://127.0.0.1:8001/-/memstore/sessions/{SID}/turns/1#e{seq}"
-    assert url in result.stdout and f"memstore show {SID} --turn 1 --root {store}" in result.stdout
+    assert f"memstore show {SID} --turn 1 --root {store}" in result.stdout
+    assert f"{SID} turn 1 event {seq}" in result.stdout and "2026-11-03 15:30 (" in result.stdout
+    assert "http" not in result.stdout and "memstore serve" in result.stderr
     hits = json.loads(run("search", "append_roundtrip", "--root", store, "--json").stdout)
-    assert {h["url"] for h in hits if h["seq"] == seq} == {url}
+    assert hits and all(h["url"] is None for h in hits)
     assert all(h["show"].startswith(f"memstore show {SID} --turn ") for h in hits)
+    url = Urls("http://box:9000/x/").turn(SID, 1, anchor=seq)
+    assert url == f"http://box:9000/x/-/memstore/sessions/{SID}/turns/1#e{seq}"
+    configured = run("search", "append_roundtrip", "--root", store, "--explorer-url", "http://box:9000/x/")
+    assert url in configured.stdout and "memstore serve" not in configured.stderr
     other = json.loads(
-        run("search", "append_roundtrip", "--root", store, "--json", "--explorer-url", "http://box:9000/x/").stdout
+        CliRunner()
+        .invoke(
+            cli,
+            ["search", "append_roundtrip", "--root", str(store), "--json"],
+            env={"MEMSTORE_EXPLORER_URL": "http://box:9000/x/"},
+        )
+        .stdout
     )
-    assert all(h["url"].startswith("http://box:9000/x/-/memstore/sessions/") for h in other)
+    assert {h["url"] for h in other if h["seq"] == seq} == {url}
+
+
+def test_search_hit_lines_are_aligned(store):
+    """Score, place, kind and time are columns: each starts at the same offset on every hit."""
+    lines = run("search", "append_roundtrip test", "--root", store).stdout.splitlines()
+    heads = [line for line in lines if re.match(r"^\s*\d+\.\d{3}  ", line)]
+    assert len(heads) >= 2
+    assert len({line.index(SID) for line in heads}) == 1
+    assert len({re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", line).start() for line in heads}) == 1
+
+
+def _start_serve(store):
+    """A real `memstore serve --port 0` on ``store``, in its own process; returns it and the URL
+    it announced once that URL answers."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(memstore.__file__).resolve().parent.parent)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memstore", "serve", "--root", str(store), "--port", "0", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    text = ""
+    while not text.rstrip().endswith("}"):
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        text += line
+    url = json.loads(text)["url"]
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(url + ".json", timeout=2):
+                return proc, url
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.2)
+
+
+def test_search_links_to_the_explorer_serving_the_store_while_it_runs(store):
+    """While a real `memstore serve` (on a free port) serves the store, hits link to it, at the
+    port it announced; once its process is gone, even killed without a chance to clean up,
+    hits carry no link to it."""
+    import urllib.request
+
+    proc, announced = _start_serve(store)
+    try:
+        assert ":0/" not in announced  # port 0 is resolved to the port actually served
+        hits = json.loads(run("search", "append_roundtrip", "--root", store, "--json").stdout)
+        base = announced[: -len("-/memstore")]
+        assert hits and all(h["url"].startswith(base + "-/memstore/sessions/") for h in hits)
+        with urllib.request.urlopen(hits[0]["url"].split("#")[0], timeout=10) as page:
+            assert page.status == 200 and "append_roundtrip" in page.read().decode()
+        other_store = store / "elsewhere"
+        with memstore.open_session(other_store, "x") as log:
+            log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "roundtrip"}})
+        assert all(
+            h["url"] is None for h in json.loads(run("search", "roundtrip", "--root", other_store, "--json").stdout)
+        )
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+        proc.stderr.close()
+    after = json.loads(run("search", "append_roundtrip", "--root", store, "--json").stdout)
+    assert after and all(h["url"] is None for h in after)
+
+
+def test_serve_records_itself_while_it_serves_and_forgets_after(store, monkeypatch):
+    """`memstore serve` records its URL for its store while it serves and removes the record
+    when it stops; port 0 becomes a free port, announced and recorded."""
+    from memstore.explorer import server
+    from memstore.location import explorer_record_path
+
+    seen = []
+
+    def run_server(app, host, port):
+        seen.append((port, json.loads(explorer_record_path(store).read_bytes())))
+
+    monkeypatch.setattr(server, "_run_server", run_server)
+    result = run("serve", "--root", store, "--port", 0, "--json")
+    assert result.exit_code == 0, result.output
+    ((port, record),) = seen
+    assert port > 0 and json.loads(result.stdout)["port"] == port
+    assert record["base_url"] == f"http://localhost:{port}/" and record["root"] == str(store)
+    assert not explorer_record_path(store).exists()
 
 
 def test_search_command_quotes_ids_the_shell_would_split(tmp_path):
@@ -216,7 +338,9 @@ def test_search_command_quotes_ids_the_shell_would_split(tmp_path):
         log.append({"type": "turn.started"})
         log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "zanzibar"}})
         log.append({"type": "turn.completed", "usage": {}})
-    (hit,) = json.loads(run("search", "zanzibar", "--root", tmp_path, "--json").stdout)
+    (hit,) = json.loads(
+        run("search", "zanzibar", "--root", tmp_path, "--json", "--explorer-url", "http://127.0.0.1:8001/").stdout
+    )
     assert hit["show"].startswith("memstore show 'my session; rm -rf' --turn 1")
     assert "/sessions/my%20session%3B%20rm%20-rf/turns/1#e" in hit["url"]
 
