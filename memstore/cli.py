@@ -577,8 +577,8 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
             if isinstance(manifest, errors.MemstoreError):
                 failures += 1
                 results.append({"session_id": session, "error": str(manifest)})
-                if not as_json:
-                    click.echo(f"{session}: error: {manifest}", err=True)
+                if not as_json:  # (with --json, the result says it)
+                    logger.warning("%s: not rebuilt, the others are: %s", session, manifest)
                 continue
             results.append(
                 {
@@ -1397,14 +1397,15 @@ def import_command(paths, source, root, as_json):
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
-    for warning in report.warnings:  # format drift: on stderr, with or without --json
-        click.echo(warning, err=True)
+    if not _quiet():  # format drift: on stderr, with or without --json (-q: errors only)
+        for warning in report.warnings:
+            click.echo(warning, err=True)  # already "warning: format drift: ..." (the importer's prefix)
     if as_json:
         _echo_json(report.to_dict())
         return
     for problem in report.problems:
         where = f"{problem.path}:{problem.line}" if problem.line else problem.path
-        click.echo(f"{where}: {problem.reason}", err=True)
+        logger.warning("%s: %s", where, problem.reason)
     click.echo(
         f"imported {plural(report.events_appended, 'event')} from {plural(report.sources, 'source')}: "
         f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated, "
@@ -1903,7 +1904,7 @@ def export_parquet_command(dest, include_text, full, root, as_json):
     )
     click.echo(f"rows: {rows}")
     for name, reason in report.refresh_errors:
-        click.echo(f"{name}: exported as the catalog last saw it ({reason})", err=True)
+        logger.warning("%s: exported as the catalog last saw it (%s)", name, reason)
 
 
 @export_group.command("otlp")
@@ -1943,7 +1944,7 @@ def export_otlp_command(dest, root, as_json):
             f"tokens: {report.input_tokens} input, {report.output_tokens} output"
         )
     for name, reason in report.refresh_errors:
-        click.echo(f"{name}: exported as the catalog last saw it ({reason})", err=True)
+        logger.warning("%s: exported as the catalog last saw it (%s)", name, reason)
 
 
 def _add_verbosity(command: click.Command) -> None:
