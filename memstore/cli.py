@@ -859,9 +859,10 @@ class _PositiveNumber(click.ParamType):
 @click.option(
     "--jsonl", "as_jsonl", is_flag=True, help="The events as JSON Lines (the turn's with --turn, else the session's)."
 )
+@limit_option(None, "List at most this many turns, the last ones (the session's cost stays its whole cost).")
 @root_option
 @json_option
-def show_command(session, turn_number, tail_lines, as_jsonl, root, as_json):
+def show_command(session, turn_number, tail_lines, as_jsonl, limit, root, as_json):
     """Show SESSION: its manifest, turns, tokens and cost; with --turn N, that turn as a person
     reads it.
 
@@ -905,6 +906,8 @@ def show_command(session, turn_number, tail_lines, as_jsonl, root, as_json):
         raise _ExitWith(str(exc), 1) from exc
     except errors.MemstoreError as exc:
         raise _fail(exc) from exc
+    earlier = max(0, len(turns) - limit) if limit is not None else 0
+    turns = turns[earlier:]
     if as_json:
         _echo_json({"manifest": manifest.to_dict(), "turns": [asdict(t) for t in turns], "cost": total.to_dict()})
         return
@@ -917,6 +920,8 @@ def show_command(session, turn_number, tail_lines, as_jsonl, root, as_json):
     source = manifest.source or {}
     about = [f"{key} {source[key]}" for key in ("agent", "cwd", "git_branch") if isinstance(source.get(key), str)]
     click.echo("  ".join(about + [f"cost {_cost_text(total)}"]))
+    if earlier:
+        click.echo(f"({plural(earlier, 'earlier turn')} not listed; -n sets how many are)")
     _print_turns(turns, costs)
     if turns:
         click.echo(f"one turn: memstore show {shlex.quote(manifest.session_id)} --turn N{_root_arg(root)}")

@@ -201,6 +201,19 @@ def test_sessions_shows_title_agent_model_turns_tokens_cost_and_time(store, loca
     assert [r["session_id"] for r in json.loads(run("sessions", "-n", 1, "--root", store, "--json").stdout)] == [SID]
 
 
+def test_show_limit_lists_the_last_turns(store):
+    """`show -n N` lists the last N turns and says how many earlier ones it left out; the
+    session's cost is still the whole session's."""
+    whole = run("show", SID, "--root", store).stdout
+    last = run("show", SID, "-n", 1, "--root", store)
+    assert last.exit_code == 0, last.output
+    rows = [line.split()[0] for line in last.stdout.splitlines() if re.match(r"^\s+\d+  ", line)]
+    assert rows == ["2"] and "(1 earlier turn not listed" in last.stdout
+    assert whole.splitlines()[1] == last.stdout.splitlines()[1]  # agent, cwd and the session's cost
+    data = json.loads(run("show", SID, "--limit", 1, "--json", "--root", store).stdout)
+    assert [t["number"] for t in data["turns"]] == [2] and data["cost"]["priced"] == 1
+
+
 def test_sessions_lists_what_the_library_lists(store):
     """The command lists Store.sessions (sessions whose manifest is gone included)."""
     (store / "sessions" / SID / "manifest.json").unlink()
@@ -347,7 +360,7 @@ def test_search_command_quotes_ids_the_shell_would_split(tmp_path):
 
 def test_one_name_for_a_result_limit(store):
     """-n / --limit everywhere; search's old --max-results still works, hidden from the help."""
-    for command in ("sessions", "search", "facts"):
+    for command in ("sessions", "search", "facts", "show"):
         params = {opt for p in cli.commands[command].params if not getattr(p, "hidden", False) for opt in p.opts}
         assert {"-n", "--limit"} <= params, command
     assert "--max-results" not in run("search", "-h").stdout
