@@ -100,3 +100,17 @@ def test_the_command_line_and_the_library_agree(tmp_path):
     assert sorted(p.name for p in (tmp_path / "sessions").iterdir()) == ["old-0", "old-1"]
     help_text = " ".join(runner.invoke(cli, ["retention", "-h"]).stdout.split())
     assert "0: no age limit" in help_text and "default: a dry run" in help_text
+
+
+def test_the_docs_say_what_the_code_does():
+    """docs/retention.md and docs/python-api.md give 0 and the dry-run default the meaning the
+    code has (they once said 0 ages out everything and the free function removes by default)."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    retention = " ".join((docs / "retention.md").read_text().split())
+    api = " ".join((docs / "python-api.md").read_text().split())
+    assert "means **no age limit**, in the command and in the library alike" in retention
+    assert "only `--apply` removes" in retention and "are dry runs unless given `apply=True`" in retention
+    assert "ages out everything" not in retention and "removes unless `dry_run=True`" not in api
+    assert "`max_age_days=0` is no age limit" in api
