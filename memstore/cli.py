@@ -1732,6 +1732,8 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
         def announce(url):
             nonlocal recorded
             base = url[: -len(PREFIX)] if url.endswith(PREFIX) else url
+            if host in ("0.0.0.0", "::", ""):  # every interface: links from this machine go to localhost
+                base = f"http://localhost:{port}/"
             recorded = record_explorer(ExplorerRecord(root, base, host, port, os.getpid())) is not None
             if as_json:  # one JSON object on stdout, once the server is about to listen
                 _echo_json({"url": url, "root": root, "host": host, "port": port})

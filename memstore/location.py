@@ -188,7 +188,11 @@ def record_explorer(record: ExplorerRecord) -> Optional[Path]:
     """Record that ``record.root`` is served at ``record.base_url`` (replacing any earlier
     record of that store). A record that cannot be written is logged and skipped: the server
     works without it, only links to it are not offered. Returns the record's path, or None."""
-    path = explorer_record_path(record.root)
+    try:
+        path = explorer_record_path(record.root)
+    except OSError as exc:  # platformdirs refuses an unsafe shared runtime directory
+        logger.warning("links to this explorer will not be offered: no runtime directory: %s", exc)
+        return None
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         atomic_write(path, orjson.dumps(asdict(record)), durable=False)
@@ -202,7 +206,10 @@ def forget_explorer(root: Union[str, os.PathLike[str]], pid: int) -> None:
     """Remove the record of ``root``'s explorer if it is process ``pid``'s (a later server of
     the same store keeps its own). A record that cannot be removed is logged: it is ignored
     anyway once ``pid`` is gone."""
-    path = explorer_record_path(root)
+    try:
+        path = explorer_record_path(root)
+    except OSError:
+        return  # (no runtime directory: nothing was recorded)
     record = _read_record(path)
     if record is None or record.pid != pid:
         return
@@ -217,7 +224,11 @@ def forget_explorer(root: Union[str, os.PathLike[str]], pid: int) -> None:
 def running_explorer(root: Union[str, os.PathLike[str]]) -> Optional[ExplorerRecord]:
     """The explorer serving ``root`` now: its record, when its process is alive and its port
     accepts a connection; None otherwise (never served, stopped, or killed)."""
-    record = _read_record(explorer_record_path(root))
+    try:
+        record = _read_record(explorer_record_path(root))
+    except OSError as exc:
+        logger.debug("no runtime directory, so no explorer record: %s", exc)
+        return None
     if record is None or not _process_alive(record.pid):
         return None
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(record.host, record.host)

@@ -343,6 +343,10 @@ def test_serve_records_itself_while_it_serves_and_forgets_after(store, monkeypat
     assert port > 0 and json.loads(result.stdout)["port"] == port
     assert record["base_url"] == f"http://localhost:{port}/" and record["root"] == str(store)
     assert not explorer_record_path(store).exists()
+    seen.clear()
+    assert run("serve", "--root", store, "--port", 0, "--host", "0.0.0.0").exit_code == 0
+    ((port, record),) = seen
+    assert record["base_url"] == f"http://localhost:{port}/" and record["host"] == "0.0.0.0"
 
 
 def test_search_command_quotes_ids_the_shell_would_split(tmp_path):
