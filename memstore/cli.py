@@ -654,17 +654,8 @@ def sessions_command(root, limit, as_json):
             )
         )
     header = ("session", "title", "agent", "model", "turns", "tokens", "cost", "updated")
-    right = {4, 5, 6}
-    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
-
-    def line(cells) -> str:
-        return "  ".join(
-            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
-        ).rstrip()
-
-    click.echo(line(header))
-    for r in rows:
-        click.echo(line(r))  # ids are shown whole: they are what `show` takes
+    for line in _table(header, rows, right={4, 5, 6}):  # ids are shown whole: they are what `show` takes
+        click.echo(line)
 
 
 def _session_details(root: str, ids: list[str], *, enabled: bool) -> dict[str, dict]:
@@ -929,18 +920,38 @@ def show_command(session, turn_number, tail_lines, as_jsonl, limit, root, as_jso
 
 def _print_turns(turns, costs: Optional[dict] = None) -> None:
     costs = costs or {}
-    click.echo(
-        f"{'turn':>4}  {'status':<11} {'events':>6}  {'input':>7} {'cached':>7} {'output':>7} {'cost':>9}  "
-        "model / started"
-    )
+    rows = []
     for t in turns:
         cost = costs.get(t.number)
-        shown = _usd(float(cost.usd)) if cost is not None and cost.usd is not None else "-"
-        click.echo(
-            f"{t.number:>4}  {t.status:<11} {t.event_count:>6}  {t.input_tokens:>7} "
-            f"{t.cached_input_tokens:>7} {t.output_tokens:>7} {shown:>9}  "
-            f"{t.model or '-'}  {_local(t.started_at)}"
+        rows.append(
+            (
+                str(t.number),
+                t.status,
+                str(t.event_count),
+                f"{t.input_tokens:,}",
+                f"{t.cached_input_tokens:,}",
+                f"{t.output_tokens:,}",
+                _usd(float(cost.usd)) if cost is not None and cost.usd is not None else "-",
+                t.model or "-",
+                _local(t.started_at),
+            )
         )
+    header = ("turn", "status", "events", "input", "cached", "output", "cost", "model", "started")
+    for line in _table(header, rows, right={0, 2, 3, 4, 5, 6}):
+        click.echo(line)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], *, right: set[int]) -> list[str]:
+    """``header`` and ``rows`` as aligned columns two spaces apart (the columns in ``right``
+    right-aligned, as numbers are), each line without trailing spaces."""
+    widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(len(header))]
+
+    def line(cells) -> str:
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
 
 
 def _agent_of(manifest) -> Optional[str]:

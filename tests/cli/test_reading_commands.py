@@ -408,3 +408,30 @@ def test_warnings_are_logged_with_a_prefix_and_verbosity_sets_the_level(store, t
     assert logging.getLogger("memstore").level == level and not any(
         type(h).__name__ == "_StderrHandler" for h in logging.getLogger("memstore").handlers
     )
+
+
+def test_show_aligns_the_turns_and_lists_none_for_a_session_without_turns(store, tmp_path):
+    """The turns table is aligned columns (numbers right-aligned, with thousands separators);
+    a session with no turn yet shows its header and no rows, without failing."""
+    lines = run("show", SID, "--root", store).stdout.splitlines()
+    header = next(line for line in lines if line.startswith("turn "))
+    rows = lines[lines.index(header) + 1 : lines.index(header) + 3]
+    assert all(len(row) >= header.index("model") for row in rows)
+    assert "12,000" in rows[0] and rows[0].index("12,000") + len("12,000") == header.index("input") + len("input")
+    assert rows[0].index("claude-sonnet-4-5") == rows[1].index("no-such-model-anywhere") == header.index("model")
+    empty_root = tmp_path / "empty"
+    with memstore.open_session(empty_root, "fresh") as log:
+        log.append({"type": "thread.started", "thread_id": "fresh"})
+    result = run("show", "fresh", "--root", empty_root)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1].split() == [
+        "turn",
+        "status",
+        "events",
+        "input",
+        "cached",
+        "output",
+        "cost",
+        "model",
+        "started",
+    ]
