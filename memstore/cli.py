@@ -1423,7 +1423,8 @@ def import_command(paths, source, root, as_json):
         where = f"{problem.path}:{problem.line}" if problem.line else problem.path
         logger.warning("%s: %s", where, problem.reason)
     click.echo(
-        f"imported {plural(report.events_appended, 'event')} from {plural(report.sources, 'source')}: "
+        f"imported {plural(report.events_appended, 'event')} from {plural(report.sources, 'source')} "
+        f"into {_store_named(root)}: "
         f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated, "
         f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
         f"{plural(report.lines_skipped, 'line')} skipped, {plural(len(report.problems), 'problem')}"
@@ -1500,7 +1501,7 @@ def retention_command(root, max_sessions, max_age_days, preserve, include_import
         _echo_json(report.to_dict())
         return
     verb = "removed" if apply_ else "would remove"
-    click.echo(f"{verb} {plural(report.count, 'session')} ({plural(report.bytes, 'byte')})")
+    click.echo(f"{verb} {plural(report.count, 'session')} ({plural(report.bytes, 'byte')}) from {_store_named(root)}")
     for r in report.removed:
         click.echo(f"  {r.directory:<40} {r.reason:<12} {r.bytes:>10} bytes  updated {r.updated_at}")
     if report.marked_abandoned:

@@ -155,3 +155,20 @@ def test_a_missing_default_store_says_which_store_and_why(home, tmp_path, monkey
     assert result.exit_code == 2
     assert f"no store at {home / '.local' / 'share' / 'memstore'} (the per-user store" in result.stderr
     assert "memstore demo" in result.stderr
+
+
+def test_import_and_retention_say_which_store(home, tmp_path, monkeypatch):
+    """What import wrote into, and what retention looked at, is named with the reason, so
+    that two directories using two stores cannot go unnoticed."""
+    monkeypatch.chdir(tmp_path)
+    store = home / ".local" / "share" / "memstore"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    result = CliRunner().invoke(cli, ["import", str(logs)])
+    assert result.exit_code == 0, result.output
+    assert f"into {store} (the per-user store)" in result.stdout
+    (tmp_path / "proj" / ".vtcode" / "sessions").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "proj")
+    retention = CliRunner().invoke(cli, ["retention"])
+    assert retention.exit_code == 0, retention.output
+    assert f"from {tmp_path / 'proj' / '.vtcode'} (the VT Code workspace of {tmp_path / 'proj'})" in retention.stdout
