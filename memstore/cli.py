@@ -1698,19 +1698,27 @@ def facts_command(root, limit, session, as_json):
     help="Refresh the catalog at most this often (seconds) while pages are requested; 0: never.",
 )
 @click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests for this host name (repeatable; '*': any). Local names and the "
+    "bound address are always answered; others are refused (DNS rebinding).",
+)
+@click.option(
     "--metadata",
     type=click.Path(exists=True, dir_okay=False, path_type=str),
     default=None,
-    help="Datasette metadata file (default: the project's metadata.yml).",
+    help="Your Datasette metadata file, laid over the explorer's own.",
 )
 @click.option(
     "--plugins-dir",
     type=click.Path(exists=True, file_okay=False, path_type=str),
     default=None,
-    help="Datasette plugins directory (default: the project's plugins/).",
+    help="Your Datasette plugins directory (the explorer's plugin is always loaded).",
 )
 @json_option
-def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_json):
+def serve_command(root, host, port, refresh_interval, allow_hosts, metadata, plugins_dir, as_json):
     """Explore the store in a browser: refresh its catalog and serve it with Datasette.
 
     Opens http://localhost:8001/-/memstore: sessions, turns, events, search, charts and SQL
@@ -1722,7 +1730,7 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
     Examples:
       memstore demo && memstore serve
       memstore serve --root ~/project/.vtcode --port 8002
-      MEMSTORE_ROOT=/srv/agents memstore serve --host 0.0.0.0
+      MEMSTORE_ROOT=/srv/agents memstore serve --host 0.0.0.0 --allow-host agents.example.org
     """
     from .explorer import server
     from .explorer.urls import PREFIX
@@ -1760,6 +1768,7 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
                 refresh_interval=refresh_interval,
                 progress=progress,
                 announce=announce,
+                allowed_hosts=allow_hosts,
                 **kwargs,
             )
         except OSError as exc:  # the port is taken, say (library errors are the group's to print)
