@@ -12,7 +12,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-
 import memstore
 from memstore.demo import IMPORTED_SESSIONS, write_demo_store
 
