@@ -19,6 +19,7 @@ import logging
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, Optional
@@ -941,7 +942,7 @@ def _print_turns(turns, costs: Optional[dict] = None) -> None:
         click.echo(line)
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], *, right: set[int]) -> list[str]:
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: set[int]) -> list[str]:
     """``header`` and ``rows`` as aligned columns two spaces apart (the columns in ``right``
     right-aligned, as numbers are), each line without trailing spaces."""
     widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(len(header))]
