@@ -298,9 +298,12 @@ def _start_serve(store):
 
 def test_search_links_to_the_explorer_serving_the_store_while_it_runs(store):
     """While a real `memstore serve` (on a free port) serves the store, hits link to it, at the
-    port it announced; once its process is gone, even killed without a chance to clean up,
-    hits carry no link to it."""
+    port it announced; once it is stopped with Ctrl-C, its record is gone and hits carry no
+    link to it (a server killed without a chance to clean up: test_explorer_record.py)."""
+    import signal
     import urllib.request
+
+    from memstore.location import explorer_record_path
 
     proc, announced = _start_serve(store)
     try:
@@ -316,9 +319,14 @@ def test_search_links_to_the_explorer_serving_the_store_while_it_runs(store):
         assert all(
             h["url"] is None for h in json.loads(run("search", "roundtrip", "--root", other_store, "--json").stdout)
         )
+        assert explorer_record_path(store).is_file()
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        assert proc.wait(timeout=60) == 0
+        assert not explorer_record_path(store).exists()
     finally:
-        proc.kill()
-        proc.wait(timeout=30)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
         proc.stdout.close()
         proc.stderr.close()
     after = json.loads(run("search", "append_roundtrip", "--root", store, "--json").stdout)
