@@ -296,6 +296,7 @@ def _start_serve(store):
             time.sleep(0.2)
 
 
+@pytest.mark.slow  # a real Datasette server in its own process
 def test_search_links_to_the_explorer_serving_the_store_while_it_runs(store):
     """While a real `memstore serve` (on a free port) serves the store, hits link to it, at the
     port it announced; once it is stopped with Ctrl-C, its record is gone and hits carry no

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import memstore
 from memstore.demo import IMPORTED_SESSIONS, write_demo_store
 
@@ -53,6 +55,7 @@ def _demo_bytes(root: Path) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.slow
 def test_a_demo_killed_while_importing_gives_the_bytes_of_an_uninterrupted_run_when_rerun(tmp_path):
     whole = _demo_run(tmp_path / "whole")
     assert whole.returncode == 0, whole.stderr
