@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -48,6 +48,18 @@ def fault() -> Iterator[object]:
         yield fault_points
     finally:
         fault_points.disarm_all()
+
+
+@pytest.fixture(autouse=True)
+def _no_store_of_the_person_running_the_tests(tmp_path_factory, monkeypatch) -> None:
+    """A command or ``Store()`` that falls back to the default store (see memstore.location)
+    finds a per-user store in a temporary directory, never the real one of whoever runs the
+    tests, and no MEMSTORE_ROOT from their shell; a `memstore serve` records itself in a
+    temporary runtime directory, and no MEMSTORE_EXPLORER_URL is configured."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("xdg-runtime")))
+    monkeypatch.delenv("MEMSTORE_ROOT", raising=False)
+    monkeypatch.delenv("MEMSTORE_EXPLORER_URL", raising=False)
 
 
 @pytest.fixture

@@ -78,7 +78,7 @@ def test_a_demo_killed_while_importing_gives_the_bytes_of_an_uninterrupted_run_w
 
 def test_events_appended_to_an_imported_demo_session_are_kept_when_the_other_is_reimported(tmp_path):
     write_demo_store(tmp_path)
-    codex, claude = IMPORTED_SESSIONS
+    codex, claude, _subagent = IMPORTED_SESSIONS
     with memstore.open_session(tmp_path, codex) as log:
         log.append({"type": "note", "text": "mine"})
     grown = (tmp_path / "sessions" / codex / "events.jsonl").read_bytes()
