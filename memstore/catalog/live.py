@@ -246,13 +246,24 @@ class LiveCatalog:
         index_for: Optional[Callable[[sqlite3.Connection], SearchIndex]] = None,
     ) -> RefreshReport:
         """Refresh the catalog (see :class:`RefreshMode`) under the store's ``catalog`` lock,
-        waiting for it at most ``wait`` seconds (``None``: as long as it takes)."""
+        waiting for it at most ``wait`` seconds (``None``: as long as it takes). A store this
+        process cannot write is refused with :class:`StoreIOError` (``EROFS`` or ``EACCES``)
+        before anything is touched."""
         from filelock import Timeout
 
         from ..locks import store_lock
 
         if not self.root.is_dir():
             raise StoreIOError("refresh catalog", self.root, "no such store directory", errno.ENOENT)
+        if not self.writable:
+            # Refused before any lock is taken: taking one would create or chmod files in a
+            # store this process must leave as it is.
+            raise StoreIOError(
+                "refresh catalog",
+                self.root,
+                "the store cannot be written by this process",
+                _unwritable_errno(self.root),
+            )
         with self._mutex if wait is None else _acquired(self._mutex, wait):
             lock = store_lock(self.root, "catalog", timeout=-1 if wait is None else wait)
             try:
@@ -392,6 +403,15 @@ class LiveCatalog:
         for extra in list(self._unrecorded.values()):
             found.setdefault(extra.directory, extra)
         return [found[name] for name in sorted(found)]
+
+
+def _unwritable_errno(root: Path) -> int:
+    try:
+        if os.statvfs(root).f_flag & os.ST_RDONLY:
+            return errno.EROFS
+    except OSError:
+        pass
+    return errno.EACCES
 
 
 class _Busy(Exception):

@@ -111,7 +111,7 @@ def test_the_first_search_of_a_store_shows_progress_on_stderr(tmp_path, monkeypa
     runner = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else CliRunner()
     result = runner.invoke(cli, ["search", "widget", "--root", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "building the catalog: 5/5 sessions" in result.stderr
+    assert "building the catalog" in result.stderr
     again = runner.invoke(cli, ["search", "widget", "--root", str(tmp_path), "--json"])
     assert "building the catalog" not in again.stderr
     memstore.Store(tmp_path).close()

@@ -209,7 +209,7 @@ def test_retention_and_set_asides_mark_what_they_move_or_remove(tmp_path):
     assert markers(tmp_path) == sorted(["moved", new_id])
     assert {h.session_id for h in store.search("widget", limit=50)} == {"keep", "old", new_id}
     assert markers(tmp_path) == []
-    report = apply_retention_preserving(tmp_path, RetentionPolicy(max_sessions=0), "keep")
+    report = apply_retention_preserving(tmp_path, RetentionPolicy(max_sessions=0), "keep", apply=True)
     assert sorted(r.session_id for r in report.removed) == sorted(["old", new_id])
     assert markers(tmp_path) == sorted(["old", new_id])
     assert {h.session_id for h in store.search("widget", limit=50)} == {"keep"}

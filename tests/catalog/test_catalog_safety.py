@@ -7,6 +7,8 @@ read-only, with no lock and no chmod. Permission tests run as ``nobody`` (see as
 from __future__ import annotations
 
 import errno
+import importlib
+import json
 import os
 import sqlite3
 import stat
@@ -232,6 +234,22 @@ def _search_json(root: str, query: str) -> dict:
     return {"hits": sorted({h.session_id for h in hits}), "missing": [m.to_dict() for m in hits.missing]}
 
 
+def _cli_search_and_refresh(root: str, query: str) -> dict:
+    from click.testing import CliRunner
+
+    from memstore.cli import cli
+    from memstore.errors import StoreIOError
+
+    result = CliRunner().invoke(cli, ["search", query, "--root", root, "--json"])
+    try:
+        memstore.Store(root).refresh(full=False, sweep=False)
+        refused = None
+    except StoreIOError as exc:
+        refused = exc.errno
+    hits = json.loads(result.stdout) if result.exit_code == 0 else None
+    return {"exit": result.exit_code, "hits": sorted({h["session_id"] for h in hits or ()}), "refused": refused}
+
+
 def _refresh_errors(root: str) -> list:
     return memstore.refresh_catalog(root).errors
 
@@ -281,6 +299,14 @@ def test_a_read_only_copy_of_a_store_is_searched_without_a_lock_or_a_chmod(tmp_p
         before = _files(root)
         answer = run_as_nobody(_search_json, str(root), "widget")
         assert answer == {"hits": ["a", "b"], "missing": []}
+        assert _files(root) == before
+        # The CLI too; a refresh asked for is refused with EACCES, before any lock is taken.
+        # (Imported here: the child, once it is nobody, may not read the interpreter's files.)
+        for module in ("click.testing", "memstore.cli", "memstore.explorer.urls"):
+            importlib.import_module(module)
+
+        cli = run_as_nobody(_cli_search_and_refresh, str(root), "widget")
+        assert cli == {"exit": 0, "hits": ["a", "b"], "refused": errno.EACCES}
         assert _files(root) == before
     finally:
         for folder, _dirs, _names in os.walk(base):
