@@ -1,7 +1,12 @@
 """The store-wide locks of its critical sections (catalog refresh, retention, migration, import),
 and the removal of a session directory through the store's trash.
 
-The store-wide locks are filelock ``FileLock``s in ``<root>/locks/``.
+The store-wide locks are filelock ``FileLock``s on ``<root>/locks/<name>.lock``. Neither the
+directory nor a lock file is ever followed through a symlink, and a lock file that is not a
+regular file (a FIFO, a directory) is refused: each is a :class:`UnsafePathError` naming the
+path. A store this process cannot write (a read-only copy, a read-only mount) cannot be locked:
+:class:`StoreReadOnly` says so, and nothing in it is created or chmodded. Reading a store takes
+no store-wide lock.
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ import os
 import shutil
 import stat
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from types import TracebackType
+from typing import Optional
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
-from .errors import StoreIOError, UnsafePathError
+from .errors import StoreIOError, UnsafePathError, write_error
 from .fsio import ensure_private_dir
 from .layout import locks_dir, sessions_root, trash_dir
 from .session.lock import LivenessLock, SessionGone, is_live
@@ -31,16 +38,96 @@ PENDING_SUFFIX = ".pending"
 # back again on every emptying would fail (and log) on every retention run for ever.
 UNRECORDED_SUFFIX = ".unrecorded"
 STORE_LOCKS = ("catalog", "retention", "migration", "import")
+class StoreLock:
+    """One store-wide lock (see :func:`store_lock`): a context manager, with ``acquire`` and
+    ``release`` like a filelock ``FileLock`` (which does the locking)."""
+
+    def __init__(self, root: Path, name: str, timeout: float):
+        self.root = root
+        self.name = name
+        self.path = locks_dir(root) / f"{name}.lock"
+        self.timeout = timeout
+        self._lock: Optional[FileLock] = None
+
+    def __repr__(self) -> str:
+        return f"<StoreLock {self.name} {str(self.path)!r}>"
+
+    @property
+    def is_locked(self) -> bool:
+        return self._lock is not None and self._lock.is_locked
+
+    def acquire(self, timeout: Optional[float] = None) -> StoreLock:
+        """Take the lock, waiting ``timeout`` seconds (default: the lock's own; -1 for ever).
+
+        Raises ``filelock.Timeout`` when the wait runs out, :class:`StoreReadOnly` when the
+        store cannot be written, and :class:`UnsafePathError` when ``locks/`` or the lock file
+        is a symlink or not what it must be; any other failure is a :class:`StoreIOError`
+        naming the path."""
+        _private_locks_dir(locks_dir(self.root))
+        _check_lock_file(self.path)
+        if self._lock is None:
+            self._lock = FileLock(self.path, timeout=self.timeout, mode=0o600)
+        try:
+            self._lock.acquire(timeout=self.timeout if timeout is None else timeout)
+        except Timeout:
+            raise
+        except OSError as exc:
+            raise _lock_error("lock", self.path, exc) from exc
+        try:
+            # Checked again under the lock: a FIFO put in place between the check above and
+            # filelock's open (a symlink there fails that open) is refused all the same.
+            _check_lock_file(self.path)
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+    def __enter__(self) -> StoreLock:
+        return self.acquire()
+
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.release()
 
 
-def store_lock(root: os.PathLike | str, name: str, timeout: float = -1) -> FileLock:
+def store_lock(root: os.PathLike | str, name: str, timeout: float = -1) -> StoreLock:
     """The store-wide lock ``name`` (one of ``catalog``, ``retention``, ``migration``,
-    ``import``): a filelock ``FileLock`` on ``<root>/locks/<name>.lock``, to use as a context
-    manager. ``timeout`` in seconds (-1: wait for ever); filelock raises ``filelock.Timeout``."""
+    ``import``) on ``<root>/locks/<name>.lock``, to use as a context manager. ``timeout`` in
+    seconds (-1: wait for ever); a wait that runs out raises ``filelock.Timeout``. Nothing
+    touches the disk until the lock is taken (see :meth:`StoreLock.acquire` for its errors)."""
     if name not in STORE_LOCKS:
         raise ValueError(f"unknown store lock {name!r} (one of {', '.join(STORE_LOCKS)})")
-    directory = ensure_private_dir(locks_dir(root))
-    return FileLock(directory / f"{name}.lock", timeout=timeout, mode=0o600)
+    return StoreLock(Path(root), name, timeout)
+
+
+def _private_locks_dir(directory: Path) -> None:
+    """Create ``locks/`` (0700) if missing: :class:`StoreReadOnly` where the store cannot be
+    written, :class:`UnsafePathError` for a symlink or a non-directory there (see
+    :func:`memstore.fsio.ensure_private_dir`, which never adds a permission bit)."""
+    ensure_private_dir(directory)
+
+
+def _check_lock_file(path: Path) -> None:
+    """Refuse a lock file that is a symlink or not a regular file (a missing one is created by
+    the lock)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _lock_error("stat", path, exc) from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError("lock", path, "is a symlink; refusing to follow it")
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError("lock", path, "is not a regular file")
+
+
+def _lock_error(op: str, path: Path, exc: OSError) -> StoreIOError:
+    return write_error(op, path, exc)
 
 
 def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike | str,
