@@ -23,6 +23,7 @@ from typing import Optional
 
 from filelock import FileLock, Timeout
 
+from . import faults
 from .errors import StoreIOError, UnsafePathError, write_error
 from .fsio import ensure_private_dir
 from .layout import locks_dir, sessions_root, trash_dir
@@ -130,9 +131,15 @@ def _lock_error(op: str, path: Path, exc: OSError) -> StoreIOError:
     return write_error(op, path, exc)
 
 
+def new_removal_id() -> str:
+    """A fresh id for one removal (see :func:`remove_session_directory`'s ``removal_id``)."""
+    return uuid.uuid4().hex[:12]
+
+
 def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike | str,
                              still_removable: Optional[Callable[[], bool]] = None,
-                             on_moved: Optional[Callable[[], None]] = None) -> bool:
+                             on_moved: Optional[Callable[[], None]] = None,
+                             removal_id: Optional[str] = None) -> bool:
     """Remove a session directory that no process has open; return whether it was removed.
 
     Takes the session's liveness lock first, so a writer that opens the session at that moment
@@ -146,8 +153,15 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
     when that is still free, and the error propagates. Until ``on_moved()`` returned the trash
     entry is named ``*.pending`` (and its lock is held): :func:`empty_trash` leaves such an entry
     to a remover still at work, and puts back one a crash left, since its removal was never
-    recorded. Refuses symlinks and anything that is not a direct child of ``<root>/sessions``.
+    recorded. ``removal_id`` (default: a fresh :func:`new_removal_id`) names the trash entry
+    (``<name>-<removal_id>``): a caller that records it with the removal lets
+    :func:`empty_trash` tell a removal a crash interrupted after its record (to be completed)
+    from one interrupted before (to be undone). Refuses symlinks and anything that is not a
+    direct child of ``<root>/sessions``.
     """
+    removal_id = new_removal_id() if removal_id is None else removal_id
+    if not (removal_id.isascii() and removal_id.isalnum()):
+        raise ValueError(f"a removal id is ASCII letters and digits, not {removal_id!r}")
     root = Path(root)
     session_dir = Path(session_dir)
     sessions = sessions_root(root)
@@ -175,7 +189,7 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
     except BaseException:
         lock.release()
         raise
-    target = trash / f"{session_dir.name}-{uuid.uuid4().hex[:12]}"
+    target = trash / f"{session_dir.name}-{removal_id}"
     pending = target.with_name(target.name + PENDING_SUFFIX)
     try:
         try:
@@ -183,9 +197,11 @@ def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike |
         except OSError as exc:
             raise StoreIOError.from_os_error("move to trash", session_dir, exc) from exc
         try:
+            faults.check("trash.moved", path=pending)
             if on_moved is not None:
                 on_moved()
-            # Recorded: from now on a crash leaves an entry the next emptying deletes.
+            # Recorded: from now on a crash leaves an entry the next emptying completes.
+            faults.check("trash.recorded", path=pending)
             try:
                 os.rename(pending, target)
             except OSError as exc:
@@ -211,12 +227,16 @@ def _put_back(target: Path, session_dir: Path) -> None:
         logger.error("could not put %s back as %s (%s); it stays in the trash", target, session_dir, exc)
 
 
-def empty_trash(root: os.PathLike | str) -> None:
+def empty_trash(root: os.PathLike | str, recorded: Optional[Callable[[str], bool]] = None) -> None:
     """Delete what a removal interrupted by a crash left in ``<root>/.trash/`` (only a real
-    directory: a ``.trash`` symlink would point the deletion outside the store). A ``*.pending``
-    entry is not deleted: one whose lock is held belongs to a remover still recording it, and
-    one a crash left was never recorded, so it is put back into ``<root>/sessions`` (or, if a
-    newer session took its name, kept in the trash as ``*.unrecorded``, which no emptying
+    directory: a ``.trash`` symlink would point the deletion outside the store).
+
+    A ``*.pending`` entry whose lock is held belongs to a remover still at work, and is left
+    alone. One a crash left is judged by ``recorded(removal_id)`` (the id its name ends with,
+    see :func:`remove_session_directory`): a removal that was recorded is completed (deleted,
+    as it would have been: recording it twice or putting it back would both be wrong); one that
+    was not (or with no ``recorded`` to ask) is undone: put back into ``<root>/sessions`` (or,
+    if a newer session took its name, kept in the trash as ``*.unrecorded``, which no emptying
     touches)."""
     trash = trash_dir(root)
     try:
@@ -235,8 +255,12 @@ def empty_trash(root: os.PathLike | str) -> None:
         if entry.name.endswith(PENDING_SUFFIX):
             if not is_live(entry.path):
                 stem = entry.name[: -len(PENDING_SUFFIX)]
-                home = sessions_root(root) / stem.rpartition("-")[0]
-                if os.path.lexists(home):
+                name, _, removal_id = stem.rpartition("-")
+                home = sessions_root(root) / name
+                if recorded is not None and recorded(removal_id):
+                    logger.warning("%s is a recorded removal a crash interrupted; completing it", entry.path)
+                    _delete_tree(Path(entry.path))
+                elif os.path.lexists(home):
                     _set_aside(Path(entry.path), trash / (stem + UNRECORDED_SUFFIX), home)
                 else:
                     logger.warning("%s is a removal that was never recorded; putting it back", entry.path)
