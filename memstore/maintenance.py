@@ -762,6 +762,11 @@ def _repair(root: Path, directory: Path, session_id: str, seen: dict, found: lis
 def _check_permissions(directory: Path, session_id: str, fix: bool, problem: Callable[..., Problem]) -> None:
     perms = [problem("permissions", detail, session_id) for detail in _permission_problems(directory)]
     if fix and perms:
+        if not os.access(directory, os.W_OK):
+            # A read-only copy of a store: its permissions are its owner's choice, left as they are.
+            for p in perms:
+                p.detail += " (not fixed: the session directory is read-only here)"
+            return
         try:
             _fix_permissions(directory)
         except OSError as exc:
