@@ -969,12 +969,15 @@ def facts_command(root, limit, session, as_json):
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8001, show_default=True)
 @click.option("--refresh-interval", type=click.FloatRange(min=0), default=3.0, show_default=True,
               help="Refresh the catalog at most this often (seconds) while pages are requested; 0: never.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests for this host name (repeatable; '*': any). Local names and the "
+                   "bound address are always answered; others are refused (DNS rebinding).")
 @click.option("--metadata", type=click.Path(exists=True, dir_okay=False, path_type=str), default=None,
-              help="Datasette metadata file (default: the project's metadata.yml).")
+              help="Your Datasette metadata file, laid over the explorer's own.")
 @click.option("--plugins-dir", type=click.Path(exists=True, file_okay=False, path_type=str), default=None,
-              help="Datasette plugins directory (default: the project's plugins/).")
+              help="Your Datasette plugins directory (the explorer's plugin is always loaded).")
 @json_option
-def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_json):
+def serve_command(root, host, port, refresh_interval, allow_hosts, metadata, plugins_dir, as_json):
     """Explore the store in a browser: refresh its catalog and serve it with Datasette.
 
     Opens http://localhost:8001/-/memstore: sessions, turns, events, search, charts and SQL
@@ -985,7 +988,7 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
     Examples:
       memstore demo && memstore serve
       memstore serve --root ~/project/.vtcode --port 8002
-      MEMSTORE_ROOT=/srv/agents memstore serve --host 0.0.0.0
+      MEMSTORE_ROOT=/srv/agents memstore serve --host 0.0.0.0 --allow-host agents.example.org
     """
     from .explorer import server
 
@@ -1003,7 +1006,7 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
 
         try:
             server.serve(root, host=host, port=port, refresh_interval=refresh_interval, progress=progress,
-                         announce=announce, **kwargs)
+                         announce=announce, allowed_hosts=allow_hosts, **kwargs)
         except OSError as exc:  # the port is taken, say (library errors are the group's to print)
             raise _ExitWith(f"cannot serve on {host}:{port}: {exc.strerror or exc}", 2) from exc
 
