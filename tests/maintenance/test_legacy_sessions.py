@@ -114,3 +114,17 @@ def test_doctor_fix_repairs_a_legacy_manifest_that_names_another_session(tmp_pat
     assert orjson.loads((legacy / "manifest.json").read_bytes())["session_id"] == "session-foo"
     assert (legacy / "derived" / "memory.json").read_bytes() == ENVELOPE
     assert check_store(root).ok
+
+
+def test_memstore_rebuild_all_on_the_command_line_includes_legacy_sessions(tmp_path):
+    from click.testing import CliRunner
+
+    from memstore.cli import cli
+
+    root = tmp_path / "store"
+    _with_log(root)
+    legacy = _legacy(root)
+    done = CliRunner().invoke(cli, ["rebuild", "--all", "--json", "--root", str(root)], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    assert [r["session_id"] for r in orjson.loads(done.stdout)] == ["live", "session-foo"]
+    assert (legacy / "derived" / "memory.json").read_bytes() == ENVELOPE
