@@ -25,15 +25,22 @@ def test_demo_writes_a_session_and_shows_it(tmp_path):
 
 
 def test_append_from_stdin_accepts_events_and_envelopes(tmp_path):
-    lines = "\n".join([
-        json.dumps({"type": "turn.started"}),
-        "",
-        json.dumps({"schema_version": "0.11.0", "event": {"type": "turn.completed", "usage": {}}}),
-    ])
+    lines = "\n".join(
+        [
+            json.dumps({"type": "turn.started"}),
+            "",
+            json.dumps({"schema_version": "0.11.0", "event": {"type": "turn.completed", "usage": {}}}),
+        ]
+    )
     result = run("append", "s", "--root", str(tmp_path), "--json", input=lines)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == {"session_id": "s", "appended": 2, "last_seq": 2,
-                                         "turn_count": 1, "event_count": 2}
+    assert json.loads(result.output) == {
+        "session_id": "s",
+        "appended": 2,
+        "last_seq": 2,
+        "turn_count": 1,
+        "event_count": 2,
+    }
 
 
 def test_append_stops_at_the_first_invalid_line_and_keeps_the_rest(tmp_path):
@@ -71,7 +78,7 @@ def test_show_turns_and_one_turn(tmp_path):
     data = json.loads(result.output)
     assert data["manifest"]["turn_count"] == 3
     assert [t["status"] for t in data["turns"]] == ["failed", "completed", "completed"]
-    result = run("show", "demo", "--root", str(tmp_path), "--turn", "3")
+    result = run("show", "demo", "--root", str(tmp_path), "--turn", "3", "--jsonl")
     events = [json.loads(line) for line in result.output.splitlines()]
     assert events[0] == {"type": "turn.started"} and events[-1]["type"] == "turn.completed"
     missing = CliRunner().invoke(cli, ["show", "demo", "--root", str(tmp_path), "--turn", "9"])
@@ -100,8 +107,12 @@ def test_root_from_environment(tmp_path):
 
 
 def test_python_dash_m_runs_the_cli(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "memstore", "sessions", "--root", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "memstore", "sessions", "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and "no sessions" in out.stdout
 
 

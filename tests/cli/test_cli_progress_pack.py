@@ -1,10 +1,10 @@
 import orjson
 from click.testing import CliRunner
+from support import write_session_files
 
 import memstore
 from memstore import Milestone, MilestoneStatus, ProgressLedger, save_progress
 from memstore.cli import cli
-from support import write_session_files
 
 EVENTS = b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n'
 

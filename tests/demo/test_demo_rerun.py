@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 
 import memstore
 from memstore.demo import IMPORTED_SESSIONS, write_demo_store
@@ -54,6 +55,7 @@ def _demo_bytes(root: Path) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.slow
 def test_a_demo_killed_while_importing_gives_the_bytes_of_an_uninterrupted_run_when_rerun(tmp_path):
     whole = _demo_run(tmp_path / "whole")
     assert whole.returncode == 0, whole.stderr
@@ -76,7 +78,7 @@ def test_a_demo_killed_while_importing_gives_the_bytes_of_an_uninterrupted_run_w
 
 def test_events_appended_to_an_imported_demo_session_are_kept_when_the_other_is_reimported(tmp_path):
     write_demo_store(tmp_path)
-    codex, claude = IMPORTED_SESSIONS
+    codex, claude, _subagent = IMPORTED_SESSIONS
     with memstore.open_session(tmp_path, codex) as log:
         log.append({"type": "note", "text": "mine"})
     grown = (tmp_path / "sessions" / codex / "events.jsonl").read_bytes()

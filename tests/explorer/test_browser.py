@@ -20,6 +20,9 @@ import pytest
 
 from memstore.demo import write_demo_store
 
+# A real Chromium driven through every page.
+pytestmark = pytest.mark.slow
+
 CHROMIUM = os.environ.get("MEMSTORE_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
     "--headless",

@@ -101,7 +101,7 @@ def test_home_lists_sessions_with_totals_chart_and_filters(ds, store):
     assert active["matching"] == home["totals"]["active"] > 0
     assert all(s["status"] == "active" for s in active["sessions"])
     claude = fetch(ds, "/-/memstore.json?agent=claude").json()
-    assert [s["agent"] for s in claude["sessions"]] == ["claude"]
+    assert [s["agent"] for s in claude["sessions"]] == ["claude", "claude"]  # the session and its sub-agent
     found = fetch(ds, "/-/memstore.json?q=clippy").json()
     assert [s["session_id"] for s in found["sessions"]] == [row["session_id"]]
     by_tokens = fetch(ds, "/-/memstore.json?sort=tokens&order=asc").json()["sessions"]

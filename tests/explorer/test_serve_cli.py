@@ -39,11 +39,14 @@ def small_store(root, sessions=("one", "two")):
     return root
 
 
-def test_serve_defaults_refresh_the_catalog_and_bind_localhost(tmp_path, served):
+def test_serve_defaults_refresh_the_catalog_and_bind_localhost(tmp_path, served, monkeypatch):
+    checked = []
+    # The default port is asked for, never bound: a real `memstore serve` may be running on it.
+    monkeypatch.setattr(server, "check_port", lambda host, port: checked.append((host, port)))
     small_store(tmp_path)
     result = CliRunner().invoke(cli, ["serve", "--root", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert served[0]["host"] == "127.0.0.1" and served[0]["port"] == 8001
+    assert served[0]["host"] == "127.0.0.1" and served[0]["port"] == 8001 and checked == [("127.0.0.1", 8001)]
     assert "http://localhost:8001/-/memstore" in result.output
     assert (tmp_path / "catalog.db").is_file()
     app = served[0]["app"]
@@ -68,7 +71,8 @@ def test_serve_options_and_environment(tmp_path, served, monkeypatch):
         env={"MEMSTORE_ROOT": str(tmp_path)},
     )
     assert result.exit_code == 0, result.output
-    assert served[-1]["host"] == "0.0.0.0" and served[-1]["port"] == 0
+    assert served[-1]["host"] == "0.0.0.0" and served[-1]["port"] > 0  # port 0: a free port, announced
+    assert f"http://0.0.0.0:{served[-1]['port']}/-/memstore" in result.output
     metadata = tmp_path / "meta.yml"
     metadata.write_text("title: custom title\n")
     result = CliRunner().invoke(cli, ["serve", "--root", str(tmp_path), "--port", "0", "--metadata", str(metadata)])

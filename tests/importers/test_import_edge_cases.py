@@ -347,7 +347,7 @@ def test_a_line_dated_in_the_future_does_not_date_the_session_past_the_present(t
     assert {ts for _, ts in records(tmp_path / "store", CODEX_SID)} == {at(0), at(1), at(2)}
     assert memstore.list_sessions(tmp_path / "store")[0].updated_at == at(2)
     policy = memstore.RetentionPolicy(50, 30, include_imported=True)  # (imported sessions are kept by default)
-    assert memstore.apply_retention(tmp_path / "store", policy).count == 1
+    assert memstore.apply_retention(tmp_path / "store", policy, apply=True).count == 1
 
 
 def test_an_exec_stream_with_a_future_mtime_is_not_dated_in_the_future(tmp_path):

@@ -185,7 +185,7 @@ def test_a_removal_killed_before_it_was_recorded_is_put_back_not_deleted(tmp_pat
     """)], timeout=60)
     assert child.returncode == -9
     assert not directory.exists() and list((tmp_path / ".trash").iterdir())
-    report = memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30))
+    report = memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30), apply=True)
     assert report.count == 0 and not (tmp_path / "gc-log.jsonl").exists()
     assert (directory / "events.jsonl").read_bytes() == before
     with memstore.open_session(tmp_path, "s") as log:
@@ -218,7 +218,7 @@ def test_a_removal_being_recorded_is_not_deleted_by_another_process_emptying_the
         while not moved.exists():
             assert child.poll() is None and time.monotonic() < deadline
             time.sleep(0.01)
-        memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30))
+        memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30), apply=True)
     finally:
         go.touch()
         assert child.wait(timeout=60) == 3

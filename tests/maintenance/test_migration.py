@@ -99,7 +99,7 @@ def test_migrated_sessions_are_content_and_survive_retention(tmp_path):
     legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET},
                  trajectories={"trajectory-20200101T000000Z.jsonl": jsonl({**ROUTE, "ts": 1577836800})})
     memstore.migrate_legacy(tmp_path)
-    report = memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30))
+    report = memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30), apply=True)
     assert report.count == 0  # not empty shells; dated by the import, so not aged out at once either
     summaries = {s.session_id: s for s in memstore.recent_sessions(tmp_path, 10)}
     assert {s.status for s in summaries.values()} == {"completed"} and {s.turn_count for s in summaries.values()} == {0}

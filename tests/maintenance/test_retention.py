@@ -80,7 +80,7 @@ def gc_log(root):
 def test_retention_evicts_zero_turn_completed_stores_immediately(tmp_path):
     shell = empty_shell(tmp_path, "shell")
     worked = sample_session(tmp_path, "worked")
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert report.count == 1
     assert [(r.directory, r.reason) for r in report.removed] == [("shell", "empty_shell")]
     assert not shell.exists() and worked.is_dir()
@@ -116,7 +116,7 @@ def test_retention_removes_oldest_sessions(tmp_path):
         sample_session(tmp_path, f"old-{n}", ts=f"2020-01-0{n + 1}T00:00:00Z")
     for n in range(2):
         sample_session(tmp_path, f"new-{n}")
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(4, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(4, 30), apply=True)
     assert report.count == 3
     assert [(r.directory, r.reason) for r in report.removed] == [
         ("old-0", "count_cap"), ("old-1", "age_cap"), ("old-2", "age_cap")]
@@ -140,21 +140,21 @@ def test_retention_evicts_old_sessions_even_when_under_count_cap(tmp_path):
     sample_session(tmp_path, "a")
     sample_session(tmp_path, "b")
     old = sample_session(tmp_path, "old", ts=OLD)
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(10, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(10, 30), apply=True)
     assert report.count == 1 and report.removed[0].reason == "age_cap" and not old.exists()
 
 
 def test_retention_preserves_active_sessions(tmp_path):
     directory = sample_session(tmp_path, "active", ts=OLD, complete=False)
     assert manifest_of(directory)["status"] == "active"
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(0, 0))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(0, 0), apply=True)
     assert report.count == 0 and directory.is_dir()
     assert ("active", "active") in [(s.directory, s.reason) for s in report.skipped]
 
 
 def test_retention_preserves_recent_active_sessions_under_age_window(tmp_path):
     directory = sample_session(tmp_path, "active", complete=False)
-    assert memstore.apply_retention(tmp_path, RetentionPolicy(50, 30)).count == 0
+    assert memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True).count == 0
     assert directory.is_dir() and manifest_of(directory)["status"] == "active"
 
 
@@ -189,7 +189,7 @@ def test_retention_evicts_abandoned_active_sessions_past_age_window(tmp_path):
     deadline = time.monotonic() + 10
     while memstore.is_live(directory) and time.monotonic() < deadline:
         time.sleep(0.01)
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert report.count >= 1 and report.marked_abandoned == ["abandoned"]
     assert report.removed[0].reason == "age_cap" and not directory.exists()
 
@@ -197,10 +197,10 @@ def test_retention_evicts_abandoned_active_sessions_past_age_window(tmp_path):
 def test_retention_preserves_explicit_current_session(tmp_path):
     current = sample_session(tmp_path, "current-session", ts=OLD)
     other = sample_session(tmp_path, "other", ts=OLD)
-    report = memstore.apply_retention_preserving(tmp_path, RetentionPolicy(0, 0), "current-session")
+    report = memstore.apply_retention_preserving(tmp_path, RetentionPolicy(0, 0), "current-session", apply=True)
     assert report.count == 1 and current.is_dir() and not other.exists()
     with pytest.raises(memstore.InvalidSessionId):
-        memstore.apply_retention_preserving(tmp_path, RetentionPolicy(), "")
+        memstore.apply_retention_preserving(tmp_path, RetentionPolicy(), "", apply=True)
 
 
 def test_retention_ignores_manifest_session_id_for_deletion_path(tmp_path):
@@ -210,7 +210,7 @@ def test_retention_ignores_manifest_session_id_for_deletion_path(tmp_path):
     root = tmp_path / "store"
     directory = sample_session(root, "real", ts=OLD)
     rewrite_manifest(directory, session_id="../outside")
-    report = memstore.apply_retention(root, RetentionPolicy(50, 30))
+    report = memstore.apply_retention(root, RetentionPolicy(50, 30), apply=True)
     assert report.count == 1 and not directory.exists()
     assert (outside / "keep.txt").read_text() == "keep"
     # A hostile id is not believed in the report or the gc-log either.
@@ -221,7 +221,7 @@ def test_retention_skips_symlink_session_entries(tmp_path):
     target = sample_session(tmp_path, "target", ts=OLD)
     link = tmp_path / "sessions" / "link"
     link.symlink_to(target)
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert [r.directory for r in report.removed] == ["target"] and not target.exists()
     assert link.is_symlink()  # left as it is: not followed, not deleted
     assert ("link", "a symlink; retention never follows or removes one") in [(s.directory, s.reason) for s in report.skipped]
@@ -233,7 +233,7 @@ def test_retention_skips_symlink_sessions_root(tmp_path):
     root = tmp_path / "store"
     root.mkdir()
     (root / "sessions").symlink_to(real_root / "sessions")
-    report = memstore.apply_retention(root, RetentionPolicy(0, 0))
+    report = memstore.apply_retention(root, RetentionPolicy(0, 0), apply=True)
     assert report.count == 0 and directory.is_dir()
     assert report.skipped[0].directory == "sessions" and "symlink" in report.skipped[0].reason
     assert memstore.mark_abandoned_active_sessions(root, 30) == 0
@@ -243,11 +243,11 @@ def test_retention_skips_symlink_sessions_root(tmp_path):
 def test_retention_skips_pinned_sessions_and_evicts_when_unpinned(tmp_path):
     directory = sample_session(tmp_path, "old", ts=OLD)
     memstore.pin_session_retention(directory, "keep")
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(1, 365))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(1, 365), apply=True)
     assert report.count == 0 and report.skipped[0].reason == "pinned: keep"
     assert memstore.unpin_session_retention(directory) is True
     assert memstore.unpin_session_retention(directory) is False
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(1, 365))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(1, 365), apply=True)
     assert report.count == 1 and report.removed[0].reason == "age_cap" and not directory.exists()
 
 
@@ -266,10 +266,10 @@ def test_retention_eviction_skips_live_sessions_even_when_completed(tmp_path):
     for event in [thread_started("live"), *TURN, thread_completed("live")]:
         log.append(event, ts=OLD)
     log.flush()
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(1, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(1, 30), apply=True)
     assert report.count == 0 and report.skipped[0].reason.startswith("live")
     log.close()
-    assert memstore.apply_retention(tmp_path, RetentionPolicy(1, 30)).count == 1
+    assert memstore.apply_retention(tmp_path, RetentionPolicy(1, 30), apply=True).count == 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def test_age_comes_from_the_last_event_time_never_from_file_mtimes(tmp_path):
     for directory in (recent,):
         for path in [directory, *directory.rglob("*")]:
             os.utime(path, (long_ago, long_ago), follow_symlinks=False)
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert [r.directory for r in report.removed] == ["old-by-events"]
     assert not old.exists() and recent.is_dir()
 
@@ -302,9 +302,9 @@ def test_an_unparseable_time_is_never_aged_out_and_sorts_newest(tmp_path):
     odd = sample_session(tmp_path, "odd", ts=OLD)
     rewrite_manifest(odd, updated_at="last tuesday")
     old = sample_session(tmp_path, "old", ts=OLD)
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(1, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(1, 30), apply=True)
     assert [(r.directory, r.reason) for r in report.removed] == [("old", "count_cap")]
-    assert not old.exists() and odd.is_dir() and memstore.apply_retention(tmp_path, RetentionPolicy(50, 0)).count == 0
+    assert not old.exists() and odd.is_dir() and memstore.apply_retention(tmp_path, RetentionPolicy(50, 0), apply=True).count == 0
 
 
 def test_a_log_ahead_of_its_manifest_is_judged_by_the_log(tmp_path):
@@ -315,7 +315,7 @@ def test_a_log_ahead_of_its_manifest_is_judged_by_the_log(tmp_path):
                          "event": {"type": "note"}}) + b"\n"
     with open(directory / "events.jsonl", "ab") as fh:
         fh.write(line)
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert report.count == 0 and report.marked_abandoned == [] and directory.is_dir()
     assert (directory / "manifest.json").read_bytes() == manifest_before
 
@@ -338,7 +338,7 @@ def test_imported_content_is_not_an_empty_shell(tmp_path):
     # A true shell whose memory view memstore regenerated from its (empty) log is still a shell.
     shell = empty_shell(tmp_path, "shell")
     memstore.write_session_memory_view(tmp_path, "shell")
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert sorted((r.directory, r.reason) for r in report.removed) == [("bare", "empty_shell"), ("shell", "empty_shell")]
     assert vtcode.is_dir() and (tmp_path / "sessions" / "imported").is_dir() and not shell.exists()
 
@@ -348,7 +348,7 @@ def test_every_removal_is_recorded_in_the_gc_log(tmp_path):
     sample_session(tmp_path, "old", ts=OLD)
     for n in range(3):
         sample_session(tmp_path, f"keep-{n}")
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(2, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(2, 30), apply=True)
     entries = gc_log(tmp_path)
     assert [(e["directory"], e["reason"]) for e in entries] == [
         ("sessions/shell", "empty_shell"), ("sessions/old", "count_cap"), ("sessions/keep-0", "count_cap")]
@@ -366,7 +366,7 @@ def test_a_gc_log_that_cannot_be_written_removes_nothing(tmp_path):
     (tmp_path / "elsewhere.jsonl").write_bytes(b"")
     (tmp_path / "gc-log.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
     with pytest.raises(memstore.StoreIOError, match="gc-log.jsonl"):
-        memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+        memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert directory.is_dir() and (tmp_path / "elsewhere.jsonl").read_bytes() == b""
 
 
@@ -395,7 +395,7 @@ def test_removed_sessions_are_gone_from_listings_and_the_trash_is_empty(tmp_path
     sample_session(tmp_path, "old", ts=OLD)
     sample_session(tmp_path, "new")
     assert [s.session_id for s in memstore.list_sessions(tmp_path)] == ["new", "old"]
-    memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert [s.session_id for s in memstore.list_sessions(tmp_path)] == ["new"]
     assert [s.session_id for s in memstore.recent_sessions(tmp_path, 10)] == ["new"]
     assert sorted(os.listdir(tmp_path / "sessions")) == ["new"] and not any((tmp_path / ".trash").iterdir())
@@ -425,7 +425,7 @@ def test_hostile_manifests_without_a_log_are_skipped_with_a_reason(tmp_path, cha
     data = {"session_id": "../../outside", "schema_version": 1, "created_at": OLD, "updated_at": OLD,
             "turn_count": 0, "event_count": 0, "status": "completed", **changes}
     (directory / "manifest.json").write_text(json.dumps(data))  # json: orjson refuses 10**30
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(0, 0))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(0, 0), apply=True)
     assert report.count == 0 and directory.is_dir()
     assert expected in report.skipped[0].reason
 
@@ -433,11 +433,11 @@ def test_hostile_manifests_without_a_log_are_skipped_with_a_reason(tmp_path, cha
 def test_a_hostile_manifest_with_a_log_is_judged_by_the_log(tmp_path):
     directory = sample_session(tmp_path, "s")
     (directory / "manifest.json").write_bytes(b'{"session_id": "../x", "turn_count": 1e400, "status": [], ')
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert report.count == 0 and directory.is_dir() and report.skipped == []
     huge = sample_session(tmp_path, "huge", ts=OLD)
     rewrite_manifest(huge, turn_count=2**80, updated_at="9999-12-31T23:59:59Z", persisted_file_len=2**70)
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert [r.directory for r in report.removed] == ["huge"]  # the log says 2020
 
 
@@ -453,7 +453,7 @@ def test_odd_entries_in_the_sessions_directory_are_reported_not_touched(tmp_path
     (sessions / "events-link").mkdir()
     (sessions / "events-link" / "events.jsonl").symlink_to(tmp_path / "secret.json")
     os.mkfifo(sessions / "fifo")
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(0, 0))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(0, 0), apply=True)
     reasons = {s.directory: s.reason for s in report.skipped}
     assert report.count == 0
     assert reasons == {
@@ -470,7 +470,7 @@ def test_odd_entries_in_the_sessions_directory_are_reported_not_touched(tmp_path
 def test_a_pin_file_that_is_a_directory_still_pins(tmp_path):
     directory = sample_session(tmp_path, "s", ts=OLD)
     (directory / "retention-pin.json").mkdir()
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(0, 0))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(0, 0), apply=True)
     assert report.count == 0 and "is a directory" in report.skipped[0].reason
     assert memstore.session_retention_pinned(directory)
     with pytest.raises(memstore.UnsafePathError, match="retention-pin.json"):
@@ -495,7 +495,7 @@ def test_pins_refuse_symlinked_or_missing_session_directories(tmp_path):
 
 def test_a_missing_store_is_an_empty_answer_and_creates_nothing(tmp_path):
     root = tmp_path / "nothing"
-    assert memstore.apply_retention(root).count == 0
+    assert memstore.apply_retention(root, apply=True).count == 0
     assert memstore.mark_abandoned_active_sessions(root, 30) == 0
     assert memstore.evict_zero_turn_completed_store(root, "s") is False
     assert not root.exists()
@@ -508,7 +508,7 @@ def test_a_trash_symlink_is_not_emptied_through(tmp_path):
     root = tmp_path / "store"
     directory = sample_session(root, "old", ts=OLD)
     (root / ".trash").symlink_to(outside)
-    report = memstore.apply_retention(root, RetentionPolicy(50, 30))
+    report = memstore.apply_retention(root, RetentionPolicy(50, 30), apply=True)
     assert report.count == 0 and directory.is_dir()
     assert report.skipped[0].reason.startswith("could not be removed") and ".trash: is a symlink" in report.skipped[0].reason
     assert (outside / "precious" / "data.txt").read_text() == "keep"
@@ -569,7 +569,7 @@ def test_retention_racing_a_live_writer_never_removes_the_live_session(tmp_path,
     removed = runs = 0
     try:
         while writer.poll() is None:
-            report = memstore.apply_retention(tmp_path, policy)
+            report = memstore.apply_retention(tmp_path, policy, apply=True)
             removed += report.count
             runs += 1
         out = writer.stdout.read()
@@ -623,7 +623,7 @@ def test_a_session_opened_between_the_check_and_the_removal_is_kept(tmp_path, mo
         monkeypatch.setattr(retention, "remove_session_directory", patched)
         expected = {"live: opened by a writer while retention ran"}
     try:
-        report = memstore.apply_retention(tmp_path, RetentionPolicy(0, 0))
+        report = memstore.apply_retention(tmp_path, RetentionPolicy(0, 0), apply=True)
     finally:
         holder["p"].stdin.write("\n")
         holder["p"].stdin.close()
@@ -645,7 +645,7 @@ def test_a_session_that_changed_since_it_was_judged_is_left_for_the_next_run(tmp
         return found
 
     monkeypatch.setattr(retention, "_plan_removals", plan_then_write)
-    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert report.count == 0 and directory.is_dir()
     assert report.skipped == [retention.SkippedSession("shell", "changed while retention ran; left for the next run")]
 
@@ -708,10 +708,10 @@ def test_a_removal_interrupted_by_a_crash_is_already_recorded(tmp_path, monkeypa
 
     monkeypatch.setattr(memstore.locks, "_delete_tree", crash)
     with pytest.raises(Crash):
-        memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+        memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert [(r["session_id"], r["reason"]) for r in gc_log(tmp_path)] == [("shell", "empty_shell")]
     assert not shell.exists() and list((tmp_path / ".trash").iterdir())
     monkeypatch.undo()
-    memstore.apply_retention(tmp_path, RetentionPolicy(50, 30))
+    memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert not list((tmp_path / ".trash").iterdir())
     assert len(gc_log(tmp_path)) == 1

@@ -134,6 +134,6 @@ def test_a_session_holding_a_progress_ledger_is_not_an_empty_shell(tmp_path):
     memstore.save_progress(tmp_path, "handoff", ledger)
     shell("empty")
     assert memstore.evict_zero_turn_completed_store(tmp_path, "handoff") is False
-    report = memstore.apply_retention(tmp_path)
+    report = memstore.apply_retention(tmp_path, apply=True)
     assert [(r.session_id, r.reason) for r in report.removed] == [("empty", "empty_shell")]
     assert memstore.load_progress(tmp_path, "handoff").handoff_summary == "tests pass; docs left"

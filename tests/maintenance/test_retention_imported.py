@@ -53,12 +53,12 @@ def ids(root: Path) -> set[str]:
 
 def test_the_default_policy_keeps_old_imported_sessions(tmp_path):
     root, _ = imported_store(tmp_path)
-    report = memstore.apply_retention(root, RetentionPolicy())
+    report = memstore.apply_retention(root, RetentionPolicy(), apply=True)
     assert [r.session_id for r in report.removed] == ["native-old"]
     assert report.imported_kept == 1
     assert ids(root) == {SID_040}
     # Not counted against the count cap either.
-    report = memstore.apply_retention(root, RetentionPolicy(max_sessions=0, max_age_days=0))
+    report = memstore.apply_retention(root, RetentionPolicy(max_sessions=0, max_age_days=0), apply=True)
     assert report.removed == [] and ids(root) == {SID_040}
 
 
@@ -66,7 +66,7 @@ def test_retention_and_import_no_longer_fight(tmp_path):
     root, source = imported_store(tmp_path)
     policy = RetentionPolicy(include_imported=True)
     for cycle in range(3):
-        report = memstore.apply_retention(root, policy)
+        report = memstore.apply_retention(root, policy, apply=True)
         assert SID_040 not in ids(root), f"cycle {cycle}: still there"
         imported = memstore.import_logs(root, source)
         assert (imported.sessions_created, imported.events_appended) == (0, 0), f"cycle {cycle}: resurrected"
@@ -91,7 +91,7 @@ def test_a_dry_run_tombstones_nothing(tmp_path):
 def test_a_damaged_tombstone_file_keeps_every_imported_session(tmp_path):
     root, _ = imported_store(tmp_path)
     (root / "tombstones.jsonl").write_bytes(b"{not json\n")
-    report = memstore.apply_retention(root, RetentionPolicy(include_imported=True))
+    report = memstore.apply_retention(root, RetentionPolicy(include_imported=True), apply=True)
     assert [r.session_id for r in report.removed] == ["native-old"]
     assert SID_040 in ids(root)
     assert any(s.directory == "tombstones.jsonl" for s in report.skipped)
@@ -110,7 +110,7 @@ def test_the_close_path_eviction_never_removes_an_imported_session(tmp_path):
     sid = "claude-5f0c4a1e-7777-4b1e-8d2a-0000000000b9"
     assert sid in ids(root)
     assert memstore.evict_zero_turn_completed_store(root, sid) is False
-    assert memstore.apply_retention(root, RetentionPolicy()).removed == []
+    assert memstore.apply_retention(root, RetentionPolicy(), apply=True).removed == []
     assert sid in ids(root)
 
 

@@ -38,7 +38,7 @@ def test_a_crash_left_removal_whose_name_was_taken_again_is_kept_once_not_retrie
     for _ in range(3):
         caplog.clear()
         with caplog.at_level("WARNING", logger="memstore"):
-            memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30))
+            memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30), apply=True)
         noisy_runs += any("trash" in r.getMessage() for r in caplog.records)
     assert noisy_runs == 1, f"{noisy_runs} of 3 retention runs logged about the same trash entry"
     kept = [p for p in (tmp_path / ".trash").iterdir()]

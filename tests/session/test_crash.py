@@ -21,9 +21,13 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
+import support
 
 import memstore
-import support
+
+# Crash loops: writers SIGKILLed at random moments, many times over.
+pytestmark = pytest.mark.slow
 
 SESSION_ID = "crash-session"
 

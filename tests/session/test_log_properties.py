@@ -23,15 +23,18 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional
 
+import hypothesis
 import orjson
 import pytest
-import hypothesis
+import support
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memstore
-import support
 from memstore.events import encode_record
+
+# Property tests: hundreds of generated histories each (about 3 minutes in all).
+pytestmark = pytest.mark.slow
 
 SESSION_ID = "prop-session"
 LIFECYCLE = {"thread.started", "thread.completed", "turn.started", "turn.completed", "turn.failed"}

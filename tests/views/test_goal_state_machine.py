@@ -5,11 +5,15 @@ import shutil
 import tempfile
 
 import orjson
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from memstore import GoalEvent, GoalOrchestration, GoalPauseReason, GoalPhase, GoalStatus, GoalTracker
+
+# A hypothesis state machine over the goal tracker.
+pytestmark = pytest.mark.slow
 
 PAUSED = {"user_paused", "back_off_paused", "no_progress_paused", "infra_paused", "blocked"}
 REASON = {  # reason -> (status, history detail)
