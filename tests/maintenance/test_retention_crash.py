@@ -22,7 +22,7 @@ from memstore.retention import RetentionPolicy
 OLD = "2025-01-01T00:00:00.000Z"
 USAGE = {"input_tokens": 120, "cached_input_tokens": 0, "cache_creation_tokens": 0, "output_tokens": 48}
 AGE_OUT = RetentionPolicy(max_sessions=50, max_age_days=30)
-KEEP_ALL = RetentionPolicy(max_sessions=50, max_age_days=100_000)
+KEEP_ALL = RetentionPolicy(max_sessions=50, max_age_days=0)  # 0: no age limit
 
 _KILLED_RUN = textwrap.dedent(
     """
@@ -32,7 +32,7 @@ _KILLED_RUN = textwrap.dedent(
     from memstore.retention import RetentionPolicy
 
     faults.arm(sys.argv[2], lambda **_: os.kill(os.getpid(), signal.SIGKILL))
-    memstore.apply_retention(sys.argv[1], RetentionPolicy(max_sessions=50, max_age_days=30))
+    memstore.apply_retention(sys.argv[1], RetentionPolicy(max_sessions=50, max_age_days=30), apply=True)
     print("retention finished without reaching the fault point")
     """
 )
@@ -84,7 +84,7 @@ def test_a_run_killed_after_recording_a_removal_is_completed_by_the_next_run_onc
     assert [line["directory"] for line in _gc_lines(root)] == ["sessions/old"]
     caplog.set_level(logging.WARNING)
 
-    report = memstore.apply_retention(root, KEEP_ALL)
+    report = memstore.apply_retention(root, KEEP_ALL, apply=True)
 
     assert report.count == 0
     assert [line["directory"] for line in _gc_lines(root)] == ["sessions/old"]
@@ -104,7 +104,7 @@ def test_a_run_killed_before_recording_a_removal_puts_the_session_back_whole(tmp
     _kill_retention_at(root, "trash.moved")
     assert _gc_lines(root) == []
 
-    memstore.apply_retention(root, KEEP_ALL)
+    memstore.apply_retention(root, KEEP_ALL, apply=True)
 
     assert (root / "sessions" / "old" / "events.jsonl").read_bytes() == before
     assert list((root / ".trash").iterdir()) == []
@@ -112,5 +112,5 @@ def test_a_run_killed_before_recording_a_removal_puts_the_session_back_whole(tmp
     with memstore.read_session(root, "old") as reader:
         assert reader.manifest.turn_count == 1
     # And a run that ages it out records it once.
-    assert memstore.apply_retention(root, AGE_OUT).count == 1
+    assert memstore.apply_retention(root, AGE_OUT, apply=True).count == 1
     assert [line["directory"] for line in _gc_lines(root)] == ["sessions/old"]

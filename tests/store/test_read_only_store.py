@@ -103,7 +103,7 @@ def _write(root: str, what: str) -> str:
         elif what == "refresh":
             memstore.refresh_catalog(root)
         elif what == "retention":
-            memstore.apply_retention(root, RetentionPolicy(max_sessions=0, max_age_days=0))
+            memstore.apply_retention(root, RetentionPolicy(max_sessions=0, max_age_days=0), apply=True)
         elif what == "rebuild":
             memstore.rebuild(root, "s0")
         elif what == "label":

@@ -116,7 +116,7 @@ def _retention(root: Path) -> None:
     """Retention would remove the empty shell: never without recording it in gc-log.jsonl
     through its trash."""
     try:
-        report = memstore.apply_retention(root, RetentionPolicy(max_sessions=50, max_age_days=30))
+        report = memstore.apply_retention(root, RetentionPolicy(max_sessions=50, max_age_days=30), apply=True)
         assert report.count == 0
         assert any(s.directory == "shell" and ".trash" in s.reason for s in report.skipped)
     finally:
@@ -129,7 +129,7 @@ def _tombstones(root: Path) -> None:
         Tombstones(root).record("gone", TombstoneReason.FORGET)
     assert caught.value.path == path
     # Retention then removes no imported session (fail closed), and says so.
-    report = memstore.apply_retention(root, RetentionPolicy(0, 0, include_imported=True))
+    report = memstore.apply_retention(root, RetentionPolicy(0, 0, include_imported=True), apply=True)
     assert memstore.session_directory(root, SID_040).is_dir()
     assert any(s.directory == "tombstones.jsonl" for s in report.skipped)
     Tombstones(root).all()
@@ -151,7 +151,7 @@ def _import_state(root: Path) -> None:
     tombstone's fingerprint. Neither needs it: each goes on without it, and says so."""
     report = check_store(root)
     assert report.sessions == 3
-    removed = memstore.apply_retention(root, RetentionPolicy(0, 0, include_imported=True))
+    removed = memstore.apply_retention(root, RetentionPolicy(0, 0, include_imported=True), apply=True)
     assert SID_040 in {r.session_id for r in removed.removed}
     assert Tombstones(root).lookup(SID_040) is not None
 
@@ -161,7 +161,7 @@ def _sessions(root: Path) -> None:
     assert session_ids(root) == []
     assert list_sessions(root) == []
     assert list(memstore.rebuild(root)) == []
-    assert memstore.apply_retention(root, RetentionPolicy(0, 0)).count == 0
+    assert memstore.apply_retention(root, RetentionPolicy(0, 0), apply=True).count == 0
     report = check_store(root, fix=True)
     assert report.sessions == 0 and not report.ok
 
@@ -170,7 +170,7 @@ CASES: dict[str, tuple[bool, Callable[[Path], None]]] = {
     # name: (a directory?, the operation)
     "locks": (True, _take_every_lock),
     **{f"locks/{name}.lock": (False, _take_lock(name)) for name in STORE_LOCKS},
-    "gc-log.jsonl": (False, lambda root: memstore.apply_retention(root, RetentionPolicy(0, 0))),
+    "gc-log.jsonl": (False, lambda root: memstore.apply_retention(root, RetentionPolicy(0, 0), apply=True)),
     ".trash": (True, _retention),
     "tombstones.jsonl": (False, _tombstones),
     "import-versions.json": (False, _import_versions),
