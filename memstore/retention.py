@@ -892,7 +892,10 @@ def _import_fingerprint(path: str) -> Optional[dict]:
     try:
         raw = read_no_follow(os.path.join(path, DERIVED_DIR, IMPORT_STATE_FILE))
         state = orjson.loads(raw) if raw is not None else None
-    except (MemstoreError, orjson.JSONDecodeError):
+    except MemstoreError as exc:  # a symlink or FIFO there: never followed, never waited on
+        logger.warning("%s; the tombstone goes without the source's fingerprint", exc)
+        return None
+    except orjson.JSONDecodeError:
         return None
     if not isinstance(state, dict):
         return None

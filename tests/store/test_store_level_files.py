@@ -151,9 +151,21 @@ def _import_state(root: Path) -> None:
     tombstone's fingerprint. Neither needs it: each goes on without it, and says so."""
     report = check_store(root)
     assert report.sessions == 3
-    removed = memstore.apply_retention(root, RetentionPolicy(0, 0, include_imported=True), apply=True)
+    said: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    handler = Collect(logging.WARNING)
+    logging.getLogger("memstore").addHandler(handler)
+    try:
+        removed = memstore.apply_retention(root, RetentionPolicy(0, 0, include_imported=True), apply=True)
+    finally:
+        logging.getLogger("memstore").removeHandler(handler)
     assert SID_040 in {r.session_id for r in removed.removed}
     assert Tombstones(root).lookup(SID_040) is not None
+    assert any(IMPORT_STATE in message for message in said), said
 
 
 def _sessions(root: Path) -> None:
