@@ -33,7 +33,7 @@ from typing import Optional
 
 from .. import changes
 from ..bm25 import SearchIndex
-from ..errors import StoreIOError, UnsafePathError
+from ..errors import StoreIOError, StoreReadOnly, UnsafePathError
 from ..layout import catalog_path, locks_dir
 from .refresh import DEFAULT_SWEEP_SECONDS, RefreshMode, load_state, read_meta, run_refresh
 from .report import CatalogProgressCallback, MissingSession, ProgressCallback, RefreshReport, recorded_missing
@@ -247,7 +247,7 @@ class LiveCatalog:
     ) -> RefreshReport:
         """Refresh the catalog (see :class:`RefreshMode`) under the store's ``catalog`` lock,
         waiting for it at most ``wait`` seconds (``None``: as long as it takes). A store this
-        process cannot write is refused with :class:`StoreIOError` (``EROFS`` or ``EACCES``)
+        process cannot write is refused with :class:`StoreReadOnly` (``EROFS`` or ``EACCES``)
         before anything is touched."""
         from filelock import Timeout
 
@@ -258,7 +258,7 @@ class LiveCatalog:
         if not self.writable:
             # Refused before any lock is taken: taking one would create or chmod files in a
             # store this process must leave as it is.
-            raise StoreIOError(
+            raise StoreReadOnly(
                 "refresh catalog",
                 self.root,
                 "the store cannot be written by this process",

@@ -23,15 +23,26 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Optional
 
-from ..layout import DERIVED_DIR, EVENTS_FILE, INDEX_DIR, INDEX_FILE, MANIFEST_FILE, MEMORY_FILE, iter_session_dirs
+from ..layout import (
+    DERIVED_DIR,
+    EVENTS_FILE,
+    INDEX_DIR,
+    INDEX_FILE,
+    MANIFEST_FILE,
+    MEMORY_FILE,
+    TRAJECTORY_FILE,
+    is_legacy_session,
+    iter_session_dirs,
+)
 
 logger = logging.getLogger("memstore.catalog")
 
 _MEMORY = os.path.join(DERIVED_DIR, MEMORY_FILE)
+_TRAJECTORY = os.path.join(DERIVED_DIR, TRAJECTORY_FILE)
 _INDEX = os.path.join(INDEX_DIR, INDEX_FILE)
 _INDEX_WAL = _INDEX + "-wal"
 NOTHING = "-"  # the stamp of a missing file
-EMPTY_SWEEP = "-|-|-"  # a directory with no log, no memory view and no manifest: no session (yet)
+EMPTY_SWEEP = "-|-|-|-"  # no log, memory view, manifest or trajectory: no session (yet)
 
 
 class SessionKind(enum.Enum):
@@ -72,13 +83,19 @@ def sweep_stamp(directory: str) -> str:
     memory = file_stamp(os.path.join(directory, _MEMORY))
     if log != NOTHING:
         return f"{log}|{memory}"
-    return f"{log}|{memory}|{file_stamp(os.path.join(directory, MANIFEST_FILE))}"
+    return _legacy_stamp(directory, memory, file_stamp(os.path.join(directory, MANIFEST_FILE)))
+
+
+def _legacy_stamp(directory: str, memory: str, manifest: str) -> str:
+    # Without a log: the files that make a legacy session one (see layout.is_legacy_session).
+    return f"{NOTHING}|{memory}|{manifest}|{file_stamp(os.path.join(directory, _TRAJECTORY))}"
 
 
 def examine(name: str, directory: str) -> Optional[Examined]:
     """What kind of session ``directory`` is, with its stamps; ``None`` when it is none: no log
-    that is a regular file and no manifest and memory view (a log that exists but is not a
-    regular file makes no session either). Raises ``OSError`` when it cannot be examined."""
+    that is a regular file and not a legacy session (:func:`memstore.layout.is_legacy_session`;
+    a log that exists but is not a regular file makes no session either). Raises ``OSError``
+    when it cannot be examined."""
     log_path = os.path.join(directory, EVENTS_FILE)
     try:
         st = os.stat(log_path, follow_symlinks=False)
@@ -89,9 +106,9 @@ def examine(name: str, directory: str) -> Optional[Examined]:
     memory = file_stamp(os.path.join(directory, _MEMORY))
     manifest = file_stamp(os.path.join(directory, MANIFEST_FILE))
     if st is None:
-        if not (_regular(memory) and _regular(manifest)):
+        if not is_legacy_session(directory):
             return None
-        sweep = f"{NOTHING}|{memory}|{manifest}"
+        sweep = _legacy_stamp(directory, memory, manifest)
         return Examined(name, directory, SessionKind.LEGACY, sweep, sweep, 0)
     if not stat.S_ISREG(st.st_mode):
         return None
@@ -100,10 +117,6 @@ def examine(name: str, directory: str) -> Optional[Examined]:
     index = file_stamp(os.path.join(directory, _INDEX))
     wal = file_stamp(os.path.join(directory, _INDEX_WAL))
     return Examined(name, directory, SessionKind.LOG, f"{sweep}|{manifest}|{index}|{wal}", sweep, st.st_size)
-
-
-def _regular(stamp: str) -> bool:
-    return stamp != NOTHING and stat.S_ISREG(int(stamp.split(":", 1)[0], 8))
 
 
 def session_directories(root: os.PathLike[str] | str) -> dict[str, str]:

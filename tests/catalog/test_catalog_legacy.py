@@ -90,16 +90,20 @@ def test_a_migrated_session_follows_its_files(tmp_path):
     store.close()
 
 
-def test_iter_session_dirs_keeps_require_log_and_can_take_migrated_sessions(tmp_path):
+def test_the_catalog_lists_the_legacy_sessions_layout_lists(tmp_path):
+    """The catalog's sessions are those ``iter_session_dirs(include_legacy=True)`` lists: a
+    legacy session with only a trajectory is listed too (with no facts to search), a directory
+    with a manifest alone is no session."""
     with memstore.open_session(tmp_path, "native") as log:
         turn(log, 1)
     migrated_session(tmp_path, "migrated", ["a fact"])
+    trajectory_only = migrated_session(tmp_path, "trajectory-only", [])
+    os.replace(trajectory_only / "derived" / "memory.json", trajectory_only / "derived" / "trajectory.jsonl")
     (tmp_path / "sessions" / "manifest-only").mkdir()
     (tmp_path / "sessions" / "manifest-only" / "manifest.json").write_bytes(b"{}")
-    names = {e.name for e in iter_session_dirs(tmp_path)}
-    assert names == {"native", "migrated", "manifest-only"}
-    assert {e.name for e in iter_session_dirs(tmp_path, require_log=True)} == {"native"}
-    assert {e.name for e in iter_session_dirs(tmp_path, require_log_or_view=True)} == {"native", "migrated"}
-    assert is_legacy_session(tmp_path / "sessions" / "migrated")
-    assert not is_legacy_session(tmp_path / "sessions" / "native")
-    assert not is_legacy_session(tmp_path / "sessions" / "manifest-only")
+    listed = {e.name for e in iter_session_dirs(tmp_path, require_log=True, include_legacy=True)}
+    assert listed == {"native", "migrated", "trajectory-only"}
+    assert is_legacy_session(trajectory_only) and not is_legacy_session(tmp_path / "sessions" / "manifest-only")
+    report = refresh_catalog(tmp_path)
+    assert report.errors == []
+    assert {row[0] for row in content(tmp_path)["sessions"]} == listed
