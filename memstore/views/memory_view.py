@@ -58,7 +58,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple, Optional
+from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
 import orjson
 
@@ -81,6 +81,7 @@ from ..errors import (
 from ..events import Record
 from ..fsio import atomic_write, read_no_follow
 from ..session.log import SessionLog, open_session
+from ..store_redaction import store_redaction
 from ..session.manifest import SessionSummary, summary_cache
 from .registry import FileView, register_file_view
 
@@ -498,7 +499,7 @@ def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None, onl
     if envelope is not None:  # refused (InvalidEvent) before anything is appended
         ev.encode_record(1, ev.utc_now(), {"type": ENVELOPE_EVENT, "envelope": envelope})
     builder = _ViewBuilder()
-    for record in log.iter_records():
+    for record in _redacted_records(log):
         builder.add(record)
     floor = builder.latest_ts
     appended = False
@@ -517,11 +518,21 @@ def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None, onl
     if appended:
         log.flush()
         builder = _ViewBuilder()
-        for record in log.iter_records():
+        for record in _redacted_records(log):
             builder.add(record)
     atomic_write(path, render_memory_view(builder.view(log.session_id)))
     _facts_cache.invalidate(path)
     return path
+
+
+def _redacted_records(log: SessionLog) -> Iterator[Record]:
+    """``log``'s records with each event redacted by the store's redactor: the view (facts,
+    summary, objective, touched files) never holds a secret, whatever the log holds."""
+    redaction = log.redaction if log.redaction is not None else store_redaction(log.directory.parent.parent)
+    redact = redaction.redact_event
+    for record in log.iter_records():
+        event = redact(record.event)
+        yield record if event is record.event else record._replace(event=event)
 
 
 def _has_envelope(log: SessionLog) -> bool:
