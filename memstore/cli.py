@@ -477,7 +477,7 @@ def show_command(session, turn_number, root, as_json):
 
     _require_store(root)
     try:
-        with read_session(root, session) as reader:
+        with read_session(root, session, redact=True) as reader:
             manifest = reader.manifest
             if turn_number is not None:
                 if turn_number > MAX_SEQ:  # no turn is numbered past the largest seq
