@@ -35,6 +35,8 @@ POINTS: dict[str, str] = {
     "cap.copy": "a cap rewrite has written part of the log's copy (path: the temp file)",
     "cap.replaced": "a cap rewrite replaced the log and is about to sync its directory (path: the directory)",
     "registry.create": "a session's writer was created, under the registry's lock (key: its real path)",
+    "scrub.written": "a scrub wrote and synced its copy of a file, not yet renamed over it (path: the temp file)",
+    "scrub.replaced": "a scrub renamed its copy over the log, before syncing the directory (path: the log)",
 }
 
 _armed: dict[str, Action] = {}
