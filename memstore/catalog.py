@@ -22,6 +22,7 @@ Deleting ``catalog.db`` and refreshing gives the same content.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import sqlite3
@@ -485,11 +486,13 @@ def _redacted_turn(turn: Turn, redactor: Redactor) -> Turn:
 
 
 def _log_tail(reader: SessionReader, length: int) -> bytes:
-    return reader.log.pread(max(0, length - TAIL_BYTES), min(TAIL_BYTES, length))
+    """The sha256 of the log's last bytes up to ``length``: what says the log is still the one
+    copied, without keeping its bytes (which may hold a secret) in the catalog."""
+    return hashlib.sha256(reader.log.pread(max(0, length - TAIL_BYTES), min(TAIL_BYTES, length))).digest()
 
 
 def _still_prefix(reader: SessionReader, length: Optional[int], tail: Optional[bytes], *, trusted: bool) -> bool:
-    """Whether the log the catalog copied (``length`` bytes ending in ``tail``) is still the
+    """Whether the log the catalog copied (``length`` bytes ending in the bytes ``tail`` digests) is still the
     start of the one the reader holds: if not, it was rewritten (the generation cannot say so
     for a session without an index). Unknown (a catalog of the previous layout): ``trusted``,
     which a session copied with a generation is."""
