@@ -25,12 +25,11 @@ import orjson
 
 from . import events as ev
 from .errors import MemstoreError, SessionBusyError, SessionNotFound, StoreIOError
-from .fsio import open_private_append, write_all
+from .fsio import open_private_append, read_no_follow, write_all
 from .layout import DERIVED_DIR, IMPORT_STATE_FILE, SESSIONS_DIR, events_path, gc_log_path, session_directory
 from .locks import remove_session_directory
 from .session.manifest import load_manifest
 from .tombstones import Tombstone, TombstoneReason, Tombstones
-from .fsio import read_no_follow
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +48,13 @@ class ForgetReport:
     bytes: int
 
     def to_dict(self) -> dict:
-        return {"session_id": self.tombstone.session_id, "forgotten_at": self.tombstone.at, "bytes": self.bytes,
-                "source_path": self.tombstone.source_path, "source_fingerprint": self.tombstone.source_fingerprint}
+        return {
+            "session_id": self.tombstone.session_id,
+            "forgotten_at": self.tombstone.at,
+            "bytes": self.bytes,
+            "source_path": self.tombstone.source_path,
+            "source_fingerprint": self.tombstone.source_fingerprint,
+        }
 
 
 def forget_session(root: os.PathLike | str, session_id: str, *, refresh: bool = True) -> ForgetReport:
@@ -73,8 +77,11 @@ def forget_session(root: os.PathLike | str, session_id: str, *, refresh: bool = 
     recorded: list[Tombstone] = []
 
     def record() -> None:
-        recorded.append(tombstones.record(session_id, TombstoneReason.FORGET, source_path=source_path,
-                                          source_fingerprint=fingerprint))
+        recorded.append(
+            tombstones.record(
+                session_id, TombstoneReason.FORGET, source_path=source_path, source_fingerprint=fingerprint
+            )
+        )
         _gc_record(root, session_id, directory, size)
 
     if not remove_session_directory(root, directory, on_moved=record):
@@ -110,9 +117,14 @@ def _import_fingerprint(directory: Path) -> Optional[dict]:
         return None
     if not isinstance(state, dict):
         return None
-    source = state.get("source") if isinstance(state.get("source"), dict) else {}
-    found = {"size": source.get("size"), "offset": state.get("offset"), "head_sha256": state.get("head_sha256"),
-             "tail_sha256": state.get("tail_sha256")}
+    raw_source = state.get("source")
+    source: dict = raw_source if isinstance(raw_source, dict) else {}
+    found = {
+        "size": source.get("size"),
+        "offset": state.get("offset"),
+        "head_sha256": state.get("head_sha256"),
+        "tail_sha256": state.get("tail_sha256"),
+    }
     return {k: v for k, v in found.items() if isinstance(v, (int, str)) and not isinstance(v, bool)} or None
 
 
@@ -130,9 +142,17 @@ def _tree_bytes(path: Path) -> int:
 def _gc_record(root: Path, session_id: str, directory: Path, size: int) -> None:
     """Append the removal to ``gc-log.jsonl`` (as retention records its own), synced."""
     path = gc_log_path(root)
-    line = orjson.dumps({"session_id": session_id, "directory": f"{SESSIONS_DIR}/{directory.name}",
-                         "removed_at": ev.utc_now(), "reason": "forget", "bytes": size, "updated_at": None},
-                        option=orjson.OPT_APPEND_NEWLINE)
+    line = orjson.dumps(
+        {
+            "session_id": session_id,
+            "directory": f"{SESSIONS_DIR}/{directory.name}",
+            "removed_at": ev.utc_now(),
+            "reason": "forget",
+            "bytes": size,
+            "updated_at": None,
+        },
+        option=orjson.OPT_APPEND_NEWLINE,
+    )
     fd, _created = open_private_append(path)
     try:
         write_all(fd, line, path)

@@ -30,9 +30,10 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 import orjson
 
@@ -68,9 +69,15 @@ class ScrubReport:
         return bool(self.lines_changed or self.torn_files_changed)
 
     def to_dict(self) -> dict:
-        return {"session_id": self.session_id, "changed": self.changed, "secrets": dict(self.secrets),
-                "lines_changed": self.lines_changed, "bytes_before": self.bytes_before,
-                "bytes_after": self.bytes_after, "torn_files_changed": self.torn_files_changed}
+        return {
+            "session_id": self.session_id,
+            "changed": self.changed,
+            "secrets": dict(self.secrets),
+            "lines_changed": self.lines_changed,
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+            "torn_files_changed": self.torn_files_changed,
+        }
 
 
 def scrub_bytes(data: bytes, redactor: Redactor, found: Optional[Counter] = None) -> tuple[bytes, int]:
@@ -124,13 +131,14 @@ def _marker_kinds(line: bytes) -> Counter:
         end = text.find("]", at)
         if end < 0:
             break
-        counts[text[at + len(MARKER_PREFIX):end]] += 1
+        counts[text[at + len(MARKER_PREFIX) : end]] += 1
         start = end + 1
     return counts
 
 
-def scrub_session(root: os.PathLike | str, session_id: str, *, rebuild: bool = True,
-                  redactor: Optional[Redactor] = None) -> ScrubReport:
+def scrub_session(
+    root: os.PathLike | str, session_id: str, *, rebuild: bool = True, redactor: Optional[Redactor] = None
+) -> ScrubReport:
     """Scrub the log of ``session_id`` (see the module docstring); with ``rebuild`` (the
     default) rebuild its views and refresh the catalog after a change. Raises
     :class:`SessionNotFound` when there is no such session, :class:`SessionBusyError` when a
@@ -233,11 +241,20 @@ def _replace(path: Path, data: bytes, fault: Optional[str]) -> None:
 def _record(root: Path, directory: Path, report: ScrubReport) -> None:
     """Append the scrub to ``gc-log.jsonl``, synced."""
     path = gc_log_path(root)
-    line = orjson.dumps({"op": "scrub", "session_id": report.session_id, "directory": f"{SESSIONS_DIR}/{directory.name}",
-                         "at": ev.utc_now(), "secrets": report.secrets, "lines_changed": report.lines_changed,
-                         "bytes_before": report.bytes_before, "bytes_after": report.bytes_after,
-                         "torn_files_changed": report.torn_files_changed},
-                        option=orjson.OPT_APPEND_NEWLINE)
+    line = orjson.dumps(
+        {
+            "op": "scrub",
+            "session_id": report.session_id,
+            "directory": f"{SESSIONS_DIR}/{directory.name}",
+            "at": ev.utc_now(),
+            "secrets": report.secrets,
+            "lines_changed": report.lines_changed,
+            "bytes_before": report.bytes_before,
+            "bytes_after": report.bytes_after,
+            "torn_files_changed": report.torn_files_changed,
+        },
+        option=orjson.OPT_APPEND_NEWLINE,
+    )
     fd, _created = open_private_append(path)
     try:
         write_all(fd, line, path)

@@ -30,14 +30,14 @@ class StoreRedaction:
     the store's :class:`~memstore.redact.Redactor` (:meth:`redactor`, :meth:`redact_event`).
     Safe to share between threads."""
 
-    def __init__(self, root: os.PathLike | str, config: Optional["RedactConfig"]):
+    def __init__(self, root: os.PathLike | str, config: Optional[RedactConfig]):
         self.root = Path(root)
         self._config = config
         self.at_write = bool(config is not None and config.at_write)
-        self._redactor: Optional["Redactor"] = None
+        self._redactor: Optional[Redactor] = None
         self._lock = threading.Lock()
 
-    def redactor(self) -> "Redactor":
+    def redactor(self) -> Redactor:
         """The store's redactor (its built-in rules plus ``config.toml``'s)."""
         redactor = self._redactor
         if redactor is None:

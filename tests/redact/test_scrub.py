@@ -22,6 +22,7 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
+from conftest import CORPUS
 
 import memstore
 from memstore.cli import cli
@@ -29,12 +30,12 @@ from memstore.errors import SessionBusyError
 from memstore.redact import Redactor
 from memstore.scrub import scrub_bytes, scrub_session
 
-from conftest import CORPUS
-
 REPO = Path(__file__).resolve().parents[2]
 SECRETS = sorted({s["value"] for entry in CORPUS for s in entry["secrets"]})
-FILLER = ("Ran the focused tests; 14 passed, 2 skipped (network). The retry helper now reads "
-          "its backoff from settings.RETRY_BACKOFF and logs each attempt at debug level.")
+FILLER = (
+    "Ran the focused tests; 14 passed, 2 skipped (network). The retry helper now reads "
+    "its backoff from settings.RETRY_BACKOFF and logs each attempt at debug level."
+)
 
 
 def write_corpus_session(root: Path, sid: str = "s", repeat: int = 1) -> Path:
@@ -43,12 +44,21 @@ def write_corpus_session(root: Path, sid: str = "s", repeat: int = 1) -> Path:
         for r in range(repeat):
             for i, entry in enumerate(CORPUS):
                 log.append({"type": "turn.started"})
-                log.append({"type": "item.completed", "item": {"id": f"u{r}-{i}", "type": "user_message",
-                                                               "text": f"step {r}.{i}: check the staging config"}})
+                log.append(
+                    {
+                        "type": "item.completed",
+                        "item": {
+                            "id": f"u{r}-{i}",
+                            "type": "user_message",
+                            "text": f"step {r}.{i}: check the staging config",
+                        },
+                    }
+                )
                 for event in entry["events"]:
                     log.append(event)
-                log.append({"type": "item.completed", "item": {"id": f"m{r}-{i}", "type": "agent_message",
-                                                               "text": FILLER}})
+                log.append(
+                    {"type": "item.completed", "item": {"id": f"m{r}-{i}", "type": "agent_message", "text": FILLER}}
+                )
                 if not any(e["type"].startswith("turn.") for e in entry["events"]):
                     log.append({"type": "turn.completed", "usage": {"input_tokens": 900 + i, "output_tokens": 80}})
     return memstore.session_directory(root, sid) / "events.jsonl"
@@ -139,8 +149,9 @@ _SCRUB = "import sys; from memstore.scrub import scrub_session; scrub_session(sy
 
 def _child(code: str, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def _check_after_kill(root: Path, log_path: Path, original: bytes, scrubbed: bytes, shape: list) -> None:

@@ -21,14 +21,13 @@ from urllib.parse import quote
 import orjson
 import pytest
 from click.testing import CliRunner
+from conftest import CORPUS, strings_in
 
 import memstore
 from memstore.cli import cli
 from memstore.explorer import make_datasette
 from memstore.explorer.urls import quote_id
 from memstore.views.memory_view import write_session_memory_view
-
-from conftest import CORPUS, strings_in
 
 IMPORT_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "import"
 CLAUDE = IMPORT_FIXTURES / "claude" / "projects" / "-home-dev-web" / "2d984148-5555-4605-aac1-00000000e005.jsonl"
@@ -38,8 +37,20 @@ CODEX_PROMPT = "fix the flaky retry test"
 
 SECRETS = sorted({s["value"] for entry in CORPUS for s in entry["secrets"]})
 # Sessions written by an agent: the corpus's events, each entry a turn among ordinary ones.
-CONTEXT_QUERIES = ["token", "password", "api key", "secret", "private key", "export", "aws credentials",
-                   "authorization bearer", "REDACTED", "staging key", "env", "webhook"]
+CONTEXT_QUERIES = [
+    "token",
+    "password",
+    "api key",
+    "secret",
+    "private key",
+    "export",
+    "aws credentials",
+    "authorization bearer",
+    "REDACTED",
+    "staging key",
+    "env",
+    "webhook",
+]
 PROMPTS = [
     "The integration tests against staging fail since this morning; find out why and fix them.",
     "Refactor the retry helper so the backoff is configurable, and keep the public signature.",
@@ -53,7 +64,7 @@ def _needles(secret: str) -> list[str]:
     found = [secret]
     if len(secret) >= 40:
         middle = len(secret) // 2
-        found.append(secret[middle - 12:middle + 12])
+        found.append(secret[middle - 12 : middle + 12])
     return found
 
 
@@ -83,20 +94,40 @@ def _write_agent_sessions(root: Path) -> list[str]:
         sid = f"agent-run-{n}"
         ids.append(sid)
         with memstore.open_session(root, sid) as log:
-            log.append({"type": "thread.started", "thread_id": sid,
-                        "source": {"agent": "codex", "cwd": f"/home/dev/service-{n}"}})
-            for i, entry in enumerate(CORPUS[n * per_session:(n + 1) * per_session]):
+            log.append(
+                {
+                    "type": "thread.started",
+                    "thread_id": sid,
+                    "source": {"agent": "codex", "cwd": f"/home/dev/service-{n}"},
+                }
+            )
+            for i, entry in enumerate(CORPUS[n * per_session : (n + 1) * per_session]):
                 log.append({"type": "turn.started", "model": "gpt-5.5-codex"})
-                log.append({"type": "item.completed",
-                             "item": {"id": f"p{i}", "type": "user_message", "text": PROMPTS[i % len(PROMPTS)]}})
+                log.append(
+                    {
+                        "type": "item.completed",
+                        "item": {"id": f"p{i}", "type": "user_message", "text": PROMPTS[i % len(PROMPTS)]},
+                    }
+                )
                 for event in entry["events"]:
                     log.append(event)
                 if not any(e["type"].startswith("turn.") for e in entry["events"]):
-                    log.append({"type": "item.completed", "item": {
-                        "id": f"a{i}", "type": "agent_message",
-                        "text": "Done: the change is in place and the focused tests pass locally."}})
-                    log.append({"type": "turn.completed",
-                                "usage": {"input_tokens": 1800 + i, "cached_input_tokens": 900, "output_tokens": 240}})
+                    log.append(
+                        {
+                            "type": "item.completed",
+                            "item": {
+                                "id": f"a{i}",
+                                "type": "agent_message",
+                                "text": "Done: the change is in place and the focused tests pass locally.",
+                            },
+                        }
+                    )
+                    log.append(
+                        {
+                            "type": "turn.completed",
+                            "usage": {"input_tokens": 1800 + i, "cached_input_tokens": 900, "output_tokens": 240},
+                        }
+                    )
         write_session_memory_view(root, sid)
     return ids
 
@@ -108,14 +139,18 @@ def _import_sources(tmp: Path) -> Path:
     claude_dir.mkdir(parents=True)
     text = CLAUDE.read_text()
     assert CLAUDE_PROMPT in text
-    (claude_dir / CLAUDE.name).write_text(text.replace(
-        CLAUDE_PROMPT, f"{CLAUDE_PROMPT}; the staging key is {SECRETS[0]} and GITHUB_TOKEN={_token('github-token')}"))
+    (claude_dir / CLAUDE.name).write_text(
+        text.replace(
+            CLAUDE_PROMPT, f"{CLAUDE_PROMPT}; the staging key is {SECRETS[0]} and GITHUB_TOKEN={_token('github-token')}"
+        )
+    )
     codex_dir = source / "codex"
     codex_dir.mkdir(parents=True)
     text = CODEX.read_text()
     assert CODEX_PROMPT in text
-    (codex_dir / CODEX.name).write_text(text.replace(
-        CODEX_PROMPT, f"{CODEX_PROMPT}; it needs OPENAI_API_KEY={_token('openai-api-key')}"))
+    (codex_dir / CODEX.name).write_text(
+        text.replace(CODEX_PROMPT, f"{CODEX_PROMPT}; it needs OPENAI_API_KEY={_token('openai-api-key')}")
+    )
     return source
 
 

@@ -20,9 +20,17 @@ import memstore
 from memstore.redact import RedactConfigError
 
 KEY = "ghp_R8kq2LmV7xTz4NcWb9YdHs3PfJa6Ue1Go5Qi"
-EVENT = {"type": "item.completed",
-         "item": {"id": "c1", "type": "command_execution", "command": f"git push https://x:{KEY}@github.com/o/r",
-                  "aggregated_output": "Everything up-to-date\n", "exit_code": 0, "status": "completed"}}
+EVENT = {
+    "type": "item.completed",
+    "item": {
+        "id": "c1",
+        "type": "command_execution",
+        "command": f"git push https://x:{KEY}@github.com/o/r",
+        "aggregated_output": "Everything up-to-date\n",
+        "exit_code": 0,
+        "status": "completed",
+    },
+}
 
 
 def write(root, sid="s"):
@@ -74,8 +82,10 @@ def test_by_default_the_log_keeps_the_secret_and_the_index_does_not(tmp_path):
         assert KEY not in str(reader.record(2).event)
 
 
-@pytest.mark.parametrize("config", ['[redact]\nat_write = "yes"\n', "[redact]\nat_write = true\nenabled = false\n",
-                                    "[redact]\nat_wirte = true\n"])
+@pytest.mark.parametrize(
+    "config",
+    ['[redact]\nat_write = "yes"\n', "[redact]\nat_write = true\nenabled = false\n", "[redact]\nat_wirte = true\n"],
+)
 def test_a_malformed_config_refuses_the_open_naming_the_file(tmp_path, config):
     root = tmp_path / "store"
     root.mkdir()
