@@ -10,7 +10,7 @@ import os
 import orjson
 import pytest
 
-from conftest import CORPUS, NEAR_MISSES, strings_in
+from secret_corpus import CORPUS, NEAR_MISSES, strings_in
 from memstore import events, redact
 from memstore.errors import MemstoreError, StoreIOError
 from memstore.redact import Finding, RedactConfig, RedactConfigError, Redactor, load_config, marker

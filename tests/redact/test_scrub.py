@@ -22,7 +22,7 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from conftest import CORPUS
+from secret_corpus import CORPUS
 
 import memstore
 from memstore.cli import cli
@@ -108,6 +108,18 @@ def test_scrub_changes_only_the_secrets(tmp_path):
     again = scrub_session(root, "s")
     assert not again.changed and log_path.read_bytes() == after
     assert len((root / "gc-log.jsonl").read_text().splitlines()) == 1
+
+
+def test_an_audit_pack_of_the_old_log_shows_the_scrub(tmp_path):
+    """A pack written before the scrub no longer verifies: the log is a mismatch."""
+    root = tmp_path / "store"
+    write_corpus_session(root)
+    store = memstore.Store(root)
+    _pack, path = store.pack("s", tmp_path / "before.json")
+    assert store.verify("s", path).verified
+    store.scrub("s")
+    after = store.verify("s", path)
+    assert not after.verified and "events.jsonl" in after.mismatches
 
 
 def test_a_session_open_for_writing_is_refused_untouched(tmp_path):
