@@ -129,3 +129,22 @@ def test_a_catalog_of_the_earlier_layout_is_recreated(tmp_path):
         conn.close()
     assert KEY not in texts and "[REDACTED:github-token]" in texts
     assert KEY.encode() not in (root / "catalog.db").read_bytes()
+
+
+def test_at_write_keeps_the_progress_ledger_free_of_secrets(tmp_path):
+    """The progress ledger is written from the caller's values, not the log: with at_write its
+    text is redacted too; by default it is kept as given."""
+    from memstore.views.progress import ProgressLedger, load_progress, save_progress
+
+    for at_write in (True, False):
+        root = tmp_path / f"store-{at_write}"
+        root.mkdir()
+        if at_write:
+            (root / "config.toml").write_text("[redact]\nat_write = true\n")
+        write(root)
+        ledger = ProgressLedger.new("s", "ship the release")
+        ledger.handoff_summary = f"pushed with GITHUB_TOKEN={KEY}"
+        path = save_progress(root, "s", ledger)
+        assert (KEY.encode() in path.read_bytes()) is not at_write
+        loaded = load_progress(root, "s")
+        assert loaded is not None and loaded.goal == "ship the release"
