@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from secret_corpus import CORPUS, NEAR_MISSES, strings_in  # noqa: F401  (re-exported)
+from redact_support import CORPUS, NEAR_MISSES
 
 
 @pytest.fixture(params=CORPUS, ids=[e["id"] for e in CORPUS])

@@ -22,7 +22,7 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from secret_corpus import CORPUS
+from redact_support import CORPUS
 
 import memstore
 from memstore.cli import cli

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import orjson
 import pytest
 from click.testing import CliRunner
-from secret_corpus import CORPUS, strings_in
+from redact_support import CORPUS, strings_in
 
 import memstore
 from memstore.cli import cli

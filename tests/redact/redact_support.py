@@ -1,8 +1,4 @@
-"""The secret corpus (tests/fixtures/secrets/, written by its make_corpus.py), as data.
-
-A module of its own (not the conftest) so that test files import it by a name no other test
-directory uses.
-"""
+"""The secret corpus and its near misses, and the strings of a JSON value."""
 
 from __future__ import annotations
 
