@@ -16,17 +16,19 @@ turns from the last one copied (it may have been open then).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from .. import events as ev
 from ..errors import StoreIOError
 from ..layout import DERIVED_DIR, EVENTS_FILE, MANIFEST_FILE, MEMORY_FILE, SESSIONS_DIR
 from ..reader import SessionReader, read_session_dir
-from ..session.index import IndexChanged
+from ..redact import Redactor
+from ..session.index import IndexChanged, Turn
 from ..session.logfile import TAIL_BYTES
 from ..session.manifest import load_manifest
 from ..views.chunks import event_chunks
@@ -105,22 +107,24 @@ SESSION_COLUMNS = (
 STATE_ROW_COLUMNS = STATE_COLUMNS
 
 
-def read_copy(examined: Examined, previous: Optional[Previous]) -> SessionCopy:
+def read_copy(examined: Examined, previous: Optional[Previous], redactor: Redactor) -> SessionCopy:
     """What the catalog lacks of the session ``examined`` describes, given what it recorded with
     its last copy (``previous``). Raises :class:`SessionNotFound` when it is gone,
     :class:`StoreIOError` (or another ``OSError``/``MemstoreError``) when it cannot be read."""
     if examined.kind is SessionKind.LEGACY:
-        return _legacy_copy(examined, previous)
+        return _legacy_copy(examined, previous, redactor)
     for _attempt in range(ATTEMPTS):
         with read_session_dir(examined.path) as reader:
             try:
-                return _log_copy(examined, previous, reader)
+                return _log_copy(examined, previous, reader, redactor)
             except (Rewritten, IndexChanged):
                 continue
     raise StoreIOError("refresh catalog", examined.path, "the session kept being rewritten while it was read")
 
 
-def _log_copy(examined: Examined, previous: Optional[Previous], reader: SessionReader) -> SessionCopy:
+def _log_copy(
+    examined: Examined, previous: Optional[Previous], reader: SessionReader, redactor: Redactor
+) -> SessionCopy:
     manifest = reader.manifest
     session_id = reader.session_id
     name = examined.name
@@ -147,12 +151,15 @@ def _log_copy(examined: Examined, previous: Optional[Previous], reader: SessionR
         derived = min(reader.derived_seq, reader.indexed_seq)
         if derived > after:
             bounds = (after, derived)
-            copy.events = index._read(
-                "SELECT ?, e.seq, e.turn, e.ts, e.type, d.item_type, d.item_id, d.name, d.status, d.exit_code, "
-                "e.offset, e.length FROM events e LEFT JOIN event_details d ON d.seq = e.seq "
-                "WHERE e.seq > ? AND e.seq <= ? ORDER BY e.seq",
-                (session_id, *bounds),
-            )
+            copy.events = [
+                (*row[:7], _redacted(redactor, row[7]), *row[8:])
+                for row in index._read(
+                    "SELECT ?, e.seq, e.turn, e.ts, e.type, d.item_type, d.item_id, d.name, d.status, d.exit_code, "
+                    "e.offset, e.length FROM events e LEFT JOIN event_details d ON d.seq = e.seq "
+                    "WHERE e.seq > ? AND e.seq <= ? ORDER BY e.seq",
+                    (session_id, *bounds),
+                )
+            ]
             rows = index._read(
                 "SELECT seq, turn, part, kind, start_line, end_line, ts, text FROM chunks "
                 "WHERE seq > ? AND seq <= ? ORDER BY seq, part",
@@ -171,14 +178,17 @@ def _log_copy(examined: Examined, previous: Optional[Previous], reader: SessionR
                     start,
                     end,
                     _chunk_time(ts),
-                    text,
+                    _redacted(redactor, text),
                 )
                 for seq, turn, part, kind, start, end, ts, text in rows
             ]
-            copy.file_changes = index._read(
-                "SELECT ?, seq, turn, path, kind FROM file_changes WHERE seq > ? AND seq <= ? ORDER BY rowid",
-                (session_id, *bounds),
-            )
+            copy.file_changes = [
+                (sid, seq, turn, _redacted(redactor, path), kind)
+                for sid, seq, turn, path, kind in index._read(
+                    "SELECT ?, seq, turn, path, kind FROM file_changes WHERE seq > ? AND seq <= ? ORDER BY rowid",
+                    (session_id, *bounds),
+                )
+            ]
             ends = [row for row in copy.events if row[4] == ev.THREAD_COMPLETED]
             if ends:
                 thread_end = reader.log.pread(ends[-1][10], ends[-1][11])
@@ -186,7 +196,8 @@ def _log_copy(examined: Examined, previous: Optional[Previous], reader: SessionR
     # What it has not: derived here from the records.
     last = copied
     for record in reader.records_from(copied):
-        event = record.event
+        # Redacted whole before it is chunked: a secret spanning two windows is still found.
+        event = redactor.redact_value(record.event)
         seq, turn, ts = record.seq, record.turn, record.ts
         described = ev.describe(event)
         copy.events.append((session_id, seq, turn, ts, *described, record.offset, record.length))
@@ -216,14 +227,20 @@ def _log_copy(examined: Examined, previous: Optional[Previous], reader: SessionR
     if reader.index is not None and reader.index.changed() and reader.index.immutable:
         raise Rewritten()  # a writer touched an index read without locks: what was read may be torn
 
-    copy.facts = _facts(examined, session_id, name)
+    copy.facts = _facts(examined, session_id, name, redactor)
     copy.text_bytes = sum(len(row[11]) for row in copy.chunks) + sum(len(row[11]) for row in copy.facts)
 
     # Turns, priced, from the first that may have changed.
     turns = reader.turns(since=turns_from)
     prices = CostReader(lambda seq: _line(reader, seq), manifest.source, manifest.updated_at or manifest.created_at)
     copy.turns = [
-        (session_id, *t.as_row(), _duration_ms(t.started_at, t.ended_at), *prices.turn(t).as_row()) for t in turns
+        (
+            session_id,
+            *_redacted_turn(t, redactor).as_row(),
+            _duration_ms(t.started_at, t.ended_at),
+            *prices.turn(t).as_row(),
+        )
+        for t in turns
     ]
     last_turn = max([turns_from] + [t.number for t in turns])
 
@@ -271,7 +288,7 @@ def _log_copy(examined: Examined, previous: Optional[Previous], reader: SessionR
     return copy
 
 
-def _legacy_copy(examined: Examined, previous: Optional[Previous]) -> SessionCopy:
+def _legacy_copy(examined: Examined, previous: Optional[Previous], redactor: Redactor) -> SessionCopy:
     """A session VT Code's migration made (a manifest and a memory view, no log): its row from
     its manifest, its facts from its memory view, nothing else. Always copied whole (it is a
     few facts)."""
@@ -286,7 +303,7 @@ def _legacy_copy(examined: Examined, previous: Optional[Previous]) -> SessionCop
     kind = "added" if previous is None else "recopied"
     forget = sorted({session_id} | ({previous.session_id} if previous is not None else set()))
     copy = SessionCopy(name, session_id, kind, True, forget, 0)
-    copy.facts = _facts(examined, session_id, name)
+    copy.facts = _facts(examined, session_id, name, redactor)
     copy.text_bytes = sum(len(row[11]) for row in copy.facts)
     source = manifest.source or {}
     copy.session = (
@@ -340,7 +357,7 @@ def session_id_of_legacy(claimed: str, name: str) -> str:
     return name
 
 
-def _facts(examined: Examined, session_id: str, name: str) -> list[tuple]:
+def _facts(examined: Examined, session_id: str, name: str, redactor: Redactor) -> list[tuple]:
     """The memory view's grounded facts as chunk rows (``source = 'session'``, chunk id
     ``<directory>:<index>``, as the reference names them: a directory name has no ``:``, so no
     fact can take the id of an event's chunk, ``<session>:<seq>:<part>``), dated with the
@@ -367,7 +384,7 @@ def _facts(examined: Examined, session_id: str, name: str) -> list[tuple]:
             0,
             0,
             created_at,
-            fact["fact"],
+            redactor.redact_text(fact["fact"]),
         )
         for fact in facts
     ]
@@ -413,11 +430,27 @@ def _line(reader: SessionReader, seq: int) -> Optional[bytes]:
 
 
 def _log_tail(reader: SessionReader, length: int) -> bytes:
-    return reader.log.pread(max(0, length - TAIL_BYTES), min(TAIL_BYTES, length))
+    """The sha256 of the log's last bytes up to ``length``: what tells the log is still the one
+    copied, without keeping its bytes (which may hold a secret) in the catalog."""
+    return hashlib.sha256(reader.log.pread(max(0, length - TAIL_BYTES), min(TAIL_BYTES, length))).digest()
+
+
+def _redacted(redactor: Redactor, value: Any) -> Any:
+    """A text value redacted (what comes from a session index was redacted when it was derived,
+    by the rules of that time and config: again, by the store's); anything else as it is."""
+    return redactor.redact_text(value) if isinstance(value, str) else value
+
+
+def _redacted_turn(turn: Turn, redactor: Redactor) -> Turn:
+    """``turn`` with its error message redacted (a failed command's message may quote a key)."""
+    if not turn.error:
+        return turn
+    error = redactor.redact_text(turn.error)
+    return turn if error is turn.error else replace(turn, error=error)
 
 
 def _still_prefix(reader: SessionReader, length: Optional[int], tail: Optional[bytes], *, trusted: bool) -> bool:
-    """Whether the log the catalog copied (``length`` bytes ending in ``tail``) is still the
+    """Whether the log the catalog copied (``length`` bytes ending in the bytes ``tail`` digests) is still the
     start of the one the reader holds: if not, it was rewritten (the generation cannot say so
     for a session without an index). Unknown: ``trusted``, which a session copied with a
     generation is."""

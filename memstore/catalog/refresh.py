@@ -42,6 +42,7 @@ from ..bm25 import SearchIndex
 from ..errors import MemstoreError, SessionNotFound, StoreIOError
 from ..layout import SESSIONS_DIR, catalog_path
 from ..locks import store_lock
+from ..redact import Redactor, redactor_for
 from .copy import STATE_COLUMNS, Previous, SessionCopy, read_copy
 from .report import CatalogProgress, CatalogProgressCallback, ProgressCallback, RefreshReport
 from .scan import Examined, examine, session_directories, sweep, sweep_stamp
@@ -180,6 +181,16 @@ class _Refresh:
         self.cleared: set[str] = set()
         self.indexed = 0
         self.aborted = False
+        self._redactor: Optional[Redactor] = None
+
+    @property
+    def redactor(self) -> Redactor:
+        """The store's redactor (its ``config.toml``), read once per refresh when the first session
+        is copied: every text reaches the catalog through it. A malformed ``config.toml`` raises
+        there, before any session is copied."""
+        if self._redactor is None:
+            self._redactor = redactor_for(self.root)
+        return self._redactor
 
     # -- which sessions -----------------------------------------------------------------------
 
@@ -276,6 +287,9 @@ class _Refresh:
 
     def _copy(self, to_copy: list[tuple[Examined, Optional[Previous]]]) -> None:
         todo = [(examined, previous, _bytes_to_read(examined, previous)) for examined, previous in to_copy]
+        if not todo:
+            return
+        redactor = self.redactor  # a malformed config.toml raises here, before any copy
         bytes_total = sum(size for _e, _p, size in todo)
         sessions_done = bytes_done = 0
         started = time.monotonic()
@@ -294,7 +308,7 @@ class _Refresh:
             gone: list[tuple[str, str]] = []
             for examined, previous, nbytes in batch:
                 try:
-                    copies.append(read_copy(examined, previous))
+                    copies.append(read_copy(examined, previous, redactor))
                 except SessionNotFound:
                     if previous is not None:
                         gone.append((examined.name, previous.session_id))

@@ -261,9 +261,12 @@ def _create_views(db: sqlite_utils.Database) -> None:
     )
 
 
-CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_3", _create_tables), ("views_3", _create_views)))
+CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_4", _create_tables), ("views_4", _create_views)))
 """The catalog's layout. Its first step names the layout: a catalog without it (an older
-memstore's) is set aside and built again, as the catalog is regenerable."""
+memstore's) is set aside and built again, as the catalog is regenerable. ``tables_4``: cost
+columns, what a refresh left out, and every text redacted (``tables_3`` was the first redacted
+layout; earlier ones may hold secrets, in their rows and in their search segments, so no
+catalog is ever migrated: it is made again)."""
 
 
 # --------------------------------------------------------------------------------------------

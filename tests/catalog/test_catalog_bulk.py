@@ -70,8 +70,8 @@ def test_a_session_whose_rows_are_refused_is_left_out_alone(tmp_path, monkeypatc
     _store(tmp_path, 6)
     real = catalog_refresh.read_copy
 
-    def one_bad(examined, previous):
-        copy = real(examined, previous)
+    def one_bad(examined, previous, redactor):
+        copy = real(examined, previous, redactor)
         if examined.name == "s03":
             copy.chunks.append(copy.chunks[0][:11] + (None,))
         return copy

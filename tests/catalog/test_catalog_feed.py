@@ -144,8 +144,8 @@ def test_a_change_made_while_the_refresh_reads_the_session_is_not_lost(tmp_path,
     real = catalog_refresh.read_copy
     written = []
 
-    def read_then_write(examined, previous):
-        copy = real(examined, previous)
+    def read_then_write(examined, previous, redactor):
+        copy = real(examined, previous, redactor)
         if not written:
             written.append(1)
             with memstore.open_session(tmp_path, "s") as log:  # after the read, before the commit

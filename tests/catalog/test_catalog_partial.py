@@ -29,10 +29,10 @@ def store_with_a_broken_session(tmp_path, monkeypatch):
             turn(log, 1)
     real = catalog_copy._log_copy
 
-    def rewritten_if_broken(examined, previous, reader):
+    def rewritten_if_broken(examined, previous, reader, redactor):
         if examined.name == "broken":
             raise IndexChanged("read index", examined.path, "it was rebuilt or rewritten while it was read")
-        return real(examined, previous, reader)
+        return real(examined, previous, reader, redactor)
 
     monkeypatch.setattr(catalog_copy, "_log_copy", rewritten_if_broken)
     yield tmp_path
