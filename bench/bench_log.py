@@ -43,9 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import memstore  # noqa: E402
 from memstore.events import SCHEMA_VERSION, utc_now  # noqa: E402
 
-WORDS = ("cargo test build error warning file src main lib mod fn struct impl trait pub use let mut self "
-         "return match some none ok err vec string option result the a to of and in is it for this that "
-         "with as we need should check run fix update add remove").split()
+WORDS = (
+    "cargo test build error warning file src main lib mod fn struct impl trait pub use let mut self "
+    "return match some none ok err vec string option result the a to of and in is it for this that "
+    "with as we need should check run fix update add remove"
+).split()
 
 
 def realistic_turns(n_turns: int, seed: int = 7) -> list[list[dict]]:
@@ -75,30 +77,79 @@ def realistic_turns(n_turns: int, seed: int = 7) -> list[list[dict]]:
 
     turns = []
     for t in range(n_turns):
-        events = [{"type": "turn.started"},
-                  {"type": "item.completed", "item": {"id": f"u{t}", "type": "user_message", "text": text(60, 400)}},
-                  {"type": "item.completed", "item": {"id": f"r{t}", "type": "reasoning", "text": text(300, 1000)}}]
+        events = [
+            {"type": "turn.started"},
+            {"type": "item.completed", "item": {"id": f"u{t}", "type": "user_message", "text": text(60, 400)}},
+            {"type": "item.completed", "item": {"id": f"r{t}", "type": "reasoning", "text": text(300, 1000)}},
+        ]
         for c in range(rng.randint(2, 4)):
             call = f"t{t}_{c}"
-            events.append({"type": "item.completed", "item": {
-                "id": call, "type": "tool_invocation", "tool_name": rng.choice(["read_file", "grep", "list_files"]),
-                "arguments": {"path": f"src/{rng.choice(WORDS)}.rs", "pattern": text(10, 40)},
-                "status": "completed", "outcome": "success"}})
-            events.append({"type": "item.completed", "item": {
-                "id": f"{call}:out", "type": "tool_output", "call_id": call, "output": output(200, 1200),
-                "status": "completed"}})
+            events.append(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": call,
+                        "type": "tool_invocation",
+                        "tool_name": rng.choice(["read_file", "grep", "list_files"]),
+                        "arguments": {"path": f"src/{rng.choice(WORDS)}.rs", "pattern": text(10, 40)},
+                        "status": "completed",
+                        "outcome": "success",
+                    },
+                }
+            )
+            events.append(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": f"{call}:out",
+                        "type": "tool_output",
+                        "call_id": call,
+                        "output": output(200, 1200),
+                        "status": "completed",
+                    },
+                }
+            )
         if rng.random() < 0.35:
-            events.append({"type": "item.completed", "item": {
-                "id": f"cmd{t}", "type": "command_execution", "command": f"cargo {rng.choice(WORDS)}",
-                "aggregated_output": output(1500, 8000), "exit_code": rng.choice([0, 0, 1]), "status": "completed"}})
+            events.append(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": f"cmd{t}",
+                        "type": "command_execution",
+                        "command": f"cargo {rng.choice(WORDS)}",
+                        "aggregated_output": output(1500, 8000),
+                        "exit_code": rng.choice([0, 0, 1]),
+                        "status": "completed",
+                    },
+                }
+            )
         if rng.random() < 0.3:
-            events.append({"type": "item.completed", "item": {
-                "id": f"fc{t}", "type": "file_change", "changes": [{"path": "src/lib.rs", "kind": "update"}],
-                "status": "completed", "unified_diff": output(400, 2500)}})
-        events.append({"type": "item.completed", "item": {"id": f"m{t}", "type": "agent_message", "text": text(100, 800)}})
-        events.append({"type": "turn.completed", "usage": {
-            "input_tokens": rng.randint(1000, 90000), "cached_input_tokens": rng.randint(0, 900),
-            "cache_creation_tokens": 0, "output_tokens": rng.randint(100, 900)}})
+            events.append(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": f"fc{t}",
+                        "type": "file_change",
+                        "changes": [{"path": "src/lib.rs", "kind": "update"}],
+                        "status": "completed",
+                        "unified_diff": output(400, 2500),
+                    },
+                }
+            )
+        events.append(
+            {"type": "item.completed", "item": {"id": f"m{t}", "type": "agent_message", "text": text(100, 800)}}
+        )
+        events.append(
+            {
+                "type": "turn.completed",
+                "usage": {
+                    "input_tokens": rng.randint(1000, 90000),
+                    "cached_input_tokens": rng.randint(0, 900),
+                    "cache_creation_tokens": 0,
+                    "output_tokens": rng.randint(100, 900),
+                },
+            }
+        )
         turns.append(events)
     return turns
 
@@ -110,8 +161,9 @@ def small_turns(n_events: int) -> list[list[dict]]:
         t += 1
         events = [{"type": "turn.started"}]
         for i in range(8):
-            events.append({"type": "item.completed", "item": {"id": f"{t}-{i}", "type": "agent_message",
-                                                              "text": "x" * 190}})
+            events.append(
+                {"type": "item.completed", "item": {"id": f"{t}-{i}", "type": "agent_message", "text": "x" * 190}}
+            )
         events.append({"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}})
         turns.append(events)
         count += len(events)
@@ -119,8 +171,10 @@ def small_turns(n_events: int) -> list[list[dict]]:
 
 
 def envelope(seq: int, event: dict) -> bytes:
-    return orjson.dumps({"schema_version": SCHEMA_VERSION, "seq": seq, "ts": utc_now(), "event": event},
-                        option=orjson.OPT_APPEND_NEWLINE)
+    return orjson.dumps(
+        {"schema_version": SCHEMA_VERSION, "seq": seq, "ts": utc_now(), "event": event},
+        option=orjson.OPT_APPEND_NEWLINE,
+    )
 
 
 def run_memstore(root: Path, turns: list[list[dict]], durability: str, max_events: int = 0) -> float:
@@ -163,7 +217,9 @@ def run_bare_bulk(path: Path, turns: list[list[dict]]) -> float:
     return time.perf_counter() - start
 
 
-INDEX_DDL = "CREATE TABLE events (seq INTEGER PRIMARY KEY, offset INTEGER, length INTEGER, turn INTEGER, ts TEXT, type TEXT)"
+INDEX_DDL = (
+    "CREATE TABLE events (seq INTEGER PRIMARY KEY, offset INTEGER, length INTEGER, turn INTEGER, ts TEXT, type TEXT)"
+)
 
 
 def run_design_floor_bulk(path: Path, turns: list[list[dict]]) -> float:
@@ -333,8 +389,12 @@ print(elapsed, peak_kb, count)
 
 
 def child(repo: str, root: Path, what: str) -> tuple[float, float, int]:
-    out = subprocess.run([sys.executable, "-c", CHILD.format(repo=repo, root=str(root), what=what)],
-                         check=True, capture_output=True, text=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD.format(repo=repo, root=str(root), what=what)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     return float(out[0]), int(out[1]) / 1024, int(out[2])
 
 
@@ -353,9 +413,15 @@ def rescan_figures(repo: str, base: Path, n_events: int, reps: int) -> dict:
         peak.append(rss)
         reopen.append(child(repo, root, "reopen")[0])
     shutil.rmtree(root)
-    return {"events": n_events, "mb": size / 1e6, "floor": statistics.median(floor),
-            "rescan": statistics.median(rescan), "reopen": statistics.median(reopen), "peak": max(peak),
-            "floor_peak": max(floor_peak)}
+    return {
+        "events": n_events,
+        "mb": size / 1e6,
+        "floor": statistics.median(floor),
+        "rescan": statistics.median(rescan),
+        "reopen": statistics.median(reopen),
+        "peak": max(peak),
+        "floor_peak": max(floor_peak),
+    }
 
 
 def bare_rebuild(root: Path, durable: bool = False) -> float:
@@ -426,10 +492,14 @@ def rebuild_all_fixed_cost(base: Path, n_sessions: int, events_each: int) -> dic
 
     timings = {}
     small = TUNING.memory_scan_bytes
-    for name, rebuild in (("memstore", memstore.rebuild), ("without catalog", lambda r: memstore.rebuild(r, refresh=False)),
-                          ("2 workers", lambda r: memstore.rebuild(r, jobs=2)),
-                          ("2 workers without catalog", lambda r: memstore.rebuild(r, refresh=False, jobs=2)),
-                          ("floor", bare_rebuild), ("durable floor", lambda r: bare_rebuild(r, durable=True))):
+    for name, rebuild in (
+        ("memstore", memstore.rebuild),
+        ("without catalog", lambda r: memstore.rebuild(r, refresh=False)),
+        ("2 workers", lambda r: memstore.rebuild(r, jobs=2)),
+        ("2 workers without catalog", lambda r: memstore.rebuild(r, refresh=False, jobs=2)),
+        ("floor", bare_rebuild),
+        ("durable floor", lambda r: bare_rebuild(r, durable=True)),
+    ):
         t0 = time.perf_counter()
         rebuild(many)
         t_many = time.perf_counter() - t0
@@ -461,78 +531,152 @@ def main() -> None:
     try:
         turns = realistic_turns(100 if quick else 400)
         sizes = [len(envelope(1, e)) for t in turns for e in t]
-        print(f"realistic mix: {len(sizes)} events in {len(turns)} turns, {sum(sizes) / 1e6:.1f} MB, "
-              f"median {statistics.median(sizes):.0f} B, mean {statistics.mean(sizes):.0f} B, "
-              f"{sum(s > 2000 for s in sizes) / len(sizes):.0%} over 2 KB")
+        print(
+            f"realistic mix: {len(sizes)} events in {len(turns)} turns, {sum(sizes) / 1e6:.1f} MB, "
+            f"median {statistics.median(sizes):.0f} B, mean {statistics.mean(sizes):.0f} B, "
+            f"{sum(s > 2000 for s in sizes) / len(sizes):.0%} over 2 KB"
+        )
         if "live" in only:
-            live = compare("live append (fdatasync per turn)", lambda w: run_memstore(w, turns, "turn"),
-                           lambda w: run_bare_turn(w / "events.jsonl", turns), args.reps, base, "goal >= 0.5")
+            live = compare(
+                "live append (fdatasync per turn)",
+                lambda w: run_memstore(w, turns, "turn"),
+                lambda w: run_bare_turn(w / "events.jsonl", turns),
+                args.reps,
+                base,
+                "goal >= 0.5",
+            )
             summary.append(("live append", f"{live:.2f}x of its floor", live >= 0.5))
         if "bulk" in only:
             # A bulk append is an import: thousands of turns, not a few hundred.
             bulk_turns = realistic_turns(400 if quick else 2_000, seed=5)
-            bulk = compare(f"bulk append, realistic mix ({sum(len(t) for t in bulk_turns):,} events)",
-                           lambda w: run_memstore(w, bulk_turns, "none"),
-                           lambda w: run_bare_bulk(w / "events.jsonl", bulk_turns), args.reps, base, "goal >= 0.3")
+            bulk = compare(
+                f"bulk append, realistic mix ({sum(len(t) for t in bulk_turns):,} events)",
+                lambda w: run_memstore(w, bulk_turns, "none"),
+                lambda w: run_bare_bulk(w / "events.jsonl", bulk_turns),
+                args.reps,
+                base,
+                "goal >= 0.3",
+            )
             small = small_turns(4_000 if quick else 20_000)
-            bulk_small = compare("bulk append, 300-byte events", lambda w: run_memstore(w, small, "none"),
-                                 lambda w: run_bare_bulk(w / "events.jsonl", small), args.reps, base, "goal >= 0.2")
-            design = compare("  design floor (+ one index row per event)", lambda w: run_design_floor_bulk(w / "events.jsonl", bulk_turns),
-                             lambda w: run_bare_bulk(w / "events.jsonl", bulk_turns), args.reps, base,
-                             "the limit of a store that indexes every event")
-            design_small = compare("  design floor, 300-byte events", lambda w: run_design_floor_bulk(w / "events.jsonl", small),
-                                   lambda w: run_bare_bulk(w / "events.jsonl", small), args.reps, base, "")
-            summary.append(("bulk append", (f"{bulk:.2f}x (300 B: {bulk_small:.2f}x); design floor {design:.2f}x "
-                            f"({design_small:.2f}x)"), bulk >= 0.3 and bulk_small >= 0.2))
+            bulk_small = compare(
+                "bulk append, 300-byte events",
+                lambda w: run_memstore(w, small, "none"),
+                lambda w: run_bare_bulk(w / "events.jsonl", small),
+                args.reps,
+                base,
+                "goal >= 0.2",
+            )
+            design = compare(
+                "  design floor (+ one index row per event)",
+                lambda w: run_design_floor_bulk(w / "events.jsonl", bulk_turns),
+                lambda w: run_bare_bulk(w / "events.jsonl", bulk_turns),
+                args.reps,
+                base,
+                "the limit of a store that indexes every event",
+            )
+            design_small = compare(
+                "  design floor, 300-byte events",
+                lambda w: run_design_floor_bulk(w / "events.jsonl", small),
+                lambda w: run_bare_bulk(w / "events.jsonl", small),
+                args.reps,
+                base,
+                "",
+            )
+            summary.append(
+                (
+                    "bulk append",
+                    (f"{bulk:.2f}x (300 B: {bulk_small:.2f}x); design floor {design:.2f}x ({design_small:.2f}x)"),
+                    bulk >= 0.3 and bulk_small >= 0.2,
+                )
+            )
         if "cap" in only:
             cap_turns = realistic_turns(1_500 if quick else 4_000, seed=11)
             n = sum(len(t) for t in cap_turns)
-            capped = compare(f"bulk append of {n:,} events, cap 10,000 vs none",
-                             lambda w: run_memstore(w, cap_turns, "none", max_events=10_000),
-                             lambda w: run_memstore(w, cap_turns, "none", max_events=0), max(3, args.reps - 2), base,
-                             "goal >= 0.7 (floor: uncapped)")
+            capped = compare(
+                f"bulk append of {n:,} events, cap 10,000 vs none",
+                lambda w: run_memstore(w, cap_turns, "none", max_events=10_000),
+                lambda w: run_memstore(w, cap_turns, "none", max_events=0),
+                max(3, args.reps - 2),
+                base,
+                "goal >= 0.7 (floor: uncapped)",
+            )
             total, p99, worst, rewrites = cap_latency(base, cap_turns)
-            print(f"{'append latency under the cap':<44} p99 {p99:6.2f} ms   max {worst:6.2f} ms   "
-                  f"({rewrites} cap rewrites)   goal: max <= 20 ms")
+            print(
+                f"{'append latency under the cap':<44} p99 {p99:6.2f} ms   max {worst:6.2f} ms   "
+                f"({rewrites} cap rewrites)   goal: max <= 20 ms"
+            )
             stalls: list[float] = []
-            bare_capped = compare("  design floor: bare loop, cap 10,000 vs none",
-                                  lambda w: run_bare_capped(w / "events.jsonl", cap_turns, 10_000, stalls),
-                                  lambda w: run_bare_bulk(w / "events.jsonl", cap_turns), max(3, args.reps - 2), base,
-                                  "copying 90% of the log per rewrite")
-            print(f"{'  design floor: one rewrite':<44} median {statistics.median(stalls) * 1000:6.2f} ms   "
-                  f"max {max(stalls) * 1000:6.2f} ms")
-            summary.append(("default cap", (f"{capped:.2f}x of uncapped, max append {worst:.1f} ms; design floor "
-                            f"{bare_capped:.2f}x, {max(stalls) * 1000:.1f} ms"), capped >= 0.7 and worst <= 20))
+            bare_capped = compare(
+                "  design floor: bare loop, cap 10,000 vs none",
+                lambda w: run_bare_capped(w / "events.jsonl", cap_turns, 10_000, stalls),
+                lambda w: run_bare_bulk(w / "events.jsonl", cap_turns),
+                max(3, args.reps - 2),
+                base,
+                "copying 90% of the log per rewrite",
+            )
+            print(
+                f"{'  design floor: one rewrite':<44} median {statistics.median(stalls) * 1000:6.2f} ms   "
+                f"max {max(stalls) * 1000:6.2f} ms"
+            )
+            summary.append(
+                (
+                    "default cap",
+                    (
+                        f"{capped:.2f}x of uncapped, max append {worst:.1f} ms; design floor "
+                        f"{bare_capped:.2f}x, {max(stalls) * 1000:.1f} ms"
+                    ),
+                    capped >= 0.7 and worst <= 20,
+                )
+            )
         if "rescan" in only:
             sizes_run = [100_000, 200_000] if quick else [250_000, 1_000_000]
             figures = [rescan_figures(repo, base, n, 3) for n in sizes_run]
             for f in figures:
-                print(f"{'rescan of ' + format(f['events'], ',') + ' events (' + format(f['mb'], '.0f') + ' MB)':<44} "
-                      f"memstore {f['rescan'] * 1000:9.1f} ms   floor {f['floor'] * 1000:9.1f} ms   "
-                      f"ratio {f['floor'] / f['rescan']:5.2f}x   peak RSS {f['peak']:.0f} MB (floor {f['floor_peak']:.0f} MB)   goal >= 0.3, flat RSS")
-                print(f"{'reopen of the same':<44} reopen {f['reopen'] * 1000:9.1f} ms   "
-                      f"rescan {f['rescan'] * 1000:9.1f} ms   ratio {f['reopen'] / f['rescan']:.4f}x   goal <= 0.01")
+                print(
+                    f"{'rescan of ' + format(f['events'], ',') + ' events (' + format(f['mb'], '.0f') + ' MB)':<44} "
+                    f"memstore {f['rescan'] * 1000:9.1f} ms   floor {f['floor'] * 1000:9.1f} ms   "
+                    f"ratio {f['floor'] / f['rescan']:5.2f}x   peak RSS {f['peak']:.0f} MB (floor {f['floor_peak']:.0f} MB)   goal >= 0.3, flat RSS"
+                )
+                print(
+                    f"{'reopen of the same':<44} reopen {f['reopen'] * 1000:9.1f} ms   "
+                    f"rescan {f['rescan'] * 1000:9.1f} ms   ratio {f['reopen'] / f['rescan']:.4f}x   goal <= 0.01"
+                )
             last = figures[-1]
             rescan_ratio = last["floor"] / last["rescan"]
             flat = figures[-1]["peak"] <= figures[0]["peak"] * 1.25
             peaks = " / ".join(f"{f['peak']:.0f}" for f in figures)
-            summary.append(("rescan", f"{rescan_ratio:.2f}x of its floor, peak RSS {peaks} MB",
-                            rescan_ratio >= 0.3 and flat))
-            summary.append(("reopen", f"{last['reopen'] / last['rescan']:.4f}x of a rescan",
-                            last["reopen"] / last["rescan"] <= 0.01))
+            summary.append(
+                ("rescan", f"{rescan_ratio:.2f}x of its floor, peak RSS {peaks} MB", rescan_ratio >= 0.3 and flat)
+            )
+            summary.append(
+                (
+                    "reopen",
+                    f"{last['reopen'] / last['rescan']:.4f}x of a rescan",
+                    last["reopen"] / last["rescan"] <= 0.01,
+                )
+            )
         if "rebuild" in only:
             n_sessions = 200 if quick else 1_000
             fixed = rebuild_all_fixed_cost(base, n_sessions, 100)
-            print(f"{'rebuild --all, ' + format(n_sessions, ',') + ' sessions of 100 events':<44} "
-                  f"fixed cost per session: memstore {fixed['memstore']:.2f} ms "
-                  f"({fixed['without catalog']:.2f} ms without the catalog); with 2 worker processes "
-                  f"{fixed['2 workers']:.2f} ms ({fixed['2 workers without catalog']:.2f} ms without the catalog); "
-                  f"design floor {fixed['floor']:.2f} ms ({fixed['durable floor']:.2f} ms durable)   goal <= 1 ms")
-            summary.append(("rebuild --all", (f"{fixed['memstore']:.2f} ms fixed cost per session, "
-                            f"{fixed['without catalog']:.2f} without the catalog; 2 workers "
-                            f"{fixed['2 workers']:.2f}, {fixed['2 workers without catalog']:.2f} (design floor "
-                            f"{fixed['floor']:.2f} ms, {fixed['durable floor']:.2f} durable)"),
-                            min(fixed["memstore"], fixed["2 workers"]) <= 1.0))
+            print(
+                f"{'rebuild --all, ' + format(n_sessions, ',') + ' sessions of 100 events':<44} "
+                f"fixed cost per session: memstore {fixed['memstore']:.2f} ms "
+                f"({fixed['without catalog']:.2f} ms without the catalog); with 2 worker processes "
+                f"{fixed['2 workers']:.2f} ms ({fixed['2 workers without catalog']:.2f} ms without the catalog); "
+                f"design floor {fixed['floor']:.2f} ms ({fixed['durable floor']:.2f} ms durable)   goal <= 1 ms"
+            )
+            summary.append(
+                (
+                    "rebuild --all",
+                    (
+                        f"{fixed['memstore']:.2f} ms fixed cost per session, "
+                        f"{fixed['without catalog']:.2f} without the catalog; 2 workers "
+                        f"{fixed['2 workers']:.2f}, {fixed['2 workers without catalog']:.2f} (design floor "
+                        f"{fixed['floor']:.2f} ms, {fixed['durable floor']:.2f} durable)"
+                    ),
+                    min(fixed["memstore"], fixed["2 workers"]) <= 1.0,
+                )
+            )
         print()
         print("summary")
         for name, figure, ok in summary:

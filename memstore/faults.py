@@ -16,8 +16,9 @@ test that arms it instead of silently testing nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 Action = Callable[..., Any]
 

@@ -16,17 +16,19 @@ import logging
 import os
 import uuid
 from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager, Iterable, Iterator, Optional, Protocol
+from typing import Optional, Protocol
 
 import orjson
 
-from .. import faults
-from ..layout import DERIVED_DIR, EVICTION_LOG, EVICTION_SUMMARY_PREFIX
 from .. import events as ev
+from .. import faults
 from ..errors import CapEvictionError, MemstoreError, StoreIOError
 from ..fsio import atomic_write, ensure_private_dir, fsync_dir, open_private_append, write_all
+from ..layout import DERIVED_DIR, EVICTION_LOG, EVICTION_SUMMARY_PREFIX
 from .index import SessionIndex
 from .lifecycle import LogState
 from .logfile import LogFile
@@ -112,7 +114,7 @@ def write_eviction_summary(session_dir: Path, session_id: str, events: Iterable[
     however long the evicted prefix. Only the newest ten summary files are kept; the JSON Lines
     file keeps every summary, one line each.
     """
-    facts: "OrderedDict[str, str]" = OrderedDict()  # lowercased fact -> fact, newest last
+    facts: OrderedDict[str, str] = OrderedDict()  # lowercased fact -> fact, newest last
     types: Counter = Counter()
     count = 0
     for event in events:
@@ -160,8 +162,13 @@ def _prune_summary_files(derived: Path, keep: Path) -> None:
     ``eviction-summaries.jsonl``), so a long-capped session does not grow ``derived/`` without
     bound."""
     try:
-        entries = [e for e in os.scandir(derived)
-                   if e.name.startswith(EVICTION_SUMMARY_PREFIX) and e.name.endswith(".json") and e.is_file(follow_symlinks=False)]
+        entries = [
+            e
+            for e in os.scandir(derived)
+            if e.name.startswith(EVICTION_SUMMARY_PREFIX)
+            and e.name.endswith(".json")
+            and e.is_file(follow_symlinks=False)
+        ]
     except OSError as exc:
         logger.warning("could not list %s to prune old eviction summaries: %s", derived, exc)
         return
@@ -202,7 +209,7 @@ class CapWriter(Protocol):
         """Fail the session closed with ``exc``: the log and its views may disagree until a
         reopen brings them together."""
 
-    def refusing(self, reason: BaseException) -> ContextManager[None]:
+    def refusing(self, reason: BaseException) -> AbstractContextManager[None]:
         """Refuse every use of the session with ``reason`` while the block runs (what the
         eviction hook would do to the session from inside the rewrite)."""
 
@@ -216,8 +223,9 @@ class CapPolicy:
     a row (``failures``). A rewrite that succeeds ends the back-off.
     """
 
-    def __init__(self, log: LogFile, publisher: Publisher, session_dir: Path, head_id: Optional[str],
-                 writer: CapWriter):
+    def __init__(
+        self, log: LogFile, publisher: Publisher, session_dir: Path, head_id: Optional[str], writer: CapWriter
+    ):
         self.log = log
         self.publisher = publisher
         self.session_dir = session_dir
@@ -237,8 +245,7 @@ class CapPolicy:
         self.failures = 0
         self.retry_at = 0  # the back-off is over: the next crossing of the cap evicts
 
-    def enforce(self, state: LogState, index: SessionIndex, max_events: int,
-                on_evict: Optional[EvictionHook]) -> None:
+    def enforce(self, state: LogState, index: SessionIndex, max_events: int, on_evict: Optional[EvictionHook]) -> None:
         """Evict the oldest whole turns once the session, in ``state`` and indexed in ``index``,
         holds more than ``max_events`` records. Called with the session's lock held, after an
         append."""
@@ -270,8 +277,12 @@ class CapPolicy:
                 hook(self.session_dir, manifest.session_id, _events(log.records(0, cut)))
             except Exception as exc:
                 retry_at = self._hook_failed(manifest.event_count, max_events)
-                logger.warning("eviction summary hook failed for %s; nothing evicted, retried at %d events: %s",
-                               log.path, retry_at, exc)
+                logger.warning(
+                    "eviction summary hook failed for %s; nothing evicted, retried at %d events: %s",
+                    log.path,
+                    retry_at,
+                    exc,
+                )
                 raise CapEvictionError(
                     f"eviction summary hook failed for {log.path}; the log was left intact: {exc}"
                 ) from exc

@@ -58,8 +58,13 @@ class DeriveSource(Protocol):
 INTERRUPTED = -1
 
 
-def derive_batch(source: DeriveSource, *, stop: Optional[threading.Event] = None,
-                 max_events: Optional[int] = None, max_bytes: Optional[int] = None) -> int:
+def derive_batch(
+    source: DeriveSource,
+    *,
+    stop: Optional[threading.Event] = None,
+    max_events: Optional[int] = None,
+    max_bytes: Optional[int] = None,
+) -> int:
     """Derive the next batch of records (at most ``max_events`` and, past the first, ``max_bytes``;
     by default the :data:`TUNING` batch); return how many (0 when caught up, ``INTERRUPTED`` when
     it had to give way)."""
@@ -93,8 +98,8 @@ def derive_batch(source: DeriveSource, *, stop: Optional[threading.Event] = None
         lock.release()
     records = []
     for seq, offset, length, turn, ts in taken:
-        record = BatchRecord(seq, turn, ts, offset, length, line=data[offset - start: offset - start + length])
-        record.event  # decode here, outside the session's lock
+        record = BatchRecord(seq, turn, ts, offset, length, line=data[offset - start : offset - start + length])
+        _ = record.event  # decode here, outside the session's lock
         records.append(record)
     lock = source.lock
     if not _acquire(lock, stop):
@@ -205,6 +210,7 @@ class Deriver:
                     # The events are safe in the log and the index; only search lags. Readers
                     # derive what is missing, and the next open tries again.
                     self.error = exc
-                    logger.warning("deriving search chunks for %s failed (readers derive them in memory): %s",
-                                   source.log.dir, exc)
+                    logger.warning(
+                        "deriving search chunks for %s failed (readers derive them in memory): %s", source.log.dir, exc
+                    )
                     return

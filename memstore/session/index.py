@@ -28,10 +28,11 @@ import os
 import sqlite3
 import stat
 import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Optional
 
 import orjson
 
@@ -66,7 +67,7 @@ class MigrationSet:
     not pay for importing it."""
 
     name: str
-    steps: tuple[tuple[str, Callable[["sqlite_utils.Database"], None]], ...]
+    steps: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...]
 
     def pending(self, conn: sqlite3.Connection, applied: Optional[set[tuple[str, str]]] = None) -> list[str]:
         """The names of the steps not yet applied to the database behind ``conn`` (or, given
@@ -99,21 +100,44 @@ def applied_migrations(conn: sqlite3.Connection, migration_set: Optional[str] = 
         return set()
 
 
-def _log_tables(db: "sqlite_utils.Database") -> None:
+def _log_tables(db: sqlite_utils.Database) -> None:
     db["manifest"].create(
         {
-            "id": int, "session_id": str, "schema_version": int, "created_at": str, "updated_at": str,
-            "turn_count": int, "event_count": int, "status": str, "in_turn": int, "persisted_file_len": int,
-            "retained_turn_base": int, "next_seq": int, "generation": int, "source": str, "tail": bytes,
+            "id": int,
+            "session_id": str,
+            "schema_version": int,
+            "created_at": str,
+            "updated_at": str,
+            "turn_count": int,
+            "event_count": int,
+            "status": str,
+            "in_turn": int,
+            "persisted_file_len": int,
+            "retained_turn_base": int,
+            "next_seq": int,
+            "generation": int,
+            "source": str,
+            "tail": bytes,
         },
         pk="id",
         not_null={"session_id", "created_at", "updated_at", "status", "tail"},
     )
     db["turns"].create(
         {
-            "number": int, "status": str, "start_offset": int, "end_offset": int, "event_count": int,
-            "first_seq": int, "last_seq": int, "started_at": str, "ended_at": str, "input_tokens": int,
-            "cached_input_tokens": int, "cache_creation_tokens": int, "output_tokens": int, "error": str,
+            "number": int,
+            "status": str,
+            "start_offset": int,
+            "end_offset": int,
+            "event_count": int,
+            "first_seq": int,
+            "last_seq": int,
+            "started_at": str,
+            "ended_at": str,
+            "input_tokens": int,
+            "cached_input_tokens": int,
+            "cache_creation_tokens": int,
+            "output_tokens": int,
+            "error": str,
             "model": str,
         },
         pk="number",
@@ -163,19 +187,30 @@ class Turn:
     model: Optional[str] = None
 
     def as_row(self) -> tuple:
-        return (self.number, self.status, self.start_offset, self.end_offset, self.event_count,
-                self.first_seq, self.last_seq, self.started_at, self.ended_at, self.input_tokens,
-                self.cached_input_tokens, self.cache_creation_tokens, self.output_tokens, self.error,
-                self.model)
+        return (
+            self.number,
+            self.status,
+            self.start_offset,
+            self.end_offset,
+            self.event_count,
+            self.first_seq,
+            self.last_seq,
+            self.started_at,
+            self.ended_at,
+            self.input_tokens,
+            self.cached_input_tokens,
+            self.cache_creation_tokens,
+            self.output_tokens,
+            self.error,
+            self.model,
+        )
 
 
 TURN_COLUMNS = tuple(f.name for f in fields(Turn))
 EVENT_COLUMNS = ("seq", "offset", "length", "turn", "ts", "type")
 DETAIL_COLUMNS = ("seq", "item_type", "item_id", "name", "status", "exit_code")
 _TURN_SELECT = f"SELECT {', '.join(TURN_COLUMNS)} FROM turns"
-_TURN_UPSERT = (
-    f"INSERT OR REPLACE INTO turns ({', '.join(TURN_COLUMNS)}) VALUES ({', '.join('?' * len(TURN_COLUMNS))})"
-)
+_TURN_UPSERT = f"INSERT OR REPLACE INTO turns ({', '.join(TURN_COLUMNS)}) VALUES ({', '.join('?' * len(TURN_COLUMNS))})"
 # Raw executemany on the append path: per event it costs a fraction of what building dicts for
 # sqlite-utils' insert_all would (measured in bench/bench_log.py).
 _EVENT_INSERT = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join('?' * len(EVENT_COLUMNS))})"
@@ -221,8 +256,16 @@ class BatchRecord:
 
     __slots__ = ("seq", "turn", "ts", "offset", "length", "_event", "_line")
 
-    def __init__(self, seq: int, turn: Optional[int], ts: Optional[str], offset: int, length: int,
-                 event: Optional[dict] = None, line: Optional[bytes] = None):
+    def __init__(
+        self,
+        seq: int,
+        turn: Optional[int],
+        ts: Optional[str],
+        offset: int,
+        length: int,
+        event: Optional[dict] = None,
+        line: Optional[bytes] = None,
+    ):
         self.seq, self.turn, self.ts, self.offset, self.length = seq, turn, ts, offset, length
         self._event, self._line = event, line
 
@@ -264,9 +307,10 @@ class DerivedTable:
 _derived: list[DerivedTable] = []
 
 
-def _create_event_details(db: "sqlite_utils.Database") -> None:
+def _create_event_details(db: sqlite_utils.Database) -> None:
     db["event_details"].create(
-        {"seq": int, "item_type": str, "item_id": str, "name": str, "status": str, "exit_code": int}, pk="seq")
+        {"seq": int, "item_type": str, "item_id": str, "name": str, "status": str, "exit_code": int}, pk="seq"
+    )
 
 
 def details_rows(records: Iterable[BatchRecord]) -> Iterator[tuple]:
@@ -283,7 +327,8 @@ EVENT_DETAILS = DerivedTable(
     lambda conn, records: conn.executemany(_DETAILS_INSERT, details_rows(records)),
     lambda conn, first_kept_seq: conn.execute(
         "DELETE FROM event_details" + ("" if first_kept_seq is None else " WHERE seq < ?"),
-        () if first_kept_seq is None else (first_kept_seq,)),
+        () if first_kept_seq is None else (first_kept_seq,),
+    ),
     lambda conn: conn.execute("DELETE FROM event_details"),
     lazy=True,
 )
@@ -358,7 +403,7 @@ class SessionIndex:
     # -- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: os.PathLike | str) -> "SessionIndex":
+    def open(cls, path: os.PathLike | str) -> SessionIndex:
         """Open (creating and migrating as needed) the index at ``path`` for writing.
 
         Raises :class:`IndexCorrupt` when the file is not a database or has a format this
@@ -391,7 +436,7 @@ class SessionIndex:
         return index
 
     @classmethod
-    def in_memory(cls, path: os.PathLike | str) -> "SessionIndex":
+    def in_memory(cls, path: os.PathLike | str) -> SessionIndex:
         """A new, empty index held in memory, to be written to ``path`` whole by
         :meth:`persist` (a rescan of a small log: nothing touches the disk until it is done,
         and then one write and one fdatasync replace what was there)."""
@@ -405,7 +450,7 @@ class SessionIndex:
         index.in_memory = True
         return index
 
-    def persist(self) -> "SessionIndex":
+    def persist(self) -> SessionIndex:
         """Write an index built by :meth:`in_memory` to its path and return it opened there
         (connecting on first use: a rebuild that closes the session at once never does).
 
@@ -467,7 +512,7 @@ class SessionIndex:
         return conn
 
     @classmethod
-    def open_readonly(cls, path: os.PathLike | str) -> Optional["SessionIndex"]:
+    def open_readonly(cls, path: os.PathLike | str) -> Optional[SessionIndex]:
         """Open the index read-only, creating and writing nothing; ``None`` when it does not
         exist or is not of this memstore's format (the caller then reads the log instead)."""
         path = Path(path)
@@ -650,12 +695,18 @@ class SessionIndex:
         rows = self._read("SELECT seq FROM derived_state WHERE id = 1")
         return rows[0][0] if rows else 0
 
-    def underived(self, after: int, limit: int, upto: Optional[int] = None,
-                  ) -> list[tuple[int, int, int, Optional[int], Optional[str]]]:
+    def underived(
+        self,
+        after: int,
+        limit: int,
+        upto: Optional[int] = None,
+    ) -> list[tuple[int, int, int, Optional[int], Optional[str]]]:
         """``(seq, offset, length, turn, ts)`` of up to ``limit`` records past seq ``after``
         (and not past ``upto``, when given)."""
-        return self._read("SELECT seq, offset, length, turn, ts FROM events WHERE seq > ? AND seq <= ? "
-                          "ORDER BY seq LIMIT ?", (after, _MAX_ROWID if upto is None else upto, limit))
+        return self._read(
+            "SELECT seq, offset, length, turn, ts FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            (after, _MAX_ROWID if upto is None else upto, limit),
+        )
 
     def commit_derived(self, records: Sequence[BatchRecord], watermark: int) -> None:
         """Give ``records`` to the lazy derived tables and advance the watermark, in one
@@ -752,8 +803,15 @@ class SessionIndex:
         commits in batches (so an interrupted one resumes where it stopped), so a concurrent
         reader may see a partly rebuilt index until it finishes.
         """
-        self.commit_rows(events, [t.as_row() for t in turns], manifest_row(manifest), tail, reset=reset,
-                         records=records, derive_lazy=derive_lazy)
+        self.commit_rows(
+            events,
+            [t.as_row() for t in turns],
+            manifest_row(manifest),
+            tail,
+            reset=reset,
+            records=records,
+            derive_lazy=derive_lazy,
+        )
 
     def commit_rows(
         self,
@@ -772,7 +830,9 @@ class SessionIndex:
         the events' lines, from which the records for eager derived tables are made."""
         faults.check("index.commit", path=self.path)
         if records is None and lines is not None and any(not t.lazy for t in _derived):
-            records = [BatchRecord(row[0], row[3], row[4], row[1], row[2], line=line) for row, line in zip(events, lines)]
+            records = [
+                BatchRecord(row[0], row[3], row[4], row[1], row[2], line=line) for row, line in zip(events, lines)
+            ]
         with self._transaction() as conn:
             if reset and not self.in_memory:  # (a new index built in memory has nothing to drop)
                 conn.execute("DELETE FROM events")
@@ -810,15 +870,23 @@ class SessionIndex:
             conn.execute("ROLLBACK TO derive_lazy")
             conn.execute("RELEASE derive_lazy")
             self.lazy_failure = exc
-            logger.warning("%s: the derived tables were not filled with the index (they are derived later): %s",
-                           self.path, exc)
+            logger.warning(
+                "%s: the derived tables were not filled with the index (they are derived later): %s", self.path, exc
+            )
             return False
         conn.execute("RELEASE derive_lazy")
         return True
 
     def evict(
-        self, truncate_offset: int, first_kept_turn: int, manifest: Manifest, tail: bytes,
-        *, pivot: int, delta: int, grown: bool,
+        self,
+        truncate_offset: int,
+        first_kept_turn: int,
+        manifest: Manifest,
+        tail: bytes,
+        *,
+        pivot: int,
+        delta: int,
+        grown: bool,
     ) -> None:
         """Apply a cap rewrite: drop turns before ``first_kept_turn`` and events before
         ``truncate_offset``, move the remaining offsets back by ``truncate_offset`` and, from
@@ -826,8 +894,7 @@ class SessionIndex:
         line at ``truncate_offset`` itself got ``delta`` bytes longer. Stores the new manifest
         row and tells the derived tables, all in one transaction."""
         faults.check("index.evict", path=self.path)
-        params = {"cut": truncate_offset, "pivot": pivot, "delta": delta,
-                  "grown": truncate_offset if grown else -1}
+        params = {"cut": truncate_offset, "pivot": pivot, "delta": delta, "grown": truncate_offset if grown else -1}
         with self._transaction() as conn:
             first_kept_seq = conn.execute(
                 "SELECT seq FROM events WHERE offset >= ? ORDER BY seq LIMIT 1", (truncate_offset,)
@@ -947,7 +1014,13 @@ def _create_private(path: Path) -> tuple[int, int]:
     """Make sure ``path`` is a regular file, creating it 0600 (from its first byte) as a copy of
     the empty index (see :func:`_template`) when missing or empty; never through a symlink.
     Returns its ``(st_dev, st_ino)``."""
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    flags = (
+        os.O_RDWR
+        | os.O_CREAT
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+    )
     try:
         fd = os.open(path, flags, 0o600)
     except OSError as exc:

@@ -33,7 +33,9 @@ class LogState:
         self.dirty: dict[int, Turn] = {}
         self.now = ev.utc_now()  # refreshed only when a record claims a later time
 
-    def apply(self, kind: str, event: dict, start: int, end: int, seq: Optional[int], ts: Optional[str]) -> tuple[bool, Optional[int]]:
+    def apply(
+        self, kind: str, event: dict, start: int, end: int, seq: Optional[int], ts: Optional[str]
+    ) -> tuple[bool, Optional[int]]:
         """Advance the state by one accepted event occupying bytes ``[start, end)``.
 
         Returns ``(boundary, turn)``: whether the event ends a unit of work (a turn closed or the
@@ -85,8 +87,9 @@ class LogState:
         if kind in ev.TURN_ENDS:
             turn.status = _TURN_STATUS[kind]
             turn.ended_at = ts or event.get("completed_at")
-            (turn.input_tokens, turn.cached_input_tokens, turn.cache_creation_tokens,
-             turn.output_tokens) = ev.usage_of(event)
+            (turn.input_tokens, turn.cached_input_tokens, turn.cache_creation_tokens, turn.output_tokens) = ev.usage_of(
+                event
+            )
             if kind == ev.TURN_FAILED:
                 turn.error = event.get("message")
             elif kind == ev.TURN_ABORTED:
@@ -169,6 +172,8 @@ def _context_timestamp(event: dict) -> Optional[str]:
     return None
 
 
-def event_row(seq: Optional[int], offset: int, length: int, turn: Optional[int], ts: Optional[str], event: dict) -> tuple:
+def event_row(
+    seq: Optional[int], offset: int, length: int, turn: Optional[int], ts: Optional[str], event: dict
+) -> tuple:
     """The ``events`` index row of one record (what it says goes to ``event_details``, later)."""
     return (seq, offset, length, turn, ts, str(event["type"]))

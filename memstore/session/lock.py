@@ -123,8 +123,9 @@ def is_live(session_dir: os.PathLike | str) -> bool:
     """
     path = lock_path(session_dir)
     try:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-                     | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(
+            path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+        )
     except FileNotFoundError:
         return False
     except OSError:

@@ -11,17 +11,18 @@ import logging
 import os
 import re
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional
+from typing import BinaryIO, Optional
 
 import orjson
 
-from ..layout import EVENTS_FILE, TORN_INFIX, torn_name
 from .. import events as ev
 from .. import faults
 from ..errors import StoreIOError
 from ..events import Record
 from ..fsio import open_private_append, open_read_no_follow, write_all, write_new_file
+from ..layout import EVENTS_FILE, TORN_INFIX, torn_name
 
 logger = logging.getLogger("memstore")
 
@@ -209,7 +210,7 @@ class LogFile:
         if cut >= self.length:
             return None
         torn = self.pread(cut, self.length - cut)
-        keep = self.dir / torn_name(cut, ev.utc_now().replace(':', ''))
+        keep = self.dir / torn_name(cut, ev.utc_now().replace(":", ""))
         kept = write_new_file(keep, torn)
         try:
             os.ftruncate(self.fd, cut)
@@ -250,8 +251,9 @@ class LogFile:
                 try:
                     os.ftruncate(self.fd, self.length)
                 except OSError as exc:
-                    logger.warning("could not truncate %s back after a failed write (the next open cuts it): %s",
-                                   self.path, exc)
+                    logger.warning(
+                        "could not truncate %s back after a failed write (the next open cuts it): %s", self.path, exc
+                    )
                 raise
             self.length += len(buffer)
             self.written += len(buffer)

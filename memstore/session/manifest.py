@@ -18,10 +18,10 @@ from typing import Any, Optional
 
 import orjson
 
-from ..layout import MANIFEST_FILE, cap_marker_path, sessions_root
 from ..errors import StoreIOError
 from ..events import MAX_SEQ, utc_now
 from ..fsio import atomic_write, read_no_follow, remove_if_exists
+from ..layout import MANIFEST_FILE, cap_marker_path, sessions_root
 
 STORE_SCHEMA_VERSION = 1
 _I64_MAX = 2**63 - 1  # counters live in SQLite integers too
@@ -63,7 +63,7 @@ class Manifest:
         return orjson.dumps(self)  # orjson serializes the dataclass fields, in order
 
     @classmethod
-    def from_dict(cls, data: Any) -> Optional["Manifest"]:
+    def from_dict(cls, data: Any) -> Optional[Manifest]:
         """Parse a manifest; ``None`` unless the five summary keys are present and well typed.
 
         Keys VT Code's older versions lack (``in_turn``, ``persisted_file_len``,
@@ -102,8 +102,12 @@ def _ints_ok(m: Manifest) -> bool:
             return False
     if m.next_seq > MAX_SEQ + 1 or m.retained_turn_base > MAX_SEQ or m.turn_count > MAX_SEQ:
         return False  # implausible: distrusted, and the log decides
-    return (isinstance(m.in_turn, bool) and isinstance(m.created_at, str) and m.retained_turn_base >= 1
-            and (m.source is None or isinstance(m.source, dict)))
+    return (
+        isinstance(m.in_turn, bool)
+        and isinstance(m.created_at, str)
+        and m.retained_turn_base >= 1
+        and (m.source is None or isinstance(m.source, dict))
+    )
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ class SessionSummary:
     updated_at: str
 
     @classmethod
-    def from_dict(cls, data: Any) -> Optional["SessionSummary"]:
+    def from_dict(cls, data: Any) -> Optional[SessionSummary]:
         if not isinstance(data, dict):
             return None
         sid, tc, ec = data.get("session_id"), data.get("turn_count"), data.get("event_count")
@@ -206,7 +210,7 @@ class SummaryCache:
 
     def __init__(self, capacity: int = 200):
         self.capacity = capacity
-        self._entries: "OrderedDict[str, tuple[tuple, Optional[SessionSummary]]]" = OrderedDict()
+        self._entries: OrderedDict[str, tuple[tuple, Optional[SessionSummary]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, path: os.PathLike | str) -> Optional[SessionSummary]:

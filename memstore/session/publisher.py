@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Optional
 
 from .. import faults
-from . import registry
 from ..fsio import atomic_write
+from . import registry
 from .indexslot import IndexSlot
 from .manifest import summary_cache
 from .tuning import TUNING
@@ -42,7 +42,7 @@ class Batch:
     tail: bytes = b""
     manifest_json: Optional[bytes] = None  # None: do not publish manifest.json with this batch
 
-    def merge(self, newer: "Batch") -> None:
+    def merge(self, newer: Batch) -> None:
         self.rows.extend(newer.rows)
         if newer.lines is not None:
             self.lines = (self.lines or []) + newer.lines
@@ -85,8 +85,12 @@ class Publisher:
                 self._thread = threading.Thread(target=self._run, name="memstore-publisher", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
-            while (self._pending is not None and len(self._pending.rows) >= TUNING.max_pending_rows
-                   and not self._held and self._thread.is_alive()):
+            while (
+                self._pending is not None
+                and len(self._pending.rows) >= TUNING.max_pending_rows
+                and not self._held
+                and self._thread.is_alive()
+            ):
                 self._cond.wait()
 
     def publish_here(self, batch: Batch) -> None:
@@ -100,8 +104,11 @@ class Publisher:
         try:
             self._publish(batch)
         except BaseException as exc:
-            logger.warning("updating the views of %s failed (the log is intact; retried at the next flush): %s",
-                           self.manifest_path.parent, exc)
+            logger.warning(
+                "updating the views of %s failed (the log is intact; retried at the next flush): %s",
+                self.manifest_path.parent,
+                exc,
+            )
             with self._cond:
                 self._pending, self._held, self._error = batch, True, exc
 
@@ -118,8 +125,11 @@ class Publisher:
             try:
                 self._publish(batch)
             except BaseException as exc:  # reported by drain(); the batch is kept and retried
-                logger.warning("updating the views of %s failed (the log is intact; retried at the next flush): %s",
-                               self.manifest_path.parent, exc)
+                logger.warning(
+                    "updating the views of %s failed (the log is intact; retried at the next flush): %s",
+                    self.manifest_path.parent,
+                    exc,
+                )
                 with self._cond:
                     if self._pending is not None:
                         batch.merge(self._pending)
@@ -140,8 +150,9 @@ class Publisher:
             with slot.lock:
                 if slot.index is None:
                     raise AssertionError(f"{self.manifest_path.parent}: a batch to commit with no index open")
-                slot.index.commit_rows(batch.rows, list(batch.turns.values()), batch.manifest_row, batch.tail,
-                                       lines=batch.lines)
+                slot.index.commit_rows(
+                    batch.rows, list(batch.turns.values()), batch.manifest_row, batch.tail, lines=batch.lines
+                )
             # Committed: should the manifest fail now, only it is tried again.
             batch.rows, batch.lines, batch.turns, batch.manifest_row = [], None, {}, None
         if batch.manifest_json is not None and batch.manifest_json != self.published:

@@ -23,10 +23,11 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional
+from typing import BinaryIO, Optional
 
 import orjson
 
@@ -139,8 +140,15 @@ class SessionWriter:
 
     def recover(self, *, force_rescan: bool) -> None:
         """Bring the state, index and manifest in line with the log (see ``recovery.py``)."""
-        recover(self.log, self.slot, self.publisher, self.dir, self.session_id, force_rescan=force_rescan,
-                use_state=self._use_state)
+        recover(
+            self.log,
+            self.slot,
+            self.publisher,
+            self.dir,
+            self.session_id,
+            force_rescan=force_rescan,
+            use_state=self._use_state,
+        )
 
     def _use_state(self, state: LogState) -> None:
         self.state = state
@@ -214,8 +222,9 @@ class SessionWriter:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def append(self, event: dict, durability: str, max_events: int, on_evict: Optional[EvictionHook],
-               ts: Optional[str] = None) -> int:
+    def append(
+        self, event: dict, durability: str, max_events: int, on_evict: Optional[EvictionHook], ts: Optional[str] = None
+    ) -> int:
         # The agent's hot path: kept flat on purpose (locals, few helper calls per event).
         kind = _check_event(event)
         if ts is not None:
@@ -227,8 +236,10 @@ class SessionWriter:
             manifest = state.manifest
             seq = manifest.next_seq
             if seq > _MAX_SEQ:  # only a log edited to claim the last seqs gets here
-                raise MemstoreError(f"{self.events_path}: no sequence number is left (its records claim the last "
-                                    f"ones, up to {_MAX_SEQ}); nothing was written")
+                raise MemstoreError(
+                    f"{self.events_path}: no sequence number is left (its records claim the last "
+                    f"ones, up to {_MAX_SEQ}); nothing was written"
+                )
             if ts is None:
                 ts = state.now = _utc_now()
             log = self.log
@@ -310,8 +321,14 @@ class SessionWriter:
         state = self.state
         m = state.manifest
         m.persisted_file_len = self.log.length
-        batch = Batch(self.pending, self.pending_lines, {t.number: t.as_row() for t in state.dirty.values()},
-                      manifest_row(m), self.log.tail, m.to_json() if manifest else None)
+        batch = Batch(
+            self.pending,
+            self.pending_lines,
+            {t.number: t.as_row() for t in state.dirty.values()},
+            manifest_row(m),
+            self.log.tail,
+            m.to_json() if manifest else None,
+        )
         if inline:
             self.publisher.publish_here(batch)
         else:
