@@ -7,8 +7,10 @@ rows of derived tables (search chunks) that register here. It is a regenerable v
 the last bytes of the log up to there (``tail``), so an open can tell whether the index still
 describes the log and index only the bytes past that offset.
 
-The schema is a set of named sqlite-utils migrations. An index of memstore's first format (no
-migrations table) or of an unknown one is never read: it is discarded and rebuilt from the log.
+The schema is a set of named migrations (``schema.py``; recorded as sqlite-utils records them).
+A new index is a copy of an empty one, made without sqlite-utils. An index of memstore's first
+format (no migrations table) or of an unknown one is never read: it is discarded and rebuilt
+from the log.
 
 The database runs in WAL mode, so readers (the catalog, Datasette, ``read_session``) never
 block the writer. ``synchronous=NORMAL`` is enough: the log is fsynced before every index
@@ -32,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import orjson
 
@@ -41,6 +43,7 @@ from .. import faults
 from ..errors import StoreIOError, UnsafePathError
 from ..fsio import remove_temp, write_all, write_temp_beside
 from .manifest import Manifest
+from .schema import DDL, MigrationSet, applied_migrations, template_bytes
 
 logger = logging.getLogger("memstore")
 
@@ -55,108 +58,63 @@ TURN_FAILED = "failed"
 TURN_INTERRUPTED = "interrupted"
 TURN_ABORTED = "aborted"
 
-if TYPE_CHECKING:
-    import sqlite_utils
-
-
-@dataclass(frozen=True)
-class MigrationSet:
-    """A named set of schema migrations, applied in order by sqlite-utils' ``Migrations`` (which
-    records each in ``_sqlite_migrations``). sqlite-utils is imported only when one is pending:
-    opening an up-to-date index checks the record with one query, and an agent process does
-    not pay for importing it."""
-
-    name: str
-    steps: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...]
-
-    def pending(self, conn: sqlite3.Connection, applied: Optional[set[tuple[str, str]]] = None) -> list[str]:
-        """The names of the steps not yet applied to the database behind ``conn`` (or, given
-        ``applied``, missing from those :func:`applied_migrations` read)."""
-        if applied is None:
-            applied = applied_migrations(conn, self.name)
-        return [name for name, _fn in self.steps if (self.name, name) not in applied]
-
-    def apply(self, conn: sqlite3.Connection) -> None:
-        import sqlite_utils
-        from sqlite_utils.migrations import Migrations
-
-        migrations = Migrations(self.name)
-        for name, fn in self.steps:
-            migrations(name=name)(fn)
-        migrations.apply(sqlite_utils.Database(conn))
-
-
-def applied_migrations(conn: sqlite3.Connection, migration_set: Optional[str] = None) -> set[tuple[str, str]]:
-    """``(migration_set, name)`` of every migration applied to the database (of one set, if
-    given), in one query."""
-    sql = "SELECT migration_set, name FROM _sqlite_migrations"
-    try:
-        if migration_set is None:
-            return set(conn.execute(sql).fetchall())
-        return set(conn.execute(sql + " WHERE migration_set = ?", (migration_set,)).fetchall())
-    except sqlite3.OperationalError as exc:
-        if "no such table" not in str(exc):
-            raise
-        return set()
-
-
-def _log_tables(db: sqlite_utils.Database) -> None:
-    db["manifest"].create(
-        {
-            "id": int,
-            "session_id": str,
-            "schema_version": int,
-            "created_at": str,
-            "updated_at": str,
-            "turn_count": int,
-            "event_count": int,
-            "status": str,
-            "in_turn": int,
-            "persisted_file_len": int,
-            "retained_turn_base": int,
-            "next_seq": int,
-            "generation": int,
-            "source": str,
-            "tail": bytes,
-        },
-        pk="id",
-        not_null={"session_id", "created_at", "updated_at", "status", "tail"},
+# The log's tables. The statements are those sqlite-utils' ``Table.create`` makes for them (a
+# test checks it), so an index made here and one an older memstore made with sqlite-utils have
+# the same schema, byte for byte.
+_LOG_TABLES = DDL(
+    (
+        'CREATE TABLE "manifest" (\n'
+        '   "id" INTEGER PRIMARY KEY,\n'
+        '   "session_id" TEXT NOT NULL,\n'
+        '   "schema_version" INTEGER,\n'
+        '   "created_at" TEXT NOT NULL,\n'
+        '   "updated_at" TEXT NOT NULL,\n'
+        '   "turn_count" INTEGER,\n'
+        '   "event_count" INTEGER,\n'
+        '   "status" TEXT NOT NULL,\n'
+        '   "in_turn" INTEGER,\n'
+        '   "persisted_file_len" INTEGER,\n'
+        '   "retained_turn_base" INTEGER,\n'
+        '   "next_seq" INTEGER,\n'
+        '   "generation" INTEGER,\n'
+        '   "source" TEXT,\n'
+        '   "tail" BLOB NOT NULL\n'
+        ")",
+        'CREATE TABLE "turns" (\n'
+        '   "number" INTEGER PRIMARY KEY,\n'
+        '   "status" TEXT NOT NULL,\n'
+        '   "start_offset" INTEGER NOT NULL,\n'
+        '   "end_offset" INTEGER NOT NULL,\n'
+        '   "event_count" INTEGER NOT NULL,\n'
+        '   "first_seq" INTEGER,\n'
+        '   "last_seq" INTEGER,\n'
+        '   "started_at" TEXT,\n'
+        '   "ended_at" TEXT,\n'
+        '   "input_tokens" INTEGER,\n'
+        '   "cached_input_tokens" INTEGER,\n'
+        '   "cache_creation_tokens" INTEGER,\n'
+        '   "output_tokens" INTEGER,\n'
+        '   "error" TEXT,\n'
+        '   "model" TEXT\n'
+        ")",
+        # seq is the rowid: unique, and rows are stored in log order (offsets grow with seqs), so
+        # a lookup by seq needs no second index and an append is an append to the b-tree. What
+        # the event says (its item, tool, status) is in event_details, derived off the agent's
+        # path: binding those five columns cost more than the rest of the row.
+        'CREATE TABLE "events" (\n'
+        '   "seq" INTEGER PRIMARY KEY,\n'
+        '   "offset" INTEGER NOT NULL,\n'
+        '   "length" INTEGER NOT NULL,\n'
+        '   "turn" INTEGER,\n'
+        '   "ts" TEXT,\n'
+        '   "type" TEXT NOT NULL\n'
+        ")",
+        # How far the lazy derived tables have caught up: every record up to this seq is in them.
+        'CREATE TABLE "derived_state" (\n   "id" INTEGER PRIMARY KEY,\n   "seq" INTEGER NOT NULL\n)',
     )
-    db["turns"].create(
-        {
-            "number": int,
-            "status": str,
-            "start_offset": int,
-            "end_offset": int,
-            "event_count": int,
-            "first_seq": int,
-            "last_seq": int,
-            "started_at": str,
-            "ended_at": str,
-            "input_tokens": int,
-            "cached_input_tokens": int,
-            "cache_creation_tokens": int,
-            "output_tokens": int,
-            "error": str,
-            "model": str,
-        },
-        pk="number",
-        not_null={"status", "start_offset", "end_offset", "event_count"},
-    )
-    # seq is the rowid: unique, and rows are stored in log order (offsets grow with seqs), so a
-    # lookup by seq needs no second index and an append is an append to the b-tree. What the
-    # event says (its item, tool, status) is in event_details, derived off the agent's path:
-    # binding those five columns cost more than the rest of the row.
-    db["events"].create(
-        {"seq": int, "offset": int, "length": int, "turn": int, "ts": str, "type": str},
-        pk="seq",
-        not_null={"offset", "length", "type"},
-    )
-    # How far the lazy derived tables have caught up: every record up to this seq is in them.
-    db["derived_state"].create({"id": int, "seq": int}, pk="id", not_null={"seq"})
+)
 
-
-LOG_MIGRATIONS = MigrationSet("memstore.session.index", (("log_tables_3", _log_tables),))
+LOG_MIGRATIONS = MigrationSet("memstore.session.index", (("log_tables_3", _LOG_TABLES),))
 
 
 @dataclass(slots=True)
@@ -271,9 +229,12 @@ class BatchRecord:
 
     @property
     def event(self) -> dict:
-        if self._event is None:
-            self._event = orjson.loads(self._line)["event"]
-        return self._event
+        event = self._event
+        if event is None:
+            if self._line is None:
+                raise ValueError(f"record {self.seq} was made with neither its event nor its line")
+            event = self._event = orjson.loads(self._line)["event"]
+        return event
 
 
 @dataclass(frozen=True)
@@ -298,19 +259,27 @@ class DerivedTable:
 
     name: str
     migrations: MigrationSet
-    on_batch: Callable[[sqlite3.Connection, Sequence[BatchRecord]], None]
-    on_evict: Callable[[sqlite3.Connection, Optional[int]], None]
-    on_reset: Callable[[sqlite3.Connection], None]
+    on_batch: Callable[[sqlite3.Connection, Sequence[BatchRecord]], object]
+    on_evict: Callable[[sqlite3.Connection, Optional[int]], object]
+    on_reset: Callable[[sqlite3.Connection], object]
     lazy: bool = False
 
 
 _derived: list[DerivedTable] = []
 
 
-def _create_event_details(db: sqlite_utils.Database) -> None:
-    db["event_details"].create(
-        {"seq": int, "item_type": str, "item_id": str, "name": str, "status": str, "exit_code": int}, pk="seq"
+_EVENT_DETAILS_TABLE = DDL(
+    (
+        'CREATE TABLE "event_details" (\n'
+        '   "seq" INTEGER PRIMARY KEY,\n'
+        '   "item_type" TEXT,\n'
+        '   "item_id" TEXT,\n'
+        '   "name" TEXT,\n'
+        '   "status" TEXT,\n'
+        '   "exit_code" INTEGER\n'
+        ")",
     )
+)
 
 
 def details_rows(records: Iterable[BatchRecord]) -> Iterator[tuple]:
@@ -323,7 +292,7 @@ _DETAILS_INSERT = f"INSERT INTO event_details VALUES ({', '.join('?' * len(DETAI
 
 EVENT_DETAILS = DerivedTable(
     "event_details",
-    MigrationSet("memstore.event_details", (("event_details", _create_event_details),)),
+    MigrationSet("memstore.event_details", (("event_details", _EVENT_DETAILS_TABLE),)),
     lambda conn, records: conn.executemany(_DETAILS_INSERT, details_rows(records)),
     lambda conn, first_kept_seq: conn.execute(
         "DELETE FROM event_details" + ("" if first_kept_seq is None else " WHERE seq < ?"),
@@ -377,7 +346,7 @@ class SessionIndex:
         # True when opening added tables (a newly registered derived table) to an index that
         # already had rows: those tables are empty, so the index must be rebuilt.
         self.needs_rebuild = False
-        self.in_memory = False  # built by in_memory(), not yet written by persist()
+        self.memory_only = False  # built by in_memory(), not yet written by persist()
         # Every lazy derived table was filled as the rows went in (see commit's derive_lazy).
         self.fully_derived = False
         self.lazy_failure: Optional[BaseException] = None  # why that stopped
@@ -447,7 +416,7 @@ class SessionIndex:
             conn.close()
             raise StoreIOError("build index", path, f"in memory: {exc}") from exc
         index = cls(path, conn)
-        index.in_memory = True
+        index.memory_only = True
         return index
 
     def persist(self) -> SessionIndex:
@@ -834,7 +803,7 @@ class SessionIndex:
                 BatchRecord(row[0], row[3], row[4], row[1], row[2], line=line) for row, line in zip(events, lines)
             ]
         with self._transaction() as conn:
-            if reset and not self.in_memory:  # (a new index built in memory has nothing to drop)
+            if reset and not self.memory_only:  # (a new index built in memory has nothing to drop)
                 conn.execute("DELETE FROM events")
                 conn.execute("DELETE FROM turns")
                 conn.execute("DELETE FROM manifest")
@@ -989,24 +958,17 @@ _WAL_FORMAT = b"\x02\x02"
 
 def _template(*, wal: bool = True) -> bytes:
     """The bytes of an empty index with every migration applied (the log's and the registered
-    derived tables'), built once per process with sqlite-utils in memory. A new index starts as
-    a copy of it: writing 60 KB costs a fraction of creating a dozen tables and an FTS5 index."""
-    key = (wal, LOG_MIGRATIONS, *(t.migrations for t in _derived))
+    derived tables'), made once per process (see ``schema.template_bytes``: without sqlite-utils
+    on the agent's path). A new index starts as a copy of it: writing 60 KB costs a fraction of
+    creating a dozen tables and an FTS5 index."""
+    sets = (LOG_MIGRATIONS, *(t.migrations for t in _derived))
+    key = (wal, sets)
     data = _templates.get(key)
     if data is None:
-        conn = sqlite3.connect(":memory:", isolation_level=None)
-        try:
-            LOG_MIGRATIONS.apply(conn)
-            for table in _derived:
-                table.migrations.apply(conn)
-            conn.execute(f"PRAGMA user_version={INDEX_FORMAT}")
-            data = bytearray(conn.serialize())
-        finally:
-            conn.close()
+        built = bytearray(template_bytes(sets, INDEX_FORMAT))
         if wal:
-            data[18:20] = _WAL_FORMAT
-        data = bytes(data)
-        _templates[key] = data
+            built[18:20] = _WAL_FORMAT
+        data = _templates[key] = bytes(built)
     return data
 
 

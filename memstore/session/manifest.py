@@ -9,7 +9,6 @@ regenerable: a missing or malformed manifest is treated as absent and rewritten 
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, fields
@@ -92,7 +91,9 @@ class Manifest:
 def new_generation() -> int:
     """A fresh generation number (random, positive, fits SQLite): tells every consumer that the
     views were rebuilt or the log rewritten, whatever they saw before."""
-    return secrets.randbits(62) + 1
+    # 62 random bits from the OS (what secrets.randbits reads, without importing it: an agent
+    # hook pays for every module ``import memstore`` loads).
+    return (int.from_bytes(os.urandom(8), "big") >> 2) + 1
 
 
 def _ints_ok(m: Manifest) -> bool:
