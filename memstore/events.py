@@ -7,7 +7,11 @@ object ending in ``\\n``::
     {"schema_version":"0.18.0","seq":17,"ts":"2026-11-30T08:30:29.123Z","event":{"type":...}}
 
 ``seq`` and ``ts`` are memstore's additions; lines written by VT Code carry neither and are
-accepted. Unknown event types and unknown keys are kept and passed through untouched.
+accepted. ``schema_version`` must be a string (any string: readers do not check it), as VT Code
+requires: a line without one is not a record, for memstore as for VT Code, so the two count the
+same events and number the same turns in one log (such a line stays in the log, skipped by every
+view; see docs/vtcode.md). Unknown event types and unknown keys are kept and passed through
+untouched.
 """
 
 from __future__ import annotations
@@ -399,14 +403,15 @@ def assign_seq(envelope_seq: Optional[int], next_seq: int) -> int:
 def decode_line(line: bytes | str) -> Optional[Record]:
     """Decode one log line into a :class:`Record`, or ``None`` when it is not a valid envelope.
 
-    Valid means: a JSON object with an ``event`` object whose ``type`` is a string, and, for a
-    lifecycle event, the full shape of that event.
+    Valid means: a JSON object with a string ``schema_version`` and an ``event`` object whose
+    ``type`` is a string, and, for a lifecycle event, the full shape of that event: what VT Code
+    accepts.
     """
     try:
         envelope = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    if type(envelope) is not dict:
+    if type(envelope) is not dict or type(envelope.get("schema_version")) is not str:
         return None
     event = envelope.get("event")
     if type(event) is not dict:

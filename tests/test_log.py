@@ -286,6 +286,36 @@ def test_vtcode_lines_without_seq_or_ts_are_accepted(tmp_path):
     assert row == ("read_file", "completed", 1)
 
 
+def test_a_line_without_a_string_schema_version_is_skipped_as_vtcode_skips_it(tmp_path, caplog):
+    """VT Code's envelope requires a string ``schema_version``; memstore's lines and VT Code's
+    always carry one. A line without it (or with a number) is not a record for memstore either,
+    so both count the same events and number the same turns: here VT Code sees two turns, and
+    memstore must not make the unversioned turn.started a third. The line stays in the log (the
+    scan warns about it), and a rebuild agrees with the open."""
+    import vtcode_view
+
+    d = session_dir(tmp_path)
+    d.mkdir(parents=True)
+    unversioned = json.dumps({"event": TURN_STARTED}).encode() + b"\n"
+    numbered = json.dumps({"schema_version": 18, "event": {"type": "item.completed", "item": {
+        "id": "x", "type": "agent_message", "text": "a number is not a version"}}}).encode() + b"\n"
+    data = (_vtcode_line(TURN_STARTED) + _vtcode_line(TURN_COMPLETED) + unversioned + numbered
+            + _vtcode_line(TURN_STARTED) + _vtcode_line(TURN_COMPLETED))
+    (d / "events.jsonl").write_bytes(data)
+    vt = vtcode_view.open_view(d)
+    assert (vt.numbers(), vt.turn_count, vt.event_count) == ([1, 2], 2, 4)
+    with caplog.at_level("WARNING", logger="memstore"):
+        with memstore.open_session(tmp_path, "s") as log:
+            assert [t.number for t in log.turns()] == vt.numbers()
+            assert (log.turn_count, log.event_count) == (vt.turn_count, vt.event_count)
+            assert [r.seq for r in log.iter_records()] == [1, 2, 3, 4]
+            assert log.reconstruct_turn(2) == [TURN_STARTED, TURN_COMPLETED]
+    assert any("skipped 2 lines" in r.getMessage() for r in caplog.records)
+    assert (d / "events.jsonl").read_bytes() == data  # kept, not cut
+    assert memstore.rebuild(tmp_path, "s").event_count == 4
+    assert not memstore.search_memory(tmp_path, "version")
+
+
 def test_scan_fallback_when_manifest_missing(tmp_path):
     d = session_dir(tmp_path)
     d.mkdir(parents=True)
@@ -1262,6 +1292,20 @@ def test_turn_aborted_closes_the_turn_as_aborted(tmp_path):
     assert log.turn_count == 1
     assert [(t.status, t.error, t.event_count, t.input_tokens) for t in turns] == [("aborted", "interrupted", 3, 5)]
     assert memstore.rebuild(tmp_path, "s").turn_count == 1
+
+
+def test_turn_aborted_is_numbered_differently_by_vtcode_as_documented(tmp_path):
+    """docs/vtcode.md: VT Code does not know ``turn.aborted``; the aborted turn stays open for it,
+    so the next turn gets the same number and later ones are one lower. memstore numbers them
+    1, 2, 3; VT Code's open of the same directory numbers them 1, 1, 2."""
+    import vtcode_view
+
+    with memstore.open_session(tmp_path, "s") as log:
+        for closing in ({"type": "turn.aborted", "reason": "interrupted"}, TURN_COMPLETED, TURN_COMPLETED):
+            log.append(TURN_STARTED)
+            log.append(closing)
+        assert [t.number for t in log.turns()] == [1, 2, 3]
+    assert vtcode_view.open_view(session_dir(tmp_path)).numbers() == [1, 1, 2]
 
 
 def test_a_rebuild_brings_a_future_updated_at_from_older_metadata_back_to_the_present(tmp_path):
