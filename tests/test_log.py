@@ -6,9 +6,9 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import sqlite3
 import stat
-import shutil
 import subprocess
 import sys
 import threading
@@ -498,6 +498,125 @@ def test_eviction_summary_facts_are_bounded(tmp_path):
     assert len(facts) == 5
     assert facts[0].startswith("fact 2 x") and facts[-1].startswith("fact 6 x")
     assert all(len(f) == 180 and f.endswith("...") for f in facts)
+
+
+def _vtcode_summary(n: int) -> dict:
+    return {"session_id": "s", "evicted_event_count": 2 + n, "event_types": {"turn.completed": 1, "turn.started": 1},
+            "created_at": f"2026-09-01T10:{n:02d}:00+00:00", "grounded_facts": [f"VT Code fact number {n}"]}
+
+
+def test_eviction_summaries_vtcode_wrote_survive_memstore_cap_rewrites(tmp_path):
+    """A session VT Code had already capped holds its summary files (15 here). memstore keeps
+    only the newest ten files, but nothing a previous writer left is removed before its content
+    is a line of eviction-summaries.jsonl (tagged with the file it came from); memstore's own
+    files are removed only because their line was written first. A file that is not a summary
+    (not a JSON object) is never removed. Every summary appears exactly once, however many
+    rewrites follow."""
+    d = session_dir(tmp_path)
+    (d / "derived").mkdir(parents=True)
+    vtcode = {}
+    for n in range(15):
+        path = d / "derived" / f"eviction-summary-{n:032x}.json"
+        path.write_text(json.dumps(_vtcode_summary(n), indent=2))
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))  # older than anything memstore writes
+        vtcode[path.name] = _vtcode_summary(n)
+    broken = d / "derived" / f"eviction-summary-{99:032x}.json"
+    broken.write_text("{ not json")
+    os.utime(broken, (1_600_000_000, 1_600_000_000))
+    with memstore.open_session(tmp_path, "s", max_events=6) as log:
+        for n in range(30):
+            two_event_turn(log, text=f"memstore fact {n}")
+    names = sorted(p.name for p in (d / "derived").glob("eviction-summary-*.json"))
+    lines = [json.loads(line) for line in (d / "derived" / "eviction-summaries.jsonl").read_bytes().splitlines()]
+    carried = {line["carried_from"]: {k: v for k, v in line.items() if k != "carried_from"}
+               for line in lines if "carried_from" in line}
+    own = [line for line in lines if "carried_from" not in line]
+    assert broken.name in names  # not a summary: left where it is
+    assert len(names) == 11
+    # Every VT Code summary is still a file, or (exactly once) a carried line with its content.
+    for name, content in vtcode.items():
+        on_disk = json.loads((d / "derived" / name).read_text()) if name in names else None
+        assert (on_disk == content) != (carried.get(name) == content), name
+    assert len(carried) == len([line for line in lines if "carried_from" in line])
+    assert {line["writer"] for line in own} == {"memstore"} and len(own) >= 10
+    # memstore's files kept are its newest; each has its line.
+    for name in names:
+        content = json.loads((d / "derived" / name).read_text()) if name != broken.name else None
+        if content is not None and content.get("writer") == "memstore":
+            assert content in own
+
+
+def test_the_default_summary_equals_the_summary_of_the_evicted_events(tmp_path):
+    """The cap's default summary takes its counts from the index and its facts from the raw lines
+    of the evicted prefix: it must say exactly what ``write_eviction_summary`` says of the evicted
+    events themselves, given as a hook: here with an agent message whose type is spelled with
+    JSON escapes, messages repeated in other case, a tool output that mentions agent_message, an
+    escaped control character, and lines that are not records (no schema_version, broken JSON)."""
+    from memstore.session.summaries import EvictionSummary
+
+    def line(event, version="0.18.0"):
+        envelope = {"event": event} if version is None else {"schema_version": version, "event": event}
+        return json.dumps(envelope, ensure_ascii=False).encode() + b"\n"
+
+    def message(text):
+        return {"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": text}}
+
+    turn1 = [line(TURN_STARTED), line(message("Fixed   the build")),
+             b'{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"e","type":'
+             b'"\\u0061gent_message","text":"spelled with escapes \\u001b[0m"}}}\n',
+             line({"type": "item.completed", "item": {"id": "t", "type": "tool_output", "output": "agent_message"}}),
+             line(message("not a record"), version=None),
+             b'{"schema_version": "0.18.0", "event": {"broken\n',
+             line(message("FIXED THE BUILD")), line(TURN_COMPLETED)]
+    turn2 = [line(TURN_STARTED)] + [line(message(f"fact {n} " + "word " * n)) for n in range(2)] + [line(TURN_COMPLETED)]
+    turn3 = [line(TURN_STARTED), line(message("kept")), line(TURN_COMPLETED)]
+    data = b"".join(turn1 + turn2 + turn3)
+    captured: list[list[dict]] = []
+    for sid, hook in (("default", None), ("hooked", lambda d, s, events: captured.append(list(events)))):
+        directory = session_dir(tmp_path, sid)
+        directory.mkdir(parents=True)
+        (directory / "events.jsonl").write_bytes(data)
+        with memstore.open_session(tmp_path, sid, max_events=7, on_evict=hook) as log:
+            log.append(TURN_STARTED)  # 13 records + 1: the cap evicts turns 1 (6 records) and 2 (4)
+            assert log.manifest.retained_turn_base == 3
+    (evicted,) = captured
+    expected = EvictionSummary("default")
+    for event in evicted:
+        expected.add_event(event)
+    lines = (session_dir(tmp_path, "default") / "derived" / "eviction-summaries.jsonl").read_bytes().splitlines()
+    (written,) = [json.loads(line) for line in lines]
+    want = expected.to_dict()
+    for summary in (written, want):
+        del summary["created_at"]
+    assert written == want
+    assert written["grounded_facts"] == ["spelled with escapes \u001b[0m", "FIXED THE BUILD", "fact 0", "fact 1 word"]
+    assert written["evicted_event_count"] == 10
+
+
+def test_an_interrupted_carry_of_an_old_summary_is_not_carried_twice(tmp_path, monkeypatch):
+    """Carrying a file another writer left appends and syncs its line, then removes the file: a
+    crash in between leaves both, and the next prune must remove the file without a second line."""
+    from memstore.session import summaries
+
+    derived = tmp_path / "derived"
+    derived.mkdir()
+    for n in range(12):
+        path = derived / f"eviction-summary-{n:032x}.json"
+        path.write_text(json.dumps(_vtcode_summary(n)))
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+    real_unlink = os.unlink
+
+    def crash_before_removal(path, *args, **kwargs):
+        raise KeyboardInterrupt  # the process dies after the carry's sync, before any removal
+
+    monkeypatch.setattr(summaries.os, "unlink", crash_before_removal)
+    with pytest.raises(KeyboardInterrupt):
+        summaries.prune_summary_files(derived)
+    monkeypatch.setattr(summaries.os, "unlink", real_unlink)
+    summaries.prune_summary_files(derived)
+    lines = [json.loads(line) for line in (derived / "eviction-summaries.jsonl").read_bytes().splitlines()]
+    assert sorted(line["carried_from"] for line in lines) == [f"eviction-summary-{n:032x}.json" for n in (0, 1)]
+    assert len(list(derived.glob("eviction-summary-*.json"))) == 10
 
 
 def test_cap_eviction_counts_session_records_removed_with_oldest_turn(tmp_path):
@@ -1173,24 +1292,51 @@ def test_bulk_mode_publishes_the_manifest_on_flush_not_per_batch(tmp_path):
     log.close()
 
 
-def test_index_failure_after_the_cap_rewrite_fails_closed_and_reopen_recovers(tmp_path, fault):
+def test_an_index_failure_after_the_cap_rewrite_is_retried_and_the_marker_waits_for_it(tmp_path, fault):
+    """The cap rewrite's index update runs off the agent's thread, after the log was replaced:
+    its failure does not fail the append (the event is in the rewritten log) but the next flush
+    reports it, and the rewrite's marker stays until the index and manifest.json describing the
+    rewritten log are durable. Once the index works again nothing is lost; a writer that closes
+    while it still fails leaves the marker, and the next open finishes the rewrite."""
+
     def broken_evict(path):
         raise memstore.StoreIOError("update index", path, "I/O error")
 
-    log = memstore.open_session(tmp_path, "s", max_events=4)
-    two_event_turn(log)
-    two_event_turn(log)
-    fault.arm("index.evict", broken_evict)
-    with pytest.raises(memstore.StoreIOError):
-        log.append(TURN_STARTED)  # the fifth event: turn 1 is evicted, then the index fails
-    assert log.failed
-    fault.disarm("index.evict")
-    log.close()
-    assert (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
-    with memstore.open_session(tmp_path, "s", max_events=4) as log:
-        assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
-        assert log.event_count == 3 and log.turn_count == 2
-    assert not (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
+    marker = session_dir(tmp_path) / "index" / "pending-cap-rewrite.json"
+    for closes_while_failing in (False, True):
+        sid = f"s{int(closes_while_failing)}"
+        log = memstore.open_session(tmp_path, sid, max_events=4)
+        two_event_turn(log)
+        two_event_turn(log)
+        fault.arm("index.evict", broken_evict)
+        log.append(TURN_STARTED)  # the fifth event: turn 1 is evicted from the log, the index fails
+        assert not log.failed
+        marker = session_dir(tmp_path, sid) / "index" / "pending-cap-rewrite.json"
+        with pytest.raises(memstore.StoreIOError, match="I/O error"):
+            log.flush()
+        assert marker.exists()
+        if closes_while_failing:
+            with pytest.raises(memstore.StoreIOError, match="I/O error"):
+                log.close()
+            fault.disarm("index.evict")
+        else:
+            fault.disarm("index.evict")
+            log.flush()
+            assert not marker.exists()
+            assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
+            log.close()
+        with memstore.open_session(tmp_path, sid, max_events=4) as log:
+            assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
+            assert log.event_count == 3 and log.turn_count == 2
+        assert not marker.exists()
+        assert rebuilt_turns(tmp_path, sid) == [(2, "completed"), (3, "open")]
+
+
+def rebuilt_turns(root, sid):
+    """The turns of the session after a rebuild from its log."""
+    memstore.rebuild(root, sid, refresh=False)
+    with memstore.open_session(root, sid, max_events=0) as log:
+        return [(t.number, t.status) for t in log.turns()]
 
 
 def test_cap_rewrite_tags_the_first_retained_line_and_keeps_its_event_bytes(tmp_path):

@@ -9,9 +9,9 @@ import sys
 import textwrap
 
 import pytest
+import support
 
 import memstore
-import support
 from memstore.session.tuning import TUNING
 
 TURN_STARTED = {"type": "turn.started"}
@@ -255,9 +255,9 @@ def test_a_seq_inside_a_torn_events_payload_is_not_taken_for_its_envelopes(tmp_p
 
 
 def test_a_manifest_failure_after_a_cap_rewrite_does_not_fail_the_append(tmp_path, fault):
-    """manifest.json is a view like the index: failing to publish it after a cap rewrite that
-    succeeded is reported by the next flush, not raised by the append (which said nothing of
-    whether the rewrite happened)."""
+    """manifest.json is a view like the index: the cap rewrite itself writes the manifest of the
+    rewritten log (synced with it), and failing to publish a later one is reported by the next
+    flush, not raised by the append."""
     log = memstore.open_session(tmp_path, "s", max_events=4)
     for _ in range(2):
         log.append(TURN_STARTED)
@@ -271,19 +271,68 @@ def test_a_manifest_failure_after_a_cap_rewrite_does_not_fail_the_append(tmp_pat
     fault.arm("manifest.publish", full_disk_after_the_rewrite)
     log.append(TURN_STARTED)  # the fifth event: the cap evicts the first turn
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5]
+    assert json.loads((session_dir(tmp_path) / "manifest.json").read_bytes())["retained_turn_base"] == 2
+    log.append(TURN_COMPLETED)  # a boundary: its manifest fails, in the publisher's thread
     with pytest.raises(memstore.StoreIOError, match="no space"):
         log.flush()
     fault.disarm("manifest.publish")
-    log.append(TURN_COMPLETED)
     log.close()
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5, 6]
     on_disk = json.loads((session_dir(tmp_path) / "manifest.json").read_bytes())
     live = support.read_index(session_dir(tmp_path))
     assert {k: on_disk[k] for k in support.MANIFEST_COUNTERS} == live["manifest"]
-    with memstore.open_session(tmp_path, "s") as log:  # drops the rewrite's marker if it is left
+    with memstore.open_session(tmp_path, "s") as log:
         assert (log.turn_count, log.event_count) == (3, 4)
     assert not (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
     assert rebuilt_index(tmp_path) == live
+
+
+def test_a_cap_rewrite_that_fails_before_the_log_is_replaced_leaves_everything_as_it_was(tmp_path, fault):
+    """A rewrite that fails after it copied the log, wrote the summary and manifest.json's next
+    version (here: no space for its marker) raises from the append that crossed the cap (the
+    event is durable) and takes everything back: the log, manifest.json and the summaries are as
+    they were, no temp file or marker is left, the session goes on, and the next crossing of the
+    cap evicts."""
+    directory = session_dir(tmp_path)
+    log = memstore.open_session(tmp_path, "s", max_events=4)
+    for _ in range(2):
+        log.append(TURN_STARTED)
+        log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "kept"}})
+    log.flush()
+    log_before = (directory / "events.jsonl").read_bytes()
+
+    def no_space(path):
+        raise memstore.StoreIOError("write", path, "no space left on device")
+
+    fault.arm("cap.marker", no_space)
+    with pytest.raises(memstore.StoreIOError, match="no space") as info:
+        log.append(TURN_COMPLETED)  # the fifth event
+    fault.disarm("cap.marker")
+    assert info.value.durable is True and info.value.seq == 5
+    assert (directory / "events.jsonl").read_bytes() == log_before + log_lines_of(info.value.seq, directory)
+    manifest = json.loads((directory / "manifest.json").read_bytes())  # (the boundary's, not the cap's)
+    assert (manifest["retained_turn_base"], manifest["persisted_file_len"]) == (1, len(log_before) + len(
+        log_lines_of(5, directory)))
+    assert not (directory / "index" / "pending-cap-rewrite.json").exists()
+    derived = directory / "derived"
+    assert not list(derived.glob("eviction-summary-*")) and not (derived / "eviction-summaries.jsonl").read_bytes()
+    leftovers = [p.name for d in (directory, directory / "index", derived) for p in d.iterdir() if ".tmp-" in p.name
+                 or ".cap-" in p.name]
+    assert leftovers == []
+    assert not log.failed
+    log.append(TURN_STARTED)  # crosses the cap again: evicts this time
+    log.close()
+    with memstore.open_session(tmp_path, "s") as log:
+        assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
+    assert len((derived / "eviction-summaries.jsonl").read_bytes().splitlines()) == 1
+
+
+def log_lines_of(seq: int, directory) -> bytes:
+    """The line of the record ``seq`` as the log holds it."""
+    for line in (directory / "events.jsonl").read_bytes().splitlines(keepends=True):
+        if json.loads(line).get("seq") == seq:
+            return line
+    raise AssertionError(f"seq {seq} is not in the log")
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,25 +415,29 @@ def test_an_inherited_handle_refuses_in_a_forked_child_even_if_a_thread_held_its
 
 def test_an_error_after_a_cap_rewrite_says_the_event_is_durable(tmp_path, fault):
     """``durable`` must say whether the event reached the log. After a cap rewrite the log is
-    shorter than where the event was appended: an error raised after the rewrite (here the
-    index transaction fails) said ``durable=False`` of an event written, synced and kept, and a
+    shorter than where the event was appended: an error raised after the rewrite (here the sync
+    of the directory the log was renamed in fails; the index's own update no longer fails the
+    append, it is retried) said ``durable=False`` of an event written, synced and kept, and a
     caller that appended it again (on a reopened handle: this one failed closed) logged it twice."""
     log = memstore.open_session(tmp_path, "s", max_events=4)
     for _ in range(2):
         log.append(TURN_STARTED)
         log.append(TURN_COMPLETED)
 
-    def failing_evict(path):
-        raise memstore.StoreIOError("update index", path, "database or disk is full")
+    def failing_directory_sync(path):
+        raise memstore.StoreIOError("fsync directory", path, "input/output error")
 
-    fault.arm("index.evict", failing_evict)
+    fault.arm("cap.replaced", failing_directory_sync)
     with pytest.raises(memstore.StoreIOError) as info:
         log.append(TURN_STARTED)  # the fifth event: the cap rewrites the log
-    fault.disarm("index.evict")
+    fault.disarm("cap.replaced")
     assert info.value.seq == 5
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5]
     assert info.value.durable is True
+    assert log.failed
     log.close()
+    with memstore.open_session(tmp_path, "s", max_events=4) as log:
+        assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
 
 
 # --------------------------------------------------------------------------------------------

@@ -98,8 +98,11 @@ def _consistent(entries: list[VtTurn], manifest: dict) -> bool:
     if not entries:
         return expected_last == 0 or base > manifest["turn_count"]
     numbers = [t.number for t in entries]
-    return numbers == list(range(numbers[0], numbers[0] + len(numbers))) and numbers[0] == base \
+    return (
+        numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+        and numbers[0] == base
         and numbers[-1] == expected_last
+    )
 
 
 def valid_record(line: bytes) -> Optional[dict]:
@@ -149,11 +152,22 @@ def open_view(session_dir: Path) -> VtView:
     manifest = _manifest(session_dir)
     entries = _index(session_dir) or []
     matching = marker is not None and marker[1] == file_len < marker[0]
-    if (not matching and manifest is not None and "in_turn" in manifest
-            and manifest.get("persisted_file_len") == file_len and _valid_against(entries, file_len)
-            and _consistent(entries, manifest)):
-        return VtView(manifest["turn_count"], manifest["event_count"], manifest["in_turn"],
-                      manifest.get("retained_turn_base", 1), entries, fast_path=True)
+    if (
+        not matching
+        and manifest is not None
+        and "in_turn" in manifest
+        and manifest.get("persisted_file_len") == file_len
+        and _valid_against(entries, file_len)
+        and _consistent(entries, manifest)
+    ):
+        return VtView(
+            manifest["turn_count"],
+            manifest["event_count"],
+            manifest["in_turn"],
+            manifest.get("retained_turn_base", 1),
+            entries,
+            fast_path=True,
+        )
     base = scan_turn_base(session_dir, file_len)
     view = VtView(base - 1, 0, False, base)
     position = 0

@@ -81,6 +81,10 @@ def derive_batch(
         if generation is None or index is None:
             return 0
         with source.slot.lock:
+            if index.committed_generation() != generation:
+                # A cap rewrite replaced the log and the publisher has not yet applied it to
+                # the index: its offsets are of the old log.
+                return INTERRUPTED
             watermark = index.derived_watermark()
             rows = index.underived(watermark, max_events)
         if not rows:
@@ -154,6 +158,7 @@ class Deriver:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._starting = threading.Lock()  # the writer's thread and the publisher's may both start it
         self.error: Optional[BaseException] = None
 
     @staticmethod
@@ -162,13 +167,16 @@ class Deriver:
 
     def start(self) -> None:
         """Start the thread (if it is not running) and let it look for work."""
-        if self._thread is None and not self._stop.is_set():
-            self._thread = threading.Thread(target=self._run, name="memstore-deriver", daemon=True)
-            self._thread.start()
+        with self._starting:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="memstore-deriver", daemon=True)
+                self._thread.start()
         self._wake.set()
 
     def wake(self) -> None:
-        """New records were indexed (the thread starts with the first)."""
+        """New records were committed to the index (the publisher calls this after each commit
+        of rows: woken earlier, the deriver could look before they are there, find nothing to
+        do and sleep until the next batch). The thread starts with the first."""
         self.start()
 
     def stop(self) -> None:
@@ -183,6 +191,7 @@ class Deriver:
     def forget(self) -> None:
         """In a forked child: the thread does not exist there."""
         self._thread = None
+        self._starting = threading.Lock()
         self._stop.set()
 
     def _run(self) -> None:

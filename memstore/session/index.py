@@ -41,7 +41,7 @@ import orjson
 from .. import events as ev
 from .. import faults
 from ..errors import StoreIOError, UnsafePathError
-from ..fsio import remove_temp, write_all, write_temp_beside
+from ..fsio import fsync_dir, remove_temp, write_all, write_temp_beside
 from .manifest import Manifest
 from .schema import DDL, MigrationSet, applied_migrations, template_bytes
 
@@ -190,6 +190,22 @@ class IndexChanged(StoreIOError):
 
 _REOPEN_ATTEMPTS = 3
 _MAX_ROWID = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class EvictSpec:
+    """A cap rewrite as the index applies it: turns before ``first_kept_turn`` and events before
+    ``truncate_offset`` go; the remaining offsets move back by ``truncate_offset`` and, from
+    ``pivot`` on, by ``delta`` more (the log head the rewrite wrote); with ``grown`` the line at
+    ``truncate_offset`` itself got ``delta`` bytes longer. ``next_seq`` is the session's next
+    seq at the rewrite (the derived tables' watermark when nothing is left)."""
+
+    truncate_offset: int
+    first_kept_turn: int
+    pivot: int
+    delta: int
+    grown: bool
+    next_seq: int
 
 
 @dataclass
@@ -659,6 +675,22 @@ class SessionIndex:
         rows = self._read("SELECT offset, length, turn FROM events WHERE seq = ?", (seq,))
         return rows[0] if rows else None
 
+    def make_durable(self) -> None:
+        """Make every committed transaction survive a power cut: the WAL is synced (a passive
+        checkpoint syncs it before it copies anything back), and so is the index's directory
+        entry (an index written whole by :meth:`persist` was synced before its rename)."""
+        if self._conn is not None and not self.memory_only:
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error as exc:
+                raise StoreIOError("sync index", self.path, str(exc)) from exc
+        fsync_dir(self.path.parent)
+
+    def committed_generation(self) -> Optional[int]:
+        """The generation the index's manifest row holds (``None``: no row yet)."""
+        rows = self._read("SELECT generation FROM manifest WHERE id = 1")
+        return rows[0][0] if rows else None
+
     def derived_watermark(self) -> int:
         """The seq up to which the lazy derived tables hold every record (0: none)."""
         rows = self._read("SELECT seq FROM derived_state WHERE id = 1")
@@ -686,10 +718,14 @@ class SessionIndex:
                     table.on_batch(conn, records)
             conn.execute("INSERT OR REPLACE INTO derived_state (id, seq) VALUES (1, ?)", (watermark,))
 
-    def count_events_before(self, offset: int) -> int:
-        """How many records lie before byte ``offset`` (what a cap rewrite cut there evicts)."""
-        # Rows are in log order (no index on offset: it is only asked here, at a cap rewrite).
-        return self._read("SELECT count(*) FROM events WHERE offset < ?", (offset,))[0][0]
+    def types_before(self, offset: int) -> dict[str, int]:
+        """How many records of each type lie before byte ``offset`` (what a cap rewrite cut
+        there evicts, for its summary)."""
+        # offset grows with seq (the rowid), so the scan stops at the first record past it.
+        first = self._read("SELECT seq FROM events WHERE offset >= ? ORDER BY seq LIMIT 1", (offset,))
+        bound = first[0][0] if first else _MAX_ROWID
+        rows = self._read("SELECT type, count(*) FROM events WHERE seq < ? GROUP BY type", (bound,))
+        return {kind: count for kind, count in rows}
 
     def first_seq_from(self, offset: int) -> Optional[int]:
         """The seq of the first record at or after byte ``offset``."""
@@ -793,16 +829,26 @@ class SessionIndex:
         records: Optional[Sequence[BatchRecord]] = None,
         lines: Optional[Sequence[bytes]] = None,
         derive_lazy: bool = False,
+        evict: Optional[EvictSpec] = None,
+        durable: bool = False,
     ) -> None:
         """:meth:`commit` with the turn and manifest rows already made (the publisher builds
         them on the writer's thread, which goes on changing the live objects); ``lines`` are
-        the events' lines, from which the records for eager derived tables are made."""
+        the events' lines, from which the records for eager derived tables are made.
+
+        With ``evict`` a cap rewrite is applied first, in the same transaction (the rows are of
+        the rewritten log). With ``durable`` the commit syncs the WAL (``synchronous=FULL`` for
+        this transaction), so it and every commit before it survive a power cut."""
         faults.check("index.commit", path=self.path)
+        if durable:
+            faults.check("index.sync", path=self.path)
         if records is None and lines is not None and any(not t.lazy for t in _derived):
             records = [
                 BatchRecord(row[0], row[3], row[4], row[1], row[2], line=line) for row, line in zip(events, lines)
             ]
-        with self._transaction() as conn:
+        with self._transaction(durable=durable) as conn:
+            if evict is not None:
+                self._apply_evict(conn, evict)
             if reset and not self.memory_only:  # (a new index built in memory has nothing to drop)
                 conn.execute("DELETE FROM events")
                 conn.execute("DELETE FROM turns")
@@ -846,55 +892,54 @@ class SessionIndex:
         conn.execute("RELEASE derive_lazy")
         return True
 
-    def evict(
-        self,
-        truncate_offset: int,
-        first_kept_turn: int,
-        manifest: Manifest,
-        tail: bytes,
-        *,
-        pivot: int,
-        delta: int,
-        grown: bool,
-    ) -> None:
-        """Apply a cap rewrite: drop turns before ``first_kept_turn`` and events before
-        ``truncate_offset``, move the remaining offsets back by ``truncate_offset`` and, from
-        ``pivot`` on, by ``delta`` more (the log head the rewrite wrote); with ``grown`` the
-        line at ``truncate_offset`` itself got ``delta`` bytes longer. Stores the new manifest
-        row and tells the derived tables, all in one transaction."""
+    def _apply_evict(self, conn: sqlite3.Connection, spec: EvictSpec) -> None:
         faults.check("index.evict", path=self.path)
-        params = {"cut": truncate_offset, "pivot": pivot, "delta": delta, "grown": truncate_offset if grown else -1}
-        with self._transaction() as conn:
-            first_kept_seq = conn.execute(
-                "SELECT seq FROM events WHERE offset >= ? ORDER BY seq LIMIT 1", (truncate_offset,)
-            ).fetchone()
-            conn.execute("DELETE FROM turns WHERE number < ?", (first_kept_turn,))
-            conn.execute("DELETE FROM events WHERE offset < ?", (truncate_offset,))
-            conn.execute(
-                "UPDATE turns SET "
-                "start_offset = start_offset - :cut + (CASE WHEN start_offset >= :pivot THEN :delta ELSE 0 END), "
-                "end_offset = end_offset - :cut + (CASE WHEN end_offset >= :pivot THEN :delta ELSE 0 END)",
-                params,
-            )
-            conn.execute(
-                "UPDATE events SET "
-                "offset = offset - :cut + (CASE WHEN offset >= :pivot THEN :delta ELSE 0 END), "
-                "length = length + (CASE WHEN offset = :grown THEN :delta ELSE 0 END)",
-                params,
-            )
-            for table in _derived:
-                table.on_evict(conn, first_kept_seq[0] if first_kept_seq else None)
-            # What was evicted needs no deriving any more.
-            conn.execute(
-                "UPDATE derived_state SET seq = max(seq, coalesce((SELECT min(seq) FROM events), ?) - 1) WHERE id = 1",
-                (manifest.next_seq,),
-            )
-            conn.execute(_MANIFEST_UPSERT, (*manifest_row(manifest), tail))
+        cut = spec.truncate_offset
+        params = {"cut": cut, "pivot": spec.pivot, "delta": spec.delta, "grown": cut if spec.grown else -1}
+        first_kept_seq = conn.execute(
+            "SELECT seq FROM events WHERE offset >= ? ORDER BY seq LIMIT 1", (cut,)
+        ).fetchone()
+        conn.execute("DELETE FROM turns WHERE number < ?", (spec.first_kept_turn,))
+        conn.execute("DELETE FROM events WHERE offset < ?", (cut,))
+        conn.execute(
+            "UPDATE turns SET "
+            "start_offset = start_offset - :cut + (CASE WHEN start_offset >= :pivot THEN :delta ELSE 0 END), "
+            "end_offset = end_offset - :cut + (CASE WHEN end_offset >= :pivot THEN :delta ELSE 0 END)",
+            params,
+        )
+        conn.execute(
+            "UPDATE events SET "
+            "offset = offset - :cut + (CASE WHEN offset >= :pivot THEN :delta ELSE 0 END), "
+            "length = length + (CASE WHEN offset = :grown THEN :delta ELSE 0 END)",
+            params,
+        )
+        for table in _derived:
+            table.on_evict(conn, first_kept_seq[0] if first_kept_seq else None)
+        # What was evicted needs no deriving any more.
+        conn.execute(
+            "UPDATE derived_state SET seq = max(seq, coalesce((SELECT min(seq) FROM events), ?) - 1) WHERE id = 1",
+            (spec.next_seq,),
+        )
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; any failure rolls back and surfaces as a StoreIOError."""
+    def _transaction(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
+        """One write transaction; any failure rolls back and surfaces as a StoreIOError. With
+        ``durable`` its commit syncs the WAL."""
         conn = self.conn
+        if durable:
+            try:
+                conn.execute("PRAGMA synchronous=FULL")
+            except sqlite3.Error as exc:
+                raise StoreIOError("update index", self.path, str(exc)) from exc
+            try:
+                with self._transaction() as conn:
+                    yield conn
+            finally:
+                try:
+                    conn.execute("PRAGMA synchronous=NORMAL")
+                except sqlite3.Error as exc:
+                    logger.warning("%s: could not go back to synchronous=NORMAL: %s", self.path, exc)
+            return
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:

@@ -19,6 +19,7 @@ import stat
 import time
 from typing import Optional
 
+from .. import faults
 from ..errors import StoreIOError
 from ..fsio import open_private_rw
 from ..layout import lock_path
@@ -66,6 +67,7 @@ class LivenessLock:
             raise
         for attempt in range(_ATTEMPTS):
             try:
+                faults.check("lock.flock", path=self.path)
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError as exc:

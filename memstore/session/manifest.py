@@ -19,7 +19,7 @@ import orjson
 
 from ..errors import StoreIOError
 from ..events import MAX_SEQ, utc_now
-from ..fsio import atomic_write, read_no_follow, remove_if_exists
+from ..fsio import read_no_follow, remove_if_exists, remove_temp, write_temp_beside
 from ..layout import MANIFEST_FILE, cap_marker_path, sessions_root
 
 STORE_SCHEMA_VERSION = 1
@@ -177,9 +177,67 @@ def marker_path(session_dir: os.PathLike | str) -> Path:
     return cap_marker_path(session_dir)
 
 
-def write_marker(session_dir: os.PathLike | str, marker: CapRewriteMarker) -> None:
-    """Durably record the intent of a cap rewrite, before the log is replaced."""
-    atomic_write(marker_path(session_dir), orjson.dumps(asdict(marker)), durable=True)
+@dataclass
+class StagedFile:
+    """A file written but not yet synced, its descriptor open for the caller's sync; ``tmp`` is
+    the temp file it still is, if it was not renamed into place yet."""
+
+    path: Path
+    fd: int
+    tmp: Optional[Path] = None
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def install(self) -> None:
+        """Rename the temp file into place (the caller syncs the directory)."""
+        self.close()
+        if self.tmp is None:
+            return
+        try:
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("rename", self.path, exc) from exc
+        self.tmp = None
+
+    def discard(self) -> None:
+        """Remove the temp file of a file not to be installed."""
+        self.close()
+        if self.tmp is not None:
+            remove_temp(self.tmp)
+            self.tmp = None
+
+
+def stage_file(path: os.PathLike | str, data: bytes) -> StagedFile:
+    """Write ``data`` to a private temp file beside ``path``, not synced, its descriptor open
+    (for the caller's sync), to be renamed over ``path`` by :meth:`StagedFile.install`."""
+    path = Path(path)
+    tmp, _st = write_temp_beside(path, data, sync=False, write_op="write")
+    try:
+        fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        remove_temp(tmp)
+        raise StoreIOError.from_os_error("open", tmp, exc) from exc
+    return StagedFile(path, fd, Path(tmp))
+
+
+def stage_marker(session_dir: os.PathLike | str, marker: CapRewriteMarker) -> StagedFile:
+    """Put the intent record of a cap rewrite in place, not yet synced (written to a temp file
+    and renamed over any stale one: a reader sees a whole marker or none). The caller syncs it
+    and the index directory before it replaces the log; until then a crash leaves a marker
+    that does not match the log, which every open ignores and removes."""
+    staged = stage_file(marker_path(session_dir), orjson.dumps(asdict(marker)))
+    fd, staged.fd = staged.fd, -1
+    try:
+        staged.install()
+    except BaseException:
+        os.close(fd)
+        staged.discard()
+        raise
+    staged.fd = fd
+    return staged
 
 
 def load_marker(session_dir: os.PathLike | str) -> Optional[CapRewriteMarker]:
@@ -196,8 +254,12 @@ def load_marker(session_dir: os.PathLike | str) -> Optional[CapRewriteMarker]:
     return CapRewriteMarker(*values)
 
 
-def clear_marker(session_dir: os.PathLike | str) -> bool:
-    """Remove the pending marker; return whether one was there."""
+def clear_marker(session_dir: os.PathLike | str, only: Optional[CapRewriteMarker] = None) -> bool:
+    """Remove the pending marker (with ``only``, only if it is that one); return whether one
+    was removed. Not synced: a removal a crash undoes leaves a marker that no longer matches the
+    log (it grew) or that finishes a rewrite already finished, both harmless."""
+    if only is not None and load_marker(session_dir) != only:
+        return False
     return remove_if_exists(marker_path(session_dir))
 
 

@@ -15,17 +15,21 @@ forgotten, and the log, already durable, never depends on it.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from .. import faults
-from ..fsio import atomic_write
+from ..errors import StoreIOError
+from ..fsio import atomic_write, fsync_dir
 from . import registry
+from .index import EvictSpec
 from .indexslot import IndexSlot
-from .manifest import summary_cache
+from .manifest import CapRewriteMarker, StagedFile, clear_marker, summary_cache
 from .tuning import TUNING
 
 logger = logging.getLogger("memstore")
@@ -41,8 +45,23 @@ class Batch:
     manifest_row: Optional[tuple] = None
     tail: bytes = b""
     manifest_json: Optional[bytes] = None  # None: do not publish manifest.json with this batch
+    # A cap rewrite to apply to the index before the rows (which describe the rewritten log).
+    evict: Optional[EvictSpec] = None
+    # Commit the index with a synced WAL, and write manifest.json durably (a cap rewrite's index,
+    # recovery's manifest when it finishes a rewrite).
+    durable: bool = False
+    # The cap rewrite's marker, removed once the index is durable (manifest.json already is).
+    clear_marker: Optional[CapRewriteMarker] = None
 
     def merge(self, newer: Batch) -> None:
+        if newer.evict is not None:
+            if self.evict is not None or self.rows or self.manifest_row is not None:
+                # A rewrite's offsets are of the log before it: nothing written since may come first.
+                raise AssertionError("a cap rewrite's batch merged after other rows")
+            self.evict = newer.evict
+        self.durable = self.durable or newer.durable
+        if newer.clear_marker is not None:
+            self.clear_marker = newer.clear_marker
         self.rows.extend(newer.rows)
         if newer.lines is not None:
             self.lines = (self.lines or []) + newer.lines
@@ -71,6 +90,8 @@ class Publisher:
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
         self.published: Optional[bytes] = None  # the manifest last written
+        # Called (in the committing thread) after each commit of event rows: the deriver's wake.
+        self.on_commit: Optional[Callable[[], None]] = None
 
     def submit(self, batch: Batch) -> None:
         """Hand a batch over (merged into any not yet committed, and trying a failed one
@@ -151,21 +172,48 @@ class Publisher:
                 if slot.index is None:
                     raise AssertionError(f"{self.manifest_path.parent}: a batch to commit with no index open")
                 slot.index.commit_rows(
-                    batch.rows, list(batch.turns.values()), batch.manifest_row, batch.tail, lines=batch.lines
+                    batch.rows,
+                    list(batch.turns.values()),
+                    batch.manifest_row,
+                    batch.tail,
+                    lines=batch.lines,
+                    evict=batch.evict,
+                    durable=batch.durable,
                 )
             # Committed: should the manifest fail now, only it is tried again.
-            batch.rows, batch.lines, batch.turns, batch.manifest_row = [], None, {}, None
+            had_rows = bool(batch.rows) or batch.evict is not None
+            batch.rows, batch.lines, batch.turns, batch.manifest_row, batch.evict = [], None, {}, None, None
+            if had_rows and self.on_commit is not None:
+                self.on_commit()
         if batch.manifest_json is not None and batch.manifest_json != self.published:
             faults.check("manifest.publish", path=self.manifest_path, data=batch.manifest_json)
-            atomic_write(self.manifest_path, batch.manifest_json, durable=False)
+            atomic_write(self.manifest_path, batch.manifest_json, durable=batch.durable)
             summary_cache.invalidate(self.manifest_path)
             self.published = batch.manifest_json
+        elif batch.durable and batch.manifest_json is not None:
+            # Already in place (published from the writer's thread): only its sync is left.
+            faults.check("manifest.sync", path=self.manifest_path)
+            sync_in_place(self.manifest_path)
+        if batch.clear_marker is not None:
+            # The index and manifest.json describing the rewritten log are durable: the marker
+            # has nothing left to say (reference: it stays until both are).
+            faults.check("cap.unmark", path=self.manifest_path.parent)
+            clear_marker(self.manifest_path.parent, only=batch.clear_marker)
+            batch.clear_marker = None
 
-    def publish_manifest_now(self, manifest_json: bytes) -> None:
+    def install_manifest(self, staged: StagedFile, manifest_json: bytes) -> None:
+        """Rename a synced temp file holding ``manifest_json`` over manifest.json (a cap
+        rewrite's, from the writer's thread while this publisher is idle; the caller syncs the
+        directory)."""
+        staged.install()
+        summary_cache.invalidate(self.manifest_path)
+        self.published = manifest_json
+
+    def publish_manifest_now(self, manifest_json: bytes, *, durable: bool = False) -> None:
         """Publish ``manifest_json`` from the calling thread once every batch before it is
         committed, and wait until it is written; raise if that fails."""
         self.drain()
-        self.publish_here(Batch(manifest_json=manifest_json))
+        self.publish_here(Batch(manifest_json=manifest_json, durable=durable))
         self.drain()  # raises if publishing failed
 
     @property
@@ -218,3 +266,18 @@ class Publisher:
         self._thread = None
         self._pending = None
         self._busy = False
+
+
+def sync_in_place(path: Path) -> None:
+    """Make a file that is already in place durable: its data, then its directory entry."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise StoreIOError.from_os_error("open", path, exc) from exc
+    try:
+        os.fdatasync(fd)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("fdatasync", path, exc) from exc
+    finally:
+        os.close(fd)
+    fsync_dir(path.parent)

@@ -155,9 +155,16 @@ def recover(
         _rescan(log, _index(slot), state, on_disk, saved, derive_lazy=force_rescan and small)
         if small:
             slot.persist()
-    publisher.publish_manifest_now(state.manifest.to_json())
-    if marker is not None:
-        clear_marker(session_dir)
+    if marker is None:
+        publisher.publish_manifest_now(state.manifest.to_json())
+        return
+    # A cap rewrite's marker (finished here, or stale) goes only once the index and
+    # manifest.json that describe the log are durable (VT Code reads the marker until then).
+    with slot.lock:
+        _index(slot).make_durable()
+    publisher.publish_manifest_now(state.manifest.to_json(), durable=True)
+    faults.check("cap.unmark", path=session_dir)
+    clear_marker(session_dir)
 
 
 def _index(slot: IndexSlot) -> SessionIndex:

@@ -100,6 +100,8 @@ class SessionWriter:
         self.publisher = Publisher(self.slot, directory / MANIFEST_FILE)
         self.cap = CapPolicy(self.log, self.publisher, directory, self.head_id, self)
         self.deriver: Optional[Deriver] = Deriver(self) if Deriver.needed() else None
+        if self.deriver is not None:
+            self.publisher.on_commit = self.deriver.wake
 
     @property
     def events_path(self) -> Path:
@@ -293,7 +295,7 @@ class SessionWriter:
                     self.write_out(sync=False)
                     self.publish(manifest=False, inline=True)
                 if max_events > 0 and manifest.event_count > max_events:
-                    self.cap.enforce(state, self._index(), max_events, on_evict)
+                    self.cap.enforce(state, self._index(), max_events, on_evict, sync=durability != "none")
             except MemstoreError as exc:
                 # Say whether the event is in the log already: a caller that retries an event
                 # that is would write it twice.
@@ -338,13 +340,11 @@ class SessionWriter:
         if self.pending_lines is not None:
             self.pending_lines = []
         self.unpublished = 0
-        if self.deriver is not None:
-            self.deriver.wake()
 
-    def settle(self) -> None:
-        """Write and sync the buffer, and hand the publisher every row not handed yet (what a
-        cap rewrite needs before it plans on the index)."""
-        self.write_out(sync=True)
+    def settle(self, *, sync: bool = True) -> None:
+        """Write the buffer (and sync it, with ``sync``), and hand the publisher every row not
+        handed yet (what a cap rewrite needs before it plans on the index)."""
+        self.write_out(sync=sync)
         if self.pending or self.state.dirty or self.unpublished:
             self.publish()
 
