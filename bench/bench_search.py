@@ -1,62 +1,567 @@
-"""Benchmarks of the BM25 engine (memstore.search), each measured side by side with a baseline in
-one run.
+"""Search benchmarks: memstore's search through the calls people make, against SQLite FTS5's
+``bm25()`` over the same texts, side by side in one run.
 
-    python bench/bench_search.py              # 100,000 and 1,000,000 chunks (about half an hour)
-    python bench/bench_search.py --quick      # 20,000 chunks, a smoke run of seconds
-    python bench/bench_search.py --sizes 100000 --workdir /tmp/x
+    python bench/bench_search.py                  # 100,000 and 1,000,000 chunks
+    python bench/bench_search.py --quick          # 20,000 chunks, a smoke run
+    python bench/bench_search.py --sizes 300000 --workdir DIR
+    python bench/bench_search.py --engine         # also the engine's own figures (see below)
 
-The corpora are generated (seeded) and kept in ``--workdir`` between runs: words drawn from a
-Zipf-like vocabulary of 300,000 words, with paths, line numbers and hex ids mixed in, in chunks of
-mostly 300-1,000 bytes and some of several KB. Queries have 2-3 terms mixing a common word with
-rarer ones. Printed, per corpus size:
+**The store.** A real memstore store, written with ``open_session``/``append`` as an agent writes
+its log (durability ``"none"``, as an import does), then its catalog refreshed. A session is
+10-60 turns about a few source files; a turn is a user prompt, reasoning, 2-4 tool calls with
+their results (file reads, grep hits), now and then a command with kilobytes of output (test
+runs, tracebacks, git logs) or a diff, and an answer. Events are mostly 300-1,000 bytes, some of
+many KB (split into chunks of at most 2,000 characters, as the catalog does). The text is made
+from real text: prose words drawn with their real frequencies from the docstrings and comments
+of Python's standard library, code quoted from its source files, identifiers with their real
+frequencies in that code, plus the long tail agent logs have (paths, line numbers, durations,
+hex ids, commit hashes, temporary directories). A session's files' identifiers recur in its
+prose, as they do in real work. Stores are built once per size and kept in ``--workdir``.
 
-- search p50 and p95 (of each query's median over the repetitions) for memstore, FTS5's own
-  ``ORDER BY bm25()`` over the same chunks (same OR-of-tokens query, top 6) and bm25s (numpy
-  backend, same tokens); ratio = baseline / memstore (goals: >= 20 against FTS5 at 1M, > 1
-  against bm25s). Recency is on for memstore, which only makes it slower;
-- indexing: ``SearchIndex.add`` (tokenize + postings + writes, committed) against sqlite-utils
-  ``insert_all`` + ``enable_fts`` (FTS5) of the same chunks; ratio = FTS5 time / memstore time
-  (goal >= 1). Shown with and without the chunk-row inserts on memstore's side;
-- the first search in a fresh process (a subprocess: connect, build the caches, answer one query)
-  against re-tokenizing the corpus (read every chunk's text and tokenize it); ratio = first search
-  / re-tokenize (goal <= 0.05);
-- adding one session (500 chunks) and removing it again, on each corpus: times should not grow
-  with the corpus; then 64 sessions added one after another, merges included (mean and max).
+**Queries** are 2-3 words as people type them: a common word (prose rank 20-400) with rarer
+prose words (rank 400-12,000) and, half the time, an identifier of the code (rank 50-20,000).
 
-The repetitions alternate between the sides and report medians, because this machine is shared
-and noisy.
+**Measured**, each query's median over the repetitions (the sides alternate, because this
+machine is shared and noisy), then p50 and p95 over the queries; ratios are baseline / memstore
+(above 1: memstore is faster). Both sides make the same results: the hits' rows read from
+``chunks`` and a snippet made with the library's snippet function.
 
-Last full run (2 cores, shared; ratios are baseline / memstore except first search):
+1. *kept index*: ``search_catalog(conn, q, limit=6)`` on an open catalog connection, against
+   FTS5 on the same connection: the query's tokens quoted and OR-ed, ``ORDER BY bm25() LIMIT 6``
+   on the catalog's ``chunks_fts``.
+2. *search_memory*: ``search_memory(root, q)``, the public call, which refreshes the catalog
+   (three ``stat`` calls per session), opens a connection and searches with the process's kept
+   index, against the same freshness through FTS5: ``refresh_catalog(root)``, a connection, the
+   FTS5 query of 1. The refresh alone is shown too.
+3. *no kept index*, for reference: ``SearchIndex(conn).search`` with a new index object per
+   query (what ``search_memory`` did before the index was kept: every segment's arrays read
+   again), against the kept index of 1.
 
-    100,000 chunks: search p50 vs FTS5 10.3x, p95 32.1x; vs bm25s p50 5.2x, p95 4.4x;
-      indexing 1.56x (1.11x counting the chunk inserts; the previous full run gave 1.04x and 0.78x);
-      first search 0.018x of re-tokenizing; add a session 27 ms, remove it 4.7 ms
-    1,000,000 chunks: search p50 vs FTS5 29.6x (2.0 ms vs 59 ms), p95 51.0x; vs bm25s p50 17.6x,
-      p95 7.9x; indexing 1.76x (1.35x counting the chunk inserts); first search 0.012x of
-      re-tokenizing (82 ms vs 6.9 s); add a session 27 ms, remove it 4.6 ms; 64 sessions in a row
-      mean 48 ms, max 427 ms (a tier merge)
-    add-session time 1,000,000 / 100,000: 0.99x
+``--engine`` adds the engine's figures on the same chunk texts: indexing (``SearchIndex.add``
+against sqlite-utils ``insert_all`` + ``enable_fts``), the first search in a fresh process
+against re-tokenizing the corpus, bm25s (numpy backend) as a second ranking baseline, and adding
+and removing a session of 500 chunks.
+
+Last run (2 cores, shared; the stores took 6 + 12 minutes to write and refresh at 1,000,000
+chunks, 1 + 1 at 100,000; ratios FTS5 time / memstore time):
+
+    100,209 chunks, 271 sessions, 55 MB of text:
+      1. search_catalog p50 1.05 ms vs FTS5 7.58 ms: 7.2x; p95 1.99 vs 29.9 ms: 15.0x
+      2. search_memory p50 18.1 ms vs refresh+FTS5 26.4 ms: 1.46x; p95 1.99x (refresh alone 12.0 ms)
+      3. kept index p50 0.88 ms vs a new one per query 4.03 ms (4.6x); p95 1.65 vs 49.1 ms
+    1,000,327 chunks, 2,738 sessions, 551 MB of text (97% of memstore's top 6 in FTS5's top 6):
+      1. search_catalog p50 3.73 ms vs FTS5 105.5 ms: 28.3x; p95 15.0 vs 365.2 ms: 24.3x
+      2. search_memory p50 262 ms vs refresh+FTS5 406 ms: 1.55x; p95 370 vs 795 ms: 2.15x
+         (refresh alone 153 ms: the refresh's stat of every session dominates)
+      3. kept index p50 7.2 ms vs a new one per query 165 ms (22.9x); p95 22 vs 1,481 ms
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import gc
 import json
+import multiprocessing
 import os
+import re
 import sqlite3
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memstore.search import SearchIndex, fts_match, tokenize  # noqa: E402
+import memstore  # noqa: E402
+from memstore.bm25 import SearchIndex, tokenize  # noqa: E402
+from memstore.catalog import refresh_catalog  # noqa: E402
+from memstore.layout import catalog_path  # noqa: E402
+from memstore.search import fts_match, search_catalog, search_memory, snippet  # noqa: E402
+
+CORPUS_VERSION = 2
+LIMIT = 6
+BASE_TIME = 1_780_000_000  # 2026-05-28, the first session's start
+
+
+# ----------------------------------------------------------------------------------------------
+# Vocabulary: real words, identifiers and code, from Python's standard library
+
+
+def stdlib_files() -> tuple[Path, list[Path]]:
+    """The standard library's own modules (not its tests, not site-packages), sorted."""
+    base = Path(sysconfig.get_paths()["stdlib"])
+    # Not tests, and not the modules that are data tables (codecs' character maps, Unicode names).
+    skip = {"site-packages", "test", "tests", "idlelib", "__pycache__", "encodings", "pydoc_data"}
+    return base, sorted(f for f in base.rglob("*.py") if not skip & set(f.relative_to(base).parts))
+
+
+_PROSE_WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
+
+
+def extract_vocabulary(workdir: Path) -> dict:
+    """Prose words (docstrings and comments) and identifiers (code) with their counts, and the
+    files with their lines; computed once and kept in ``workdir``."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
+    path = workdir / f"vocabulary-v{CORPUS_VERSION}-py{version}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    base, files = stdlib_files()
+    prose: Counter = Counter()
+    # Python's own documentation (the strings of pydoc's topics): English prose of the domain.
+    topics = base / "pydoc_data" / "topics.py"
+    if topics.exists():
+        for node in ast.walk(ast.parse(topics.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                prose.update(w.lower() for w in _PROSE_WORD.findall(node.value))
+    identifiers: Counter = Counter()
+    kept = []
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8")
+            tree = ast.parse(text)
+        except (UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node, clean=False)
+                if doc:
+                    prose.update(w.lower() for w in _PROSE_WORD.findall(doc))
+        lines = text.splitlines()
+        for line in lines:
+            stripped = line.strip()
+            if stripped.startswith("#"):
+                prose.update(w.lower() for w in _PROSE_WORD.findall(stripped))
+            elif stripped:
+                identifiers.update(_IDENTIFIER.findall(stripped))
+        if len(lines) >= 40:
+            kept.append(str(file.relative_to(base)))
+    data = {
+        "prose": [[w, c] for w, c in prose.most_common()],
+        "identifiers": [[w, c] for w, c in identifiers.most_common() if c >= 2],
+        "files": kept,
+        "stdlib": str(base),
+    }
+    path.write_text(json.dumps(data))
+    return data
+
+
+class Vocabulary:
+    """Samplers over the extracted vocabulary (real frequencies)."""
+
+    def __init__(self, data: dict) -> None:
+        self.prose = np.array([w for w, _ in data["prose"]], dtype=object)
+        counts = np.array([c for _, c in data["prose"]], np.float64)
+        self.prose_cdf = np.cumsum(counts) / counts.sum()
+        self.identifiers = np.array([w for w, _ in data["identifiers"]], dtype=object)
+        counts = np.array([c for _, c in data["identifiers"]], np.float64)
+        self.ident_cdf = np.cumsum(counts) / counts.sum()
+        self.files = data["files"]
+        self.stdlib = Path(data["stdlib"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Sessions
+
+
+COMMON_COMMANDS = ("python -m pytest -q", "python -m pytest -x {path}", "git log --oneline -n 20",
+                   "git diff --stat", "python -m mypy {path}", "ruff check {path}", "make test")
+TOOLS = ("read_file", "grep", "list_files", "read_file", "grep")
+
+
+class SessionText:
+    """The text of one session: deterministic for (seed, session number)."""
+
+    def __init__(self, vocab: Vocabulary, seed: int, number: int) -> None:
+        self.v = vocab
+        self.rng = np.random.default_rng([seed, number])
+        picks = self.rng.choice(len(vocab.files), size=int(self.rng.integers(2, 7)), replace=False)
+        self.paths = [vocab.files[int(i)] for i in picks]
+        self.lines = {p: (vocab.stdlib / p).read_text(encoding="utf-8").splitlines() for p in self.paths}
+        own: Counter = Counter()
+        for lines in self.lines.values():
+            for line in lines:
+                own.update(_IDENTIFIER.findall(line))
+        self.own = np.array([w for w, _ in own.most_common(400)], dtype=object) if own else vocab.identifiers[:400]
+        self._words = np.zeros(0, dtype=object)
+        self._at = 0
+
+    def words(self, n: int) -> list:
+        """``n`` prose words: real frequencies, with the session's identifiers (8%), other code
+        identifiers (3%) and numbers (2%) mixed in."""
+        if self._at + n > len(self._words):
+            size = max(4096, n)
+            words = self.v.prose[np.minimum(np.searchsorted(self.v.prose_cdf, self.rng.random(size)), len(self.v.prose) - 1)]
+            mix = self.rng.random(size)
+            own = mix < 0.08
+            words[own] = self.own[np.minimum(self.rng.zipf(1.3, int(own.sum())) - 1, len(self.own) - 1)]
+            other = (mix >= 0.08) & (mix < 0.11)
+            words[other] = self.identifier(int(other.sum()))
+            numbers = (mix >= 0.11) & (mix < 0.13)
+            words[numbers] = [str(x) for x in self.rng.integers(0, 5000, int(numbers.sum()))]
+            self._words, self._at = words, 0
+        out = list(self._words[self._at:self._at + n])
+        self._at += n
+        return out
+
+    def identifier(self, n: int) -> np.ndarray:
+        at = np.searchsorted(self.v.ident_cdf, self.rng.random(n))
+        return self.v.identifiers[np.minimum(at, len(self.v.identifiers) - 1)]
+
+    def prose(self, lo: int, hi: int) -> str:
+        """Sentences of 5-24 words, about ``lo``-``hi`` characters."""
+        size = int(self.rng.integers(lo, hi))
+        sentences, length = [], 0
+        while length < size:
+            words = self.words(int(self.rng.integers(5, 25)))
+            if self.rng.random() < 0.3:
+                at = int(self.rng.integers(1, len(words)))
+                words[at - 1] = words[at - 1] + ","
+            if self.rng.random() < 0.25:
+                at = int(self.rng.integers(0, len(words)))
+                words[at] = f"`{words[at]}`"
+            sentence = " ".join(words)
+            sentence = sentence[:1].upper() + sentence[1:] + "."
+            sentences.append(sentence)
+            length += len(sentence) + 1
+        return " ".join(sentences)
+
+    def path(self) -> str:
+        return self.paths[int(self.rng.integers(0, len(self.paths)))]
+
+    def window(self, path: str, lo: int, hi: int) -> tuple[int, list[str]]:
+        lines = self.lines[path]
+        count = min(len(lines), int(self.rng.integers(lo, hi)))
+        start = int(self.rng.integers(0, len(lines) - count + 1))
+        return start + 1, lines[start:start + count]
+
+    def file_read(self) -> tuple[str, str]:
+        path = self.path()
+        first, lines = self.window(path, 8, 40)
+        return path, "\n".join(f"{first + i:6d}\t{line}" for i, line in enumerate(lines))
+
+    def grep(self, pattern: str) -> str:
+        out = []
+        for _ in range(int(self.rng.integers(3, 16))):
+            path = self.path()
+            first, lines = self.window(path, 1, 2)
+            out.append(f"Lib/{path}:{first}:{lines[0] if lines else ''}")
+        return "\n".join(out)
+
+    def hex(self, digits: int) -> str:
+        return "".join("0123456789abcdef"[int(d)] for d in self.rng.integers(0, 16, digits))
+
+    def command(self) -> tuple[str, str]:
+        """A command and its output, 1,500-8,000 characters."""
+        template = COMMON_COMMANDS[int(self.rng.integers(0, len(COMMON_COMMANDS)))]
+        command = template.format(path=f"Lib/{self.path()}")
+        size = int(self.rng.integers(1500, 8000))
+        out: list[str] = []
+        length = 0
+        while length < size:
+            roll = self.rng.random()
+            if template.startswith("git log"):
+                line = f"{self.hex(7)} {self.prose(20, 70).rstrip('.')}"
+            elif roll < 0.45:
+                name = self.own[int(self.rng.integers(0, len(self.own)))]
+                status = "PASSED" if self.rng.random() < 0.85 else "FAILED"
+                line = f"tests/test_{Path(self.path()).stem}.py::test_{name} {status} [{int(self.rng.integers(0, 100)):3d}%]"
+            elif roll < 0.75:
+                path = self.path()
+                first, lines = self.window(path, 1, 3)
+                where = self.own[int(self.rng.integers(0, len(self.own)))]
+                line = f'  File "/home/dev/project/Lib/{path}", line {first}, in {where}\n' + "\n".join(
+                    "    " + code.strip() for code in lines)
+            elif roll < 0.85:
+                a, b = self.rng.integers(0, 10_000, 2)
+                line = f"E       AssertionError: assert {a} == {b}"
+            elif roll < 0.93:
+                line = (f"{self.prose(30, 90)} /tmp/pytest-of-dev/pytest-{int(self.rng.integers(0, 999))}/"
+                        f"{self.words(1)[0]}0 took {self.rng.random() * 9:.2f}s")
+            else:
+                line = (f"===== {int(self.rng.integers(0, 9))} failed, {int(self.rng.integers(10, 900))} passed in "
+                        f"{self.rng.random() * 60:.2f}s ({self.hex(12)}) =====")
+            out.append(line)
+            length += len(line) + 1
+        return command, "\n".join(out)
+
+    def diff(self) -> tuple[str, str]:
+        """A unified diff of 400-2,500 characters over real lines, some changed."""
+        path = self.path()
+        first, lines = self.window(path, 10, 60)
+        body = [f"--- a/Lib/{path}", f"+++ b/Lib/{path}", f"@@ -{first},{len(lines)} +{first},{len(lines)} @@"]
+        length = 0
+        for line in lines:
+            if self.rng.random() < 0.15:
+                body.append("-" + line)
+                names = _IDENTIFIER.findall(line)
+                new = line.replace(names[0], self.identifier(1)[0], 1) if names else line + "  # " + self.prose(10, 40)
+                body.append("+" + new)
+            else:
+                body.append(" " + line)
+            length += len(line)
+            if length > 2500:
+                break
+        return path, "\n".join(body)
+
+
+def session_events(text: SessionText, number: int) -> list[tuple[dict, str]]:
+    """A session's events with their times."""
+    rng = text.rng
+    moment = BASE_TIME + number * 3600.0
+    events: list[tuple[dict, str]] = []
+
+    def add(event: dict) -> None:
+        nonlocal moment
+        moment += float(rng.integers(2, 40))
+        events.append((event, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment)) + ".000Z"))
+
+    add({"type": "thread.started", "thread_id": f"s{number:06d}"})
+    for turn in range(int(rng.integers(10, 61))):
+        add({"type": "turn.started"})
+        add({"type": "item.completed", "item": {"id": f"u{turn}", "type": "user_message", "text": text.prose(60, 400)}})
+        add({"type": "item.completed", "item": {"id": f"r{turn}", "type": "reasoning", "text": text.prose(300, 1000)}})
+        for call in range(int(rng.integers(2, 5))):
+            tool = TOOLS[int(rng.integers(0, len(TOOLS)))]
+            call_id = f"call_{text.hex(24)}"
+            if tool == "grep":
+                pattern = str(text.own[int(rng.integers(0, len(text.own)))])
+                arguments: dict = {"pattern": pattern, "path": "Lib/"}
+                output = text.grep(pattern)
+            elif tool == "list_files":
+                arguments = {"path": f"Lib/{Path(text.path()).parent}"}
+                output = "\n".join(f"Lib/{p}" for p in text.paths) + "\n" + "\n".join(
+                    f"Lib/{text.v.files[int(i)]}" for i in rng.integers(0, len(text.v.files), 12))
+            else:
+                path, output = text.file_read()
+                arguments = {"path": f"Lib/{path}"}
+            add({"type": "item.completed", "item": {"id": call_id, "type": "tool_invocation", "tool_name": tool,
+                                                    "arguments": arguments, "status": "completed"}})
+            add({"type": "item.completed", "item": {"id": f"{call_id}:out", "type": "tool_output", "call_id": call_id,
+                                                    "output": output, "status": "completed"}})
+        if rng.random() < 0.35:
+            command, output = text.command()
+            add({"type": "item.completed", "item": {"id": f"cmd{turn}", "type": "command_execution", "command": command,
+                                                    "aggregated_output": output, "exit_code": int(rng.random() < 0.3),
+                                                    "status": "completed"}})
+        if rng.random() < 0.3:
+            path, diff = text.diff()
+            add({"type": "item.completed", "item": {"id": f"fc{turn}", "type": "file_change", "status": "completed",
+                                                    "changes": [{"path": f"Lib/{path}", "kind": "update"}],
+                                                    "unified_diff": diff}})
+        add({"type": "item.completed", "item": {"id": f"m{turn}", "type": "agent_message", "text": text.prose(100, 800)}})
+        add({"type": "turn.completed", "usage": {"input_tokens": int(rng.integers(1000, 90000)),
+                                                 "cached_input_tokens": int(rng.integers(0, 900)),
+                                                 "output_tokens": int(rng.integers(100, 900))}})
+    return events
+
+
+def write_sessions(args: tuple[str, str, int, int, int, int]) -> tuple[int, int]:
+    """Worker: write sessions ``worker``, ``worker + jobs``, ... until they hold ``target``
+    chunks. Returns (sessions, chunks) written."""
+    from memstore.views.chunks import event_chunks
+
+    root, workdir, worker, jobs, target, seed = args
+    vocab = Vocabulary(extract_vocabulary(Path(workdir)))
+    chunks = sessions = 0
+    number = worker
+    while chunks < target:
+        text = SessionText(vocab, seed, number)
+        with memstore.open_session(root, f"s{number:06d}", max_events=0, durability="none") as log:
+            for seq, (event, ts) in enumerate(session_events(text, number), start=1):
+                log.append(event, ts=ts)
+                chunks += len(event_chunks(seq, None, ts, event))
+        sessions += 1
+        number += jobs
+    return sessions, chunks
+
+
+def store_for(workdir: Path, n_chunks: int, jobs: int, seed: int = 20261130) -> Path:
+    """A store of about ``n_chunks`` chunks with its catalog refreshed (built once, kept)."""
+    root = workdir / f"store-{n_chunks}-v{CORPUS_VERSION}"
+    done = root / "BUILT"
+    if done.exists():
+        return root
+    if root.exists():
+        import shutil
+
+        shutil.rmtree(root)
+    extract_vocabulary(workdir)
+    print(f"  writing a store of about {n_chunks:,} chunks into {root} ({jobs} processes) ...", flush=True)
+    started = time.perf_counter()
+    tasks = [(str(root), str(workdir), w, jobs, -(-n_chunks // jobs), seed) for w in range(jobs)]
+    if jobs == 1:
+        written = [write_sessions(tasks[0])]
+    else:
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            written = pool.map(write_sessions, tasks)
+    sessions = sum(s for s, _ in written)
+    print(f"  {sessions:,} sessions written in {time.perf_counter() - started:.0f}s; refreshing the catalog ...",
+          flush=True)
+    started = time.perf_counter()
+    refresh_catalog(root)
+    print(f"  catalog refreshed in {time.perf_counter() - started:.0f}s", flush=True)
+    done.write_text(json.dumps({"sessions": sessions}))
+    return root
+
+
+def make_queries(vocab: Vocabulary, n: int, seed: int = 7) -> list[str]:
+    """2-3 words: a common prose word, rarer prose words, half the time a code identifier."""
+    rng = np.random.default_rng(seed)
+    queries = []
+    while len(queries) < n:
+        terms = [vocab.prose[int(rng.integers(20, 400))]]
+        for _ in range(int(rng.integers(1, 3))):
+            if rng.random() < 0.5:
+                terms.append(vocab.identifiers[int(np.exp(rng.uniform(np.log(50), np.log(20_000))))])
+            else:
+                terms.append(vocab.prose[int(np.exp(rng.uniform(np.log(400), np.log(min(12_000, len(vocab.prose) - 1)))))])
+        rng.shuffle(terms)
+        queries.append(" ".join(terms))
+    return queries
+
+
+# ----------------------------------------------------------------------------------------------
+# The FTS5 side: ranked by FTS5, hydrated like memstore's results
+
+
+FTS_SQL = (
+    "SELECT c.chunk_id, c.path, c.start_line, c.end_line, -f.score, c.source, c.created_at, c.session_id,"
+    " c.turn, c.seq, c.kind, c.text"
+    " FROM (SELECT rowid, bm25(chunks_fts) AS score FROM chunks_fts WHERE chunks_fts MATCH ?"
+    "       ORDER BY bm25(chunks_fts) LIMIT ?) AS f"
+    " JOIN chunks AS c ON c.id = f.rowid ORDER BY f.score"
+)
+
+
+def fts_search(conn: sqlite3.Connection, query: str, limit: int = LIMIT) -> list[tuple]:
+    match = fts_match(query)
+    if match is None:
+        return []
+    words = set(tokenize(query))
+    return [(*row[:11], snippet(row[11], words)) for row in conn.execute(FTS_SQL, (match, limit))]
+
+
+def fts_search_memory(root: Path, query: str) -> list[tuple]:
+    """What ``search_memory`` does, with FTS5 ranking: refresh, connect, search."""
+    refresh_catalog(root)
+    conn = sqlite3.connect(f"{catalog_path(root).absolute().as_uri()}?mode=ro", uri=True)
+    try:
+        return fts_search(conn, query)
+    finally:
+        conn.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing
+
+
+def p95(xs: list[float]) -> float:
+    return float(np.percentile(xs, 95))
+
+
+def fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1000:9.2f} ms"
+
+
+def compare(label: str, queries: list[str], ours: Callable[[str], object], theirs: Callable[[str], object],
+            reps: int, names: tuple[str, str] = ("memstore", "FTS5")) -> dict:
+    """Time both sides on every query ``reps`` times, alternating which goes first; print and
+    return p50/p95 of the per-query medians and their ratios (theirs / ours)."""
+    for q in queries[:3]:  # warm both sides alike
+        ours(q)
+        theirs(q)
+    times: dict[int, list[list[float]]] = {0: [[] for _ in queries], 1: [[] for _ in queries]}
+    for rep in range(reps):
+        for qi, q in enumerate(queries):
+            for side in ((0, 1) if (rep + qi) % 2 == 0 else (1, 0)):
+                fn = ours if side == 0 else theirs
+                started = time.perf_counter()
+                fn(q)
+                times[side][qi].append(time.perf_counter() - started)
+    per_query = {side: [statistics.median(ts) for ts in times[side]] for side in (0, 1)}
+    o50, t50 = statistics.median(per_query[0]), statistics.median(per_query[1])
+    o95, t95 = p95(per_query[0]), p95(per_query[1])
+    print(f"  {label:38s} p50 {names[0]} {fmt_ms(o50)}  {names[1]} {fmt_ms(t50)}  ratio {t50 / o50:7.2f}", flush=True)
+    print(f"  {'':38s} p95 {names[0]} {fmt_ms(o95)}  {names[1]} {fmt_ms(t95)}  ratio {t95 / o95:7.2f}", flush=True)
+    return {"ours_p50": o50, "ours_p95": o95, "theirs_p50": t50, "theirs_p95": t95,
+            "p50_ratio": t50 / o50, "p95_ratio": t95 / o95}
+
+
+# ----------------------------------------------------------------------------------------------
+# Runs
+
+
+def check_same_hits(conn: sqlite3.Connection, queries: list[str]) -> float:
+    """The share of memstore's top results that FTS5 ranks in its top results too (both BM25 over
+    the same texts; FTS5's tokenizer and recency differ, so not all)."""
+    shared = total = 0
+    for q in queries:
+        ours = {r.chunk_id for r in search_catalog(conn, q, limit=LIMIT, recency=False).results}
+        theirs = {row[0] for row in fts_search(conn, q)}
+        shared += len(ours & theirs)
+        total += len(ours)
+    return shared / total if total else 1.0
+
+
+def run_size(n: int, workdir: Path, reps: int, n_queries: int, jobs: int, engine: bool) -> dict:
+    print(f"\n== about {n:,} chunks", flush=True)
+    root = store_for(workdir, n, jobs)
+    vocab = Vocabulary(extract_vocabulary(workdir))
+    path = catalog_path(root)
+    conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+    chunks, sessions, mb = conn.execute(
+        "SELECT count(*), count(DISTINCT session_id), total(length(CAST(text AS BLOB))) / 1e6 FROM chunks").fetchone()
+    lengths = [r[0] for r in conn.execute("SELECT length(text) FROM chunks")]
+    print(f"  {chunks:,} chunks in {sessions:,} sessions, {mb:,.0f} MB of text; chunk length p50"
+          f" {statistics.median(lengths):.0f}, p95 {p95(lengths):.0f} characters", flush=True)
+    queries = make_queries(vocab, n_queries)
+    print(f"  queries like: {' | '.join(queries[:4])}", flush=True)
+    figures: dict = {"n": chunks, "sessions": sessions}
+    # This machine's disk reads about 40 MB/s: read the catalog once, so that both sides find its
+    # pages in the OS cache and the figures measure search, not which side touched a page first.
+    started = time.perf_counter()
+    for name in (path, Path(f"{path}-wal")):
+        if name.exists():
+            with open(name, "rb") as f:
+                while f.read(1 << 24):
+                    pass
+    print(f"  (catalog file read into the OS cache in {time.perf_counter() - started:.1f}s)", flush=True)
+    print(f"  memstore's top {LIMIT} also in FTS5's top {LIMIT} (recency off): {check_same_hits(conn, queries):.0%}",
+          flush=True)
+
+    figures["kept"] = compare("1. search_catalog vs FTS5", queries,
+                              lambda q: search_catalog(conn, q, limit=LIMIT), lambda q: fts_search(conn, q), reps)
+    figures["memory"] = compare("2. search_memory vs refresh+FTS5", queries,
+                                lambda q: search_memory(root, q), lambda q: fts_search_memory(root, q), reps)
+    refresh = []
+    for _ in range(max(5, reps)):
+        started = time.perf_counter()
+        refresh_catalog(root)
+        refresh.append(time.perf_counter() - started)
+    figures["refresh_s"] = statistics.median(refresh)
+    print(f"  {'':38s} (of which refresh_catalog alone: median {fmt_ms(figures['refresh_s'])})", flush=True)
+    cold_queries = queries[: max(10, n_queries // 5)]
+    figures["cold"] = compare("3. kept index vs a new one per query", cold_queries,
+                              lambda q: search_catalog(conn, q, limit=LIMIT),
+                              lambda q: SearchIndex(conn).search(q, LIMIT), max(2, reps // 2), ("kept", "new"))
+    conn.close()
+    if engine:
+        figures["engine"] = run_engine(root, workdir, n, reps, queries)
+    return figures
+
+
+# ----------------------------------------------------------------------------------------------
+# Engine figures (--engine): the same chunk texts outside the store
+
 
 CHUNKS_DDL = """
 CREATE TABLE chunks (
@@ -71,158 +576,16 @@ CREATE TABLE chunks (
   text TEXT NOT NULL
 )
 """
-GENERATOR_VERSION = 1
-VOCAB_SIZE = 300_000
-KINDS = ("agent_message", "reasoning", "command_execution", "tool_output", "file_change", "error")
+_ROW_COLUMNS = ("id", "chunk_id", "session_id", "seq", "turn", "part", "source", "kind", "path", "start_line",
+                "end_line", "created_at", "text")
 
 
-# ----------------------------------------------------------------------------------------------
-# Corpus
-
-
-def make_vocab(rng: np.random.Generator) -> list[str]:
-    """VOCAB_SIZE distinct lowercase words, short ones first (Zipf rank 1 is the shortest)."""
-    letters = np.frombuffer(b"etaoinshrdlcumwfgypbvkjxqz", np.uint8)
-    seen: set[str] = set()
-    words: list[str] = []
-    while len(words) < VOCAB_SIZE:
-        length = int(min(14, 2 + rng.geometric(0.25)))
-        word = bytes(letters[np.minimum(rng.geometric(0.15, length) - 1, 25)]).decode()
-        if word not in seen:
-            seen.add(word)
-            words.append(word)
-    words.sort(key=len)
-    return words
-
-
-def zipf_cdf(n: int, s: float = 1.07) -> np.ndarray:
-    weights = 1.0 / np.arange(1, n + 1) ** s
-    return np.cumsum(weights) / weights.sum()
-
-
-def generate(n_chunks: int, seed: int = 20261130):
-    """Yield chunk rows (dicts with the chunks columns), deterministic for a seed."""
-    rng = np.random.default_rng(seed)
-    vocab = np.array(make_vocab(rng), dtype=object)
-    cdf = zipf_cdf(len(vocab))
-    block = 5000
-    chunk_no = 0
-    session = 0
-    seq = 0
-    base = 1_780_000_000.0  # 2026-05-28
-    while chunk_no < n_chunks:
-        count = min(block, n_chunks - chunk_no)
-        # Bytes per chunk: lognormal around 600 (most 300-1,000), a tail of multi-KB outputs.
-        sizes = np.clip(rng.lognormal(6.4, 0.45, count), 40, 4000).astype(int)
-        big = rng.random(count) < 0.06
-        sizes[big] = rng.integers(2000, 9000, int(big.sum()))
-        n_words = np.maximum(sizes // 7, 1)
-        word_idx = np.searchsorted(cdf, rng.random(int(n_words.sum())))
-        words = vocab[np.minimum(word_idx, len(vocab) - 1)]
-        extras = rng.random(len(words))
-        starts = np.concatenate(([0], np.cumsum(n_words)))
-        for j in range(count):
-            a, b = starts[j], starts[j + 1]
-            parts = list(words[a:b])
-            e = extras[a:b]
-            # Code-ish noise: paths, line numbers, hex ids, punctuation.
-            for p in np.flatnonzero(e < 0.04):
-                parts[p] = f"src/{parts[p]}.rs:{int(e[p] * 25000)}"
-            for p in np.flatnonzero((e >= 0.04) & (e < 0.05)):
-                parts[p] = f"{int(e[p] * 1e15):x}"
-            for p in np.flatnonzero((e >= 0.05) & (e < 0.08)):
-                parts[p] = parts[p].capitalize() + "."
-            if chunk_no % 400 == 0:
-                session += 1
-                seq = 0
-            seq += 1
-            created = base + chunk_no * 15.0
-            yield {
-                "id": chunk_no + 1,
-                "chunk_id": f"s{session:06d}:{seq}:0",
-                "session_id": f"s{session:06d}",
-                "seq": seq,
-                "turn": seq // 10,
-                "part": 0,
-                "source": "event",
-                "kind": KINDS[chunk_no % len(KINDS)],
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + ".000Z",
-                "text": " ".join(parts),
-            }
-            chunk_no += 1
-
-
-def corpus_db(workdir: Path, n_chunks: int) -> Path:
-    """A SQLite file holding the generated chunks (made once, kept in workdir)."""
-    path = workdir / f"corpus-{n_chunks}-v{GENERATOR_VERSION}.db"
-    if path.exists():
-        return path
-    print(f"  generating {n_chunks:,} chunks into {path} ...", flush=True)
-    started = time.perf_counter()
-    tmp = path.with_suffix(".tmp")
-    tmp.unlink(missing_ok=True)
-    conn = sqlite3.connect(tmp)
-    conn.execute(CHUNKS_DDL)
-    columns = ("id", "chunk_id", "session_id", "seq", "turn", "part", "source", "kind", "created_at", "text")
-    conn.executemany(
-        f"INSERT INTO chunks ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-        (tuple(row[c] for c in columns) for row in generate(n_chunks)),
-    )
-    conn.commit()
-    conn.close()
-    tmp.rename(path)
-    print(f"  generated in {time.perf_counter() - started:.0f}s", flush=True)
-    return path
-
-
-def load_rows(path: Path) -> list[dict]:
-    conn = sqlite3.connect(path)
+def load_rows(root: Path) -> list[dict]:
+    conn = sqlite3.connect(f"{catalog_path(root).absolute().as_uri()}?mode=ro", uri=True)
     conn.row_factory = sqlite3.Row
-    rows = [dict(r) for r in conn.execute("SELECT * FROM chunks ORDER BY id")]
+    rows = [dict(r) for r in conn.execute(f"SELECT {', '.join(_ROW_COLUMNS)} FROM chunks ORDER BY id")]
     conn.close()
     return rows
-
-
-def make_queries(n: int, seed: int = 7) -> list[str]:
-    """2-3 term queries: one common word (Zipf rank 5-300) and rarer ones (rank 300-60,000)."""
-    rng = np.random.default_rng(seed)
-    vocab = make_vocab(np.random.default_rng(20261130))
-    queries = []
-    for _ in range(n):
-        terms = [vocab[int(rng.integers(5, 300))]]
-        for _ in range(int(rng.integers(1, 3))):
-            terms.append(vocab[int(np.exp(rng.uniform(np.log(300), np.log(60_000))))])
-        rng.shuffle(terms)
-        queries.append(" ".join(terms))
-    return queries
-
-
-# ----------------------------------------------------------------------------------------------
-# Helpers
-
-
-def median(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
-def p95(xs: list[float]) -> float:
-    return float(np.percentile(xs, 95))
-
-
-def drop_caches_hint() -> None:
-    gc.collect()
-
-
-def fmt_ms(seconds: float) -> str:
-    return f"{seconds * 1000:8.2f} ms"
-
-
-def line(label: str, ours: float, theirs: float, ratio: float, note: str) -> None:
-    print(f"  {label:44s} memstore {fmt_ms(ours)}   {note:>18s} {fmt_ms(theirs)}   ratio {ratio:8.2f}")
-
-
-# ----------------------------------------------------------------------------------------------
-# Sides
 
 
 def build_memstore(path: Path, rows: list[dict]) -> tuple[float, float]:
@@ -271,16 +634,7 @@ def build_bm25s(rows: list[dict]):
     return retriever
 
 
-def fts_query(conn: sqlite3.Connection, query: str, k: int = 6) -> list[int]:
-    match = fts_match(query)
-    if match is None:
-        return []
-    return [r[0] for r in conn.execute(
-        "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts) LIMIT ?", (match, k)
-    )]
-
-
-def bm25s_query(retriever, query: str, k: int = 6):
+def bm25s_query(retriever, query: str, k: int = LIMIT):
     tokens = [t for t in tokenize(query) if t in retriever.vocab_dict]
     if not tokens:
         return []
@@ -291,7 +645,7 @@ def bm25s_query(retriever, query: str, k: int = 6):
 FIRST_SEARCH_CHILD = r"""
 import sys, time, json, sqlite3
 sys.path.insert(0, sys.argv[1])
-from memstore.search import SearchIndex
+from memstore.bm25 import SearchIndex
 t0 = time.perf_counter()
 conn = sqlite3.connect(sys.argv[2])
 index = SearchIndex(conn)
@@ -304,14 +658,9 @@ print(json.dumps({"first": t1 - t0, "second": t2 - t1, "hits": len(hits)}))
 
 
 def first_search(path: Path, query: str) -> dict:
-    started = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", FIRST_SEARCH_CHILD, str(ROOT), str(path), query],
-        check=True, capture_output=True, text=True,
-    ).stdout
-    result = json.loads(out)
-    result["process"] = time.perf_counter() - started
-    return result
+    out = subprocess.run([sys.executable, "-c", FIRST_SEARCH_CHILD, str(ROOT), str(path), query],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
 
 
 def retokenize(path: Path) -> float:
@@ -323,107 +672,41 @@ def retokenize(path: Path) -> float:
     return time.perf_counter() - started
 
 
-# ----------------------------------------------------------------------------------------------
-# Runs
-
-
-def run_size(n: int, workdir: Path, reps: int, n_queries: int, with_bm25s: bool, n_sustained: int) -> dict:
-    print(f"\n== {n:,} chunks", flush=True)
-    source = corpus_db(workdir, n)
-    rows = load_rows(source)
+def run_engine(root: Path, workdir: Path, n: int, reps: int, queries: list[str]) -> dict:
+    print("  -- engine, on the same chunk texts", flush=True)
+    rows = load_rows(root)
     mb = sum(len(r["text"].encode()) for r in rows) / 1e6
-    print(f"  {len(rows):,} chunks, {mb:,.0f} MB of text", flush=True)
-    ours_path = workdir / f"memstore-{n}.db"
-    fts_path = workdir / f"fts5-{n}.db"
-    figures: dict = {"n": n}
-
-    # Indexing, alternating sides; each repetition starts from an empty file.
-    index_reps = 1 if n >= 500_000 else 2
-    insert_times, index_times, fts_times = [], [], []
-    for rep in range(index_reps):
-        order = [0, 1] if rep % 2 == 0 else [1, 0]
-        for side in order:
-            drop_caches_hint()
-            if side == 0:
-                ins, idx = build_memstore(ours_path, rows)
-                insert_times.append(ins)
-                index_times.append(idx)
-            else:
-                fts_times.append(build_fts(fts_path, rows))
-    ours_idx, ours_ins, fts_t = median(index_times), median(insert_times), median(fts_times)
-    line("indexing (add)  vs insert_all+enable_fts", ours_idx, fts_t, fts_t / ours_idx, "FTS5")
-    line("indexing (insert_all+add) vs same", ours_ins + ours_idx, fts_t, fts_t / (ours_ins + ours_idx), "FTS5")
-    print(f"  {'':44s} memstore add {mb / ours_idx:.1f} MB/s, FTS5 {mb / fts_t:.1f} MB/s", flush=True)
-    figures.update(index_s=ours_idx, insert_s=ours_ins, fts_index_s=fts_t)
-
-    retriever = None
-    if with_bm25s:
-        started = time.perf_counter()
-        retriever = build_bm25s(rows)
-        figures["bm25s_index_s"] = time.perf_counter() - started
-        print(f"  (bm25s indexed in {figures['bm25s_index_s']:.1f}s)", flush=True)
+    ours_path, fts_path = workdir / f"engine-memstore-{n}.db", workdir / f"engine-fts5-{n}.db"
+    figures: dict = {}
+    gc.collect()
+    ins, idx = build_memstore(ours_path, rows)
+    gc.collect()
+    fts_t = build_fts(fts_path, rows)
+    print(f"  indexing: SearchIndex.add {idx:.1f}s ({mb / idx:.1f} MB/s), with the row inserts {ins + idx:.1f}s;"
+          f" insert_all+enable_fts {fts_t:.1f}s; ratio {fts_t / idx:.2f} ({fts_t / (ins + idx):.2f} with inserts)",
+          flush=True)
+    figures.update(index_s=idx, insert_s=ins, fts_index_s=fts_t)
+    retriever = build_bm25s(rows)
+    session_rows = rows[:500]
     del rows
     gc.collect()
-
-    # Search.
-    queries = make_queries(n_queries)
-    ours_conn = sqlite3.connect(ours_path)
-    index = SearchIndex(ours_conn)
-    fts_conn = sqlite3.connect(fts_path)
-    for q in queries[:5]:  # warm both sides' caches alike
-        index.search(q)
-        fts_query(fts_conn, q)
-    times: dict[str, list[list[float]]] = {"ours": [[] for _ in queries], "fts": [[] for _ in queries],
-                                           "bm25s": [[] for _ in queries]}
-    sides = ["ours", "fts"] + (["bm25s"] if retriever is not None else [])
-    for rep in range(reps):
-        for qi, q in enumerate(queries):
-            rotation = sides[rep % len(sides):] + sides[:rep % len(sides)]
-            for side in rotation:
-                started = time.perf_counter()
-                if side == "ours":
-                    index.search(q)
-                elif side == "fts":
-                    fts_query(fts_conn, q)
-                else:
-                    bm25s_query(retriever, q)
-                times[side][qi].append(time.perf_counter() - started)
-    per_query = {side: [median(ts) for ts in times[side]] for side in sides}
-    for side in sides[1:]:
-        label = "FTS5 bm25()" if side == "fts" else "bm25s numpy"
-        o50, t50 = median(per_query["ours"]), median(per_query[side])
-        o95, t95 = p95(per_query["ours"]), p95(per_query[side])
-        line(f"search p50 vs {label}", o50, t50, t50 / o50, label)
-        line(f"search p95 vs {label}", o95, t95, t95 / o95, label)
-        figures[f"{side}_p50_ratio"] = t50 / o50
-        figures[f"{side}_p95_ratio"] = t95 / o95
-    figures["ours_p50_ms"] = median(per_query["ours"]) * 1000
-    figures["ours_p95_ms"] = p95(per_query["ours"]) * 1000
-    fts_conn.close()
-
-    # First search in a fresh process vs re-tokenizing.
-    ours_conn.close()
-    firsts = []
-    retoks = []
-    for rep in range(5):  # each with another query, alternating with the re-tokenizing runs
-        firsts.append(first_search(ours_path, queries[rep]))
-        if rep < 2:
-            retoks.append(retokenize(ours_path))
-    first = median([f["first"] for f in firsts])
-    retok = median(retoks)
-    line("first search (fresh process) vs re-tokenize", first, retok, first / retok, "re-tokenize")
-    print(f"  {'':44s} (each first search: {', '.join(format(f['first'] * 1000, '.1f') for f in firsts)} ms;"
-          f" whole subprocess incl. interpreter and imports: "
-          f"{median([f['process'] for f in firsts]):.2f}s; its second search {median([f['second'] for f in firsts]) * 1000:.2f} ms)")
-    figures.update(first_s=first, retokenize_s=retok, first_ratio=first / retok)
-
-    # One session added and removed.
     conn = sqlite3.connect(ours_path)
     index = SearchIndex(conn)
-    session_rows = [r for r in generate(500, seed=99)]
+    figures["bm25s"] = compare("search vs bm25s (numpy)", queries, lambda q: index.search(q, LIMIT),
+                               lambda q: bm25s_query(retriever, q), reps, ("memstore", "bm25s"))
+    del retriever
+    conn.close()
+    firsts = [first_search(ours_path, q)["first"] for q in queries[:5]]
+    retok = min(retokenize(ours_path) for _ in range(2))
+    first = statistics.median(firsts)
+    print(f"  first search in a fresh process {fmt_ms(first)} vs re-tokenizing {fmt_ms(retok)}:"
+          f" {first / retok:.4f}x", flush=True)
+    figures.update(first_s=first, retokenize_s=retok)
+    conn = sqlite3.connect(ours_path)
+    index = SearchIndex(conn)
     next_id = conn.execute("SELECT max(id) FROM chunks").fetchone()[0] + 1
     add_times, remove_times = [], []
-    for rep in range(7):
+    for _ in range(7):
         docs = [(next_id + i, r["text"], r["created_at"]) for i, r in enumerate(session_rows)]
         next_id += len(docs)
         started = time.perf_counter()
@@ -432,32 +715,12 @@ def run_size(n: int, workdir: Path, reps: int, n_queries: int, with_bm25s: bool,
         added = time.perf_counter()
         index.remove([d[0] for d in docs])
         conn.commit()
-        removed = time.perf_counter()
+        remove_times.append(time.perf_counter() - added)
         add_times.append(added - started)
-        remove_times.append(removed - added)
-    figures.update(add_session_s=median(add_times), remove_session_s=median(remove_times),
-                   add_session_max_s=max(add_times))
-    print(f"  add one session (500 chunks): median {fmt_ms(median(add_times))}, max {fmt_ms(max(add_times))};"
-          f" remove it: median {fmt_ms(median(remove_times))}", flush=True)
-
-    # Sessions added one after another: the tiered merges run along the way (within the
-    # auto-merge budget), so this shows their amortized and worst-case cost.
-    sustained = []
-    added_ids: list[int] = []
-    for rep in range(n_sustained):
-        docs = [(next_id + i, r["text"], r["created_at"]) for i, r in enumerate(session_rows)]
-        next_id += len(docs)
-        added_ids += [d[0] for d in docs]
-        started = time.perf_counter()
-        index.add(docs)
-        conn.commit()
-        sustained.append(time.perf_counter() - started)
-    index.remove(added_ids)
-    conn.commit()
     conn.close()
-    figures.update(sustained_mean_s=statistics.mean(sustained), sustained_max_s=max(sustained))
-    print(f"  {n_sustained} sessions added one after another: mean {fmt_ms(statistics.mean(sustained))},"
-          f" median {fmt_ms(median(sustained))}, max {fmt_ms(max(sustained))} (merges included)", flush=True)
+    figures.update(add_session_s=statistics.median(add_times), remove_session_s=statistics.median(remove_times))
+    print(f"  add a session of 500 chunks {fmt_ms(figures['add_session_s'])}, remove it"
+          f" {fmt_ms(figures['remove_session_s'])} (medians of 7)", flush=True)
     return figures
 
 
@@ -465,30 +728,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="20,000 chunks, few repetitions")
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=None)
-    parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "memstore-bench-search")
+    parser.add_argument("--workdir", type=Path,
+                        default=Path(os.environ.get("TMPDIR", "/tmp")) / "memstore-bench-search")
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--queries", type=int, default=None)
-    parser.add_argument("--no-bm25s", action="store_true")
+    parser.add_argument("--jobs", type=int, default=2, help="processes writing the store (built once)")
+    parser.add_argument("--build-only", action="store_true", help="build the stores and stop")
+    parser.add_argument("--engine", action="store_true", help="also the engine's figures")
     args = parser.parse_args()
     sizes = args.sizes or ([20_000] if args.quick else [100_000, 1_000_000])
     reps = args.reps or (3 if args.quick else 5)
     n_queries = args.queries or (30 if args.quick else 100)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    print(f"memstore search benchmark: sizes {sizes}, {n_queries} queries x {reps} repetitions, workdir {args.workdir}")
-    n_sustained = 8 if args.quick else 64
-    results = [run_size(n, args.workdir, reps, n_queries, not args.no_bm25s, n_sustained) for n in sizes]
-    print("\n== summary (ratios; goals in brackets)")
+    if args.build_only:
+        for n in sizes:
+            store_for(args.workdir, n, args.jobs)
+        return
+    print(f"memstore search benchmark: sizes {sizes}, {n_queries} queries x {reps} repetitions,"
+          f" workdir {args.workdir}", flush=True)
+    results = [run_size(n, args.workdir, reps, n_queries, args.jobs, args.engine) for n in sizes]
+    print("\n== summary (ratios: FTS5 time / memstore time; above 1, memstore is faster)")
     for r in results:
-        print(f"  {r['n']:>9,} chunks: search p50 vs FTS5 {r['fts_p50_ratio']:.1f}x [>= 20 at 1M], p95 {r['fts_p95_ratio']:.1f}x;"
-              + (f" vs bm25s p50 {r['bm25s_p50_ratio']:.1f}x, p95 {r['bm25s_p95_ratio']:.1f}x [> 1];" if 'bm25s_p50_ratio' in r else "")
-              + f" indexing {r['fts_index_s'] / r['index_s']:.2f}x [>= 1]"
-              f" ({r['fts_index_s'] / (r['index_s'] + r['insert_s']):.2f}x counting the chunk inserts);"
-              f" first search {r['first_ratio']:.4f}x of re-tokenizing [<= 0.05];"
-              f" add a session {r['add_session_s'] * 1000:.1f} ms, remove it {r['remove_session_s'] * 1000:.1f} ms,"
-              f" sustained adds mean {r['sustained_mean_s'] * 1000:.1f} ms / max {r['sustained_max_s'] * 1000:.0f} ms")
-    if len(results) > 1:
-        a, b = results[0], results[-1]
-        print(f"  add-session time {b['n']:,} / {a['n']:,}: {b['add_session_s'] / a['add_session_s']:.2f}x [about 1]")
+        k, m, c = r["kept"], r["memory"], r["cold"]
+        print(f"  {r['n']:>9,} chunks, {r['sessions']:,} sessions:"
+              f" search_catalog p50 {k['p50_ratio']:.1f}x ({k['ours_p50'] * 1000:.2f} vs {k['theirs_p50'] * 1000:.2f} ms),"
+              f" p95 {k['p95_ratio']:.1f}x;"
+              f" search_memory p50 {m['p50_ratio']:.2f}x ({m['ours_p50'] * 1000:.1f} vs {m['theirs_p50'] * 1000:.1f} ms),"
+              f" p95 {m['p95_ratio']:.2f}x, refresh alone {r['refresh_s'] * 1000:.1f} ms;"
+              f" a new index per query is {c['p50_ratio']:.1f}x slower at p50")
 
 
 if __name__ == "__main__":

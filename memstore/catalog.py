@@ -43,7 +43,7 @@ from .layout import (
 )
 from . import events as ev
 from .views.chunks import event_chunks
-from .search import SearchIndex
+from .bm25 import SearchIndex
 from .errors import InvalidEvent, MemstoreError, SessionNotFound, StoreIOError
 from .session.index import TURN_COLUMNS, MigrationSet, _is_corruption, file_stamp, readonly_uri
 from .locks import store_lock

@@ -609,7 +609,7 @@ def verify_command(session, pack_path, root, as_json):
         _echo_json(result.to_dict())
     else:
         for name in result.mismatches:
-            click.echo(f"mismatch: {name}")
+            click.echo(f"mismatch: {name}" + (f" ({result.details[name]})" if name in result.details else ""))
         for name in result.missing:
             click.echo(f"missing: {name}")
         for name in result.unaccounted:
@@ -679,7 +679,11 @@ def import_command(paths, source, root, as_json):
 
     With no PATH, imports ~/.codex/sessions and ~/.claude/projects ($CODEX_HOME and
     $CLAUDE_CONFIG_DIR are honoured) where they exist. Importing again appends only what the
-    logs gained since. Skipped lines and other problems are reported, never fatal.
+    logs gained since; no import removes an event (a session whose log was rewritten is set
+    aside, renamed, and the log imported afresh). Records not understood are kept and counted;
+    problems are reported, never fatal. Per agent version it prints sessions, turns, tokens and
+    records understood; "warning: format drift:" lines (stderr) flag an agent version never seen
+    before, a jump in records not understood, and sessions with no turn or no token.
 
     \b
     Examples:
@@ -725,6 +729,8 @@ def import_command(paths, source, root, as_json):
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
+    for warning in report.warnings:  # format drift: on stderr, with or without --json
+        click.echo(warning, err=True)
     if as_json:
         _echo_json(report.to_dict())
         return
@@ -735,6 +741,13 @@ def import_command(paths, source, root, as_json):
                f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated, "
                f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
                f"{plural(report.lines_skipped, 'line')} skipped, {plural(len(report.problems), 'problem')}")
+    for entry in report.set_aside:
+        click.echo(f"set aside {entry.session_id} as {entry.set_aside_as} ({entry.reason}; every event kept)")
+    if report.tombstoned:
+        click.echo(f"not imported: {plural(len(report.tombstoned), 'source')} of sessions removed on purpose "
+                   "(tombstoned)")
+    for agent in report.agents:
+        click.echo(agent.line())
     if report.sessions:
         shown = report.sessions[:10]
         more = f" and {len(report.sessions) - len(shown)} more" if len(report.sessions) > len(shown) else ""
@@ -752,25 +765,32 @@ def import_command(paths, source, root, as_json):
               help="Remove sessions whose last event is older; also marks idle active ones completed (0: no sweep).")
 @click.option("--preserve", "preserve", default=None, metavar="SESSION", callback=_session_ids,
               help="Never touch this session.")
+@click.option("--include-imported", is_flag=True,
+              help="Also age out sessions imported from Codex and Claude Code logs (tombstoned, so that no import "
+                   "recreates them). By default they are kept and not counted.")
 @click.option("--apply", "apply_", is_flag=True, help="Remove for real (default: a dry run that only shows).")
 @json_option
-def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_json):
+def retention_command(root, max_sessions, max_age_days, preserve, include_imported, apply_, as_json):
     """Show which sessions retention would remove (a dry run), or remove them with --apply.
 
     Removals are recorded in <root>/gc-log.jsonl. Live, pinned and preserved sessions are never
-    touched; see `memstore pin`.
+    touched; see `memstore pin`. Sessions imported from agent logs (`memstore import`) are your
+    history, whose sources the agents may have deleted: they are kept unless --include-imported,
+    and each one that option removes is tombstoned in <root>/tombstones.jsonl so that the next
+    import does not bring it back.
 
     \b
     Examples:
       memstore retention --max-sessions 50 --max-age-days 30
       memstore retention --max-age-days 90 --preserve run-42 --apply
+      memstore retention --max-age-days 365 --include-imported --apply
     """
     from .retention import RetentionPolicy, apply_retention_preserving
 
     _require_store(root)
     try:
-        report = apply_retention_preserving(root, RetentionPolicy(max_sessions, max_age_days), preserve,
-                                            dry_run=not apply_)
+        policy = RetentionPolicy(max_sessions, max_age_days, include_imported=include_imported)
+        report = apply_retention_preserving(root, policy, preserve, dry_run=not apply_)
     except errors.MemstoreError as exc:
         raise _fail(exc) from exc
     if as_json:
@@ -782,6 +802,8 @@ def retention_command(root, max_sessions, max_age_days, preserve, apply_, as_jso
         click.echo(f"  {r.directory:<40} {r.reason:<12} {r.bytes:>10} bytes  updated {r.updated_at}")
     if report.marked_abandoned:
         click.echo(f"{'marked' if apply_ else 'would mark'} completed (abandoned): {', '.join(report.marked_abandoned)}")
+    if report.imported_kept:
+        click.echo(f"kept {plural(report.imported_kept, 'imported session')} (pass --include-imported to age them out)")
     if report.skipped:
         click.echo("left alone:")
         for s in report.skipped:
@@ -886,7 +908,10 @@ def migrate_command(root, remove_legacy, as_json):
                    f"{plural(report.trajectory_imported, 'trajectory log')} "
                    f"({plural(report.records_imported, 'record')}, {plural(report.bytes_migrated, 'byte')}): "
                    f"{plural(report.sessions_created, 'session')} created, {report.sessions_updated} updated; "
-                   f"{report.already_imported} already imported")
+                   f"{report.already_imported} already imported, "
+                   f"{report.already_migrated} already migrated by VT Code")
+        for m in report.migrated_by_vtcode:
+            click.echo(f"migrated by VT Code: {m.path} (session {m.session}): {m.state.value.replace('_', ' ')}")
         for s in report.skipped:
             click.echo(f"not imported: {s.path}: {s.reason}")
         if report.legacy is not None:
@@ -944,12 +969,15 @@ def facts_command(root, limit, session, as_json):
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8001, show_default=True)
 @click.option("--refresh-interval", type=click.FloatRange(min=0), default=3.0, show_default=True,
               help="Refresh the catalog at most this often (seconds) while pages are requested; 0: never.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests for this host name (repeatable; '*': any). Local names and the "
+                   "bound address are always answered; others are refused (DNS rebinding).")
 @click.option("--metadata", type=click.Path(exists=True, dir_okay=False, path_type=str), default=None,
-              help="Datasette metadata file (default: the project's metadata.yml).")
+              help="Your Datasette metadata file, laid over the explorer's own.")
 @click.option("--plugins-dir", type=click.Path(exists=True, file_okay=False, path_type=str), default=None,
-              help="Datasette plugins directory (default: the project's plugins/).")
+              help="Your Datasette plugins directory (the explorer's plugin is always loaded).")
 @json_option
-def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_json):
+def serve_command(root, host, port, refresh_interval, allow_hosts, metadata, plugins_dir, as_json):
     """Explore the store in a browser: refresh its catalog and serve it with Datasette.
 
     Opens http://localhost:8001/-/memstore: sessions, turns, events, search, charts and SQL
@@ -960,7 +988,7 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
     Examples:
       memstore demo && memstore serve
       memstore serve --root ~/project/.vtcode --port 8002
-      MEMSTORE_ROOT=/srv/agents memstore serve --host 0.0.0.0
+      MEMSTORE_ROOT=/srv/agents memstore serve --host 0.0.0.0 --allow-host agents.example.org
     """
     from .explorer import server
 
@@ -978,7 +1006,7 @@ def serve_command(root, host, port, refresh_interval, metadata, plugins_dir, as_
 
         try:
             server.serve(root, host=host, port=port, refresh_interval=refresh_interval, progress=progress,
-                         announce=announce, **kwargs)
+                         announce=announce, allowed_hosts=allow_hosts, **kwargs)
         except OSError as exc:  # the port is taken, say (library errors are the group's to print)
             raise _ExitWith(f"cannot serve on {host}:{port}: {exc.strerror or exc}", 2) from exc
 
@@ -1040,3 +1068,125 @@ def doctor_command(root, fix, as_json):
         click.echo(f"{plural(report.sessions, 'session')} checked: {verdict}")
     if not report.ok:
         sys.exit(1)
+
+
+# --- exports: Parquet for query engines, OTLP/JSON traces for observability ---
+
+
+class _ExportGroup(click.Group):
+    """``memstore export``: its help ends with each export's own help, so one page (and the
+    generated reference) shows every option."""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_help(ctx, formatter)
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None:
+                continue
+            sub = click.Context(command, info_name=name, parent=ctx, terminal_width=formatter.width,
+                                max_content_width=formatter.width)
+            formatter.write_paragraph()
+            formatter.write_text(f"--- {sub.command_path} ---")
+            command.format_help(sub, formatter)
+
+
+@cli.group("export", cls=_ExportGroup)
+@root_option
+@json_option
+@click.pass_context
+def export_group(ctx, root, as_json):
+    """Export the store: Parquet for query engines, OTLP/JSON traces for observability.
+
+    Both refresh the catalog first, price every turn (memstore.pricing) and redact every text
+    (the store's redaction rules). See docs/export.md for the schema and the trace mapping.
+    --root and --json may come before the export's name too.
+    """
+    ctx.meta["memstore.export.root"] = root
+
+
+def _export_options(root: str, as_json: bool) -> tuple[str, bool]:
+    """An export's --root and --json: its own, else the export group's (``memstore export
+    --root R parquet DEST``)."""
+    ctx = click.get_current_context()
+    if ctx.get_parameter_source("root") is click.core.ParameterSource.DEFAULT:
+        root = ctx.meta.get("memstore.export.root", root)
+    return root, as_json or bool(ctx.meta.get("memstore.json"))
+
+
+@export_group.command("parquet")
+@click.argument("dest", type=str)
+@click.option("--include-text", is_flag=True, help="Put each event's text in the events table (off: no bulk text).")
+@click.option("--full", is_flag=True, help="Write every session again, changed or not.")
+@root_option
+@json_option
+def export_parquet_command(dest, include_text, full, root, as_json):
+    """Write the catalog's facts to DEST as Hive-partitioned Parquet (agent=, day=).
+
+    DEST is a directory, or an object-store URL (s3://, gs://, ...) when fsspec and the
+    filesystem's package are installed. Tables: sessions, turns (token usage and cost),
+    events, tool_calls, commands, file_changes; every row carries the store id. Incremental:
+    only sessions that changed since the last export to DEST are written again. Files appear
+    whole, and DEST/_memstore_export.json, replaced last, lists them. Needs the export extra
+    (pip install 'memstore[export]').
+
+    \b
+    Examples:
+      memstore export parquet ~/lake/memstore
+      memstore export parquet s3://bucket/agents --include-text
+      duckdb -c "SELECT * FROM read_parquet('lake/turns/**/*.parquet', hive_partitioning=true)"
+    """
+    from .exporters.parquet import export_parquet
+
+    root, as_json = _export_options(root, as_json)
+    _require_store(root)
+    with _progress_bar("exporting", enabled=not as_json, minimum=200) as progress:
+        report = export_parquet(root, dest, include_text=include_text, full=full, progress=progress)
+    if as_json:
+        _echo_json(report.to_dict())
+        return
+    rows = ", ".join(f"{table} {count}" for table, count in report.rows.items())
+    click.echo(f"exported to {report.destination}: {plural(len(report.written), 'session')} written, "
+               f"{report.unchanged} unchanged, {len(report.removed)} removed; "
+               f"{plural(report.files_written, 'file')} written ({report.bytes_written} bytes), "
+               f"{report.files_removed} removed")
+    click.echo(f"rows: {rows}")
+    for name, reason in report.refresh_errors:
+        click.echo(f"{name}: exported as the catalog last saw it ({reason})", err=True)
+
+
+@export_group.command("otlp")
+@click.argument("dest", type=str)
+@root_option
+@json_option
+def export_otlp_command(dest, root, as_json):
+    """Write every session to DEST as OpenTelemetry traces in OTLP/JSON (JSON Lines).
+
+    A session is a trace: an invoke_agent span per turn, a chat span with the turn's token
+    usage, and an execute_tool span per tool execution (name, arguments, status, duration),
+    at the source's times, following the GenAI semantic conventions. DEST is a file (replaced
+    whole when done), an fsspec URL, or - for standard output; the collector's otlpjsonfile
+    receiver reads it (see docs/export.md).
+
+    \b
+    Examples:
+      memstore export otlp traces.jsonl
+      memstore export otlp - | head -c 2000
+    """
+    from .exporters.otlp import export_otlp
+
+    root, as_json = _export_options(root, as_json)
+    _require_store(root)
+    to_stdout = dest == "-"
+    with _progress_bar("exporting", enabled=not as_json and not to_stdout, minimum=200) as progress:
+        try:
+            report = export_otlp(root, dest, progress=progress)
+        except ValueError as exc:
+            raise _ExitWith(str(exc), 2) from exc
+    if as_json and not to_stdout:
+        _echo_json(report.to_dict())
+    elif not to_stdout:
+        click.echo(f"exported to {report.destination}: {plural(report.sessions, 'trace')}, "
+                   f"{plural(report.spans, 'span')} in {plural(report.lines, 'request')} ({report.bytes} bytes); "
+                   f"tokens: {report.input_tokens} input, {report.output_tokens} output")
+    for name, reason in report.refresh_errors:
+        click.echo(f"{name}: exported as the catalog last saw it ({reason})", err=True)

@@ -8,8 +8,8 @@ session ids and their directory names, and the one enumeration of session direct
     index/session.db  index/pending-cap-rewrite.json
     derived/memory.json  derived/progress.json  derived/trajectory.jsonl  derived/goal/
     derived/eviction-summaries.jsonl  derived/eviction-summary-*.json
-    derived/import-state.json  derived/audit-pack.json
-  catalog.db  gc-log.jsonl  locks/  .trash/
+    derived/import-state.json  derived/set-aside.json  derived/audit-pack.json
+  catalog.db  gc-log.jsonl  store.json  tombstones.jsonl  import-versions.json  locks/  .trash/
 ```
 
 Nothing here touches the disk except :func:`iter_session_dirs`.
@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 SESSIONS_DIR = "sessions"
 CATALOG_FILE = "catalog.db"
 GC_LOG_FILE = "gc-log.jsonl"
+STORE_IDENTITY_FILE = "store.json"  # the store's id and label (memstore.identity)
+TOMBSTONES_FILE = "tombstones.jsonl"  # sessions removed on purpose, which an import must not recreate
+IMPORT_VERSIONS_FILE = "import-versions.json"  # the agent versions imports have seen in this store
 LOCKS_DIR = "locks"
 TRASH_DIR = ".trash"
 
@@ -53,6 +56,7 @@ GOAL_DIR = "goal"
 EVICTION_LOG = "eviction-summaries.jsonl"
 EVICTION_SUMMARY_PREFIX = "eviction-summary-"
 IMPORT_STATE_FILE = "import-state.json"
+SET_ASIDE_FILE = "set-aside.json"  # in a session an import set aside: what it was and why
 PACK_FILE = "audit-pack.json"
 
 # -- VT Code's legacy stores in a workspace's .vtcode/ (read by ``memstore migrate``) -------
@@ -142,6 +146,21 @@ def catalog_path(root: os.PathLike | str) -> Path:
 def gc_log_path(root: os.PathLike | str) -> Path:
     """The store's record of every removal."""
     return Path(root) / GC_LOG_FILE
+
+
+def store_identity_path(root: os.PathLike | str) -> Path:
+    """The store's identity: its id and label (see :mod:`memstore.identity`)."""
+    return Path(root) / STORE_IDENTITY_FILE
+
+
+def tombstones_path(root: os.PathLike | str) -> Path:
+    """The store's record of the sessions removed on purpose (see :mod:`memstore.tombstones`)."""
+    return Path(root) / TOMBSTONES_FILE
+
+
+def import_versions_path(root: os.PathLike | str) -> Path:
+    """The store's record of the agent versions its imports have seen."""
+    return Path(root) / IMPORT_VERSIONS_FILE
 
 
 def locks_dir(root: os.PathLike | str) -> Path:

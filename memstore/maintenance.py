@@ -30,13 +30,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Union
 
+import orjson
+
 from .catalog import refresh_catalog, set_aside_catalog
 from .errors import MemstoreError, StoreIOError
-from .fsio import open_read_no_follow
+from .fsio import open_read_no_follow, read_no_follow
 from .layout import iter_session_dirs, session_directory
 from .layout import (
     DERIVED_DIR,
     EVENTS_FILE,
+    IMPORT_STATE_FILE,
     INDEX_DIR,
     INDEX_FILE,
     MANIFEST_FILE,
@@ -248,12 +251,20 @@ class Problem:
 
 @dataclass
 class DoctorReport:
-    """Sessions looked at and the problems found (``ok``: none left unfixed)."""
+    """Sessions looked at and the problems found (``ok``: none left unfixed).
+
+    ``imports`` describes the imported sessions per agent and agent version (sessions, turns,
+    tokens, records understood and kept without being understood, sessions with no turn or no
+    token; see :mod:`memstore.importers.drift`) and ``warnings`` says what looks like format
+    drift (lines starting with ``warning: format drift:``, also logged). Neither is a problem:
+    ``ok`` does not depend on them, and a session whose source is gone is never flagged."""
 
     root: str
     sessions: int = 0
     problems: list[Problem] = field(default_factory=list)
     live: list[str] = field(default_factory=list)
+    imports: list = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -261,7 +272,8 @@ class DoctorReport:
 
     def to_dict(self) -> dict:
         return {"root": self.root, "sessions": self.sessions, "ok": self.ok, "live": self.live,
-                "problems": [asdict(p) for p in self.problems]}
+                "problems": [asdict(p) for p in self.problems], "imports": [i.to_dict() for i in self.imports],
+                "warnings": list(self.warnings)}
 
 
 def check_store(root: os.PathLike | str, *, fix: bool = False,
@@ -279,15 +291,60 @@ def check_store(root: os.PathLike | str, *, fix: bool = False,
     except OSError as exc:
         raise StoreIOError.from_os_error("list", base, exc) from exc
     seen: dict[str, tuple[str, object]] = {}  # directory name -> (session id, manifest as read)
+    imported: list = []  # the imported sessions' stats
     for done, entry in enumerate(entries, start=1):
         if progress is not None:
             progress(done, len(entries))
-        _check_session(root, Path(entry.path), report, seen, fix)
+        _check_session(root, Path(entry.path), report, seen, fix, imported)
     _check_catalog(root, report, seen, fix)
+    _report_imports(report, imported)
     return report
 
 
-def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict, fix: bool) -> None:
+def _report_imports(report: DoctorReport, imported: list) -> None:
+    """Per agent version stats of the imported sessions, and the drift warnings they call for."""
+    from .importers.drift import aggregate, warnings_for
+
+    report.imports = aggregate(imported)
+    report.warnings = warnings_for(report.imports, {}, new_versions=False)
+    for warning in report.warnings:
+        logger.warning("doctor: %s", warning)
+
+
+def _import_stats(directory: Path, session_id: str, manifest: Manifest, turns: list):
+    """The import stats of an imported session (``None`` for a session an agent wrote): agent
+    and version from its manifest's source, turns and tokens from its index, records read and
+    kept without being understood from its import cache (unknown without one). Its source is
+    not looked at: a session whose source is gone is like any other."""
+    from .importers.drift import SourceStats
+
+    source = manifest.source
+    if not isinstance(source, dict) or not isinstance(source.get("path"), str):
+        return None
+    agent = "codex-exec" if source.get("originator") == "codex_exec" else str(source.get("agent") or "unknown")
+    version = source.get("agent_version") if isinstance(source.get("agent_version"), str) else None
+    carry: dict = {}
+    try:
+        raw = read_no_follow(directory / DERIVED_DIR / IMPORT_STATE_FILE)
+        state = orjson.loads(raw) if raw is not None else None
+        if isinstance(state, dict) and isinstance(state.get("carry"), dict):
+            carry = state["carry"]
+    except (MemstoreError, orjson.JSONDecodeError):
+        pass
+    raw_stats = carry.get("stats")
+    stats: dict = raw_stats if isinstance(raw_stats, dict) else {}
+    records = stats.get("records")
+    unrecognized = stats.get("unrecognized")
+    expects_usage = not (agent == "codex" and (carry.get("legacy") is True or version is None))
+    tokens = [sum(getattr(t, name) for t in turns) for name in
+              ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")]
+    return SourceStats(session_id, agent, version, len(turns), tokens[0], tokens[1], tokens[2], tokens[3],
+                       records if type(records) is int else None,
+                       dict(unrecognized) if isinstance(unrecognized, dict) else {}, expects_usage)
+
+
+def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict, fix: bool,
+                   imported: Optional[list] = None) -> None:
     name = directory.name
 
     def problem(check: str, detail: str, session: Optional[str] = None, fixable: bool = True) -> Problem:
@@ -311,9 +368,12 @@ def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict
             torn = reader.log.length - reader.end
             index_ok = reader.index is not None
             behind = len(reader.tail_rows)
+            stats = _import_stats(directory, session_id, manifest, reader.turns()) if imported is not None else None
     except MemstoreError as exc:
         problem("log", f"cannot be read: {exc}", fixable=False)
         return
+    if stats is not None and imported is not None:
+        imported.append(stats)
     perms = [problem("permissions", detail, session_id) for detail in _permission_problems(directory)]
     if fix and perms:
         _fix_permissions(directory)

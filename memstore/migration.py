@@ -35,6 +35,39 @@ So the live log is imported incrementally (lines added since the last run; a par
 waits for the next), and once rotated, only its lines ``traj-live`` does not already hold go to
 ``traj-<stamp>``. Nothing is overwritten: a changed envelope file is a new envelope.
 
+**Sources VT Code already migrated.** VT Code's own ``session-store migrate`` keeps its legacy
+sources by default and puts each ``history/<name>.json`` into a session of its own: id the file's
+stem (``session-bar.memory``), directory ``sessions/<sanitized stem>``, ``derived/memory.json`` a
+byte copy of the file, a manifest with no turns and no events, no log. Such a file is recognised
+by that id mapping and by content: the directory (never a symlink) is where VT Code's mapping
+puts the file, and either its ``memory.json`` has the file's SHA-256 (VT Code copied these very
+bytes) or its log holds an envelope with it. Then:
+
+- the copy is the file as it is now: nothing is imported or written; reported as
+  ``already_migrated`` (its facts are listed once, under VT Code's id);
+- the file changed after VT Code copied it: the new version goes into VT Code's session, not
+  into a second one. Its log (started by this import) first takes VT Code's copy, the only copy
+  left of the version VT Code migrated (``source``: ``{"file": "sessions/<dir>/derived/memory.json",
+  "sha256", "mtime": when VT Code says it was written, "migrated_by": "vtcode", "legacy_file"}``),
+  then the new version, so the view is the newest and nothing is lost; reported as
+  ``changed_since``. Only when VT Code's manifest names that file and its copy can be kept in a
+  log (a JSON object); otherwise, or when memstore's own session already holds versions of the
+  file (memstore migrated it before VT Code did), it goes where it would have gone anyway;
+- memstore had imported the file before VT Code copied it: nothing is imported; VT Code's
+  duplicate is reported as ``also_imported`` and left alone (it is VT Code's session).
+
+The same holds for trajectory logs, whose VT Code session is ``traj-`` + the file's stem without
+a leading ``trajectory-``: ``traj-<stamp>`` for a rotated log (memstore's name too) and
+``traj-trajectory`` for the live one (memstore's: ``traj-live``). A copy in such a session (no
+log, VT Code's manifest) that is the file as it is: not imported (``already_migrated``). VT
+Code's copy of the live log holds its first lines: those are not imported again, neither from
+the live log into ``traj-live`` nor from the rotated log it becomes (``changed_since`` when the
+lines past the copy are imported). A rotated log that only grew since VT Code copied it is
+imported into VT Code's session (the same directory); one that no longer holds every line of
+VT Code's copy there is not imported over it (reported in ``skipped``).
+
+:func:`gc_legacy` removes such a file only once a log holds it: VT Code's copy is a derived file.
+
 **Safety.** Holds the store's ``migration`` lock. Sources are read without following symlinks
 (a symlinked ``history``/``logs`` directory or file is reported, not read); a source that cannot
 be read or parsed is listed in ``MigrationReport.skipped`` with the reason. Sources are removed
@@ -52,6 +85,7 @@ import re
 import stat
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -59,13 +93,19 @@ import orjson
 
 from .layout import (
     DERIVED_DIR,
+    EVENTS_FILE,
     LEGACY_HISTORY_DIR,
     LEGACY_LOGS_DIR,
     LEGACY_TRAJECTORY_FILE,
+    MANIFEST_FILE,
     MEMORY_FILE,
+    SESSIONS_DIR,
     TRAJECTORY_FILE,
     check_session_id,
+    sanitize_session_id,
+    session_dir_name,
     session_directory,
+    sessions_root,
 )
 from . import events as ev
 from .errors import (
@@ -77,8 +117,9 @@ from .errors import (
     UnsafePathError,
 )
 from .events import Record
-from .fsio import open_read_no_follow
+from .fsio import open_read_no_follow, read_no_follow
 from .locks import remove_session_directory, store_lock
+from .session.manifest import load_summary
 from .session.log import SessionLog, open_session
 from .views.memory_view import ENVELOPE_EVENT, not_after_now, not_before, refresh_memory_view
 from .views.trajectory import TRAJECTORY_EVENT, write_trajectory_view
@@ -117,15 +158,35 @@ class LegacyGcReport:
         return {"bytes_freed": self.bytes_freed, "removed": list(self.removed), "kept": [asdict(k) for k in self.kept]}
 
 
+class VtcodeState(str, Enum):
+    """What memstore found of a legacy file that VT Code's own migration had also migrated."""
+
+    ALREADY_MIGRATED = "already_migrated"  # VT Code's copy is this very file: not imported
+    CHANGED_SINCE = "changed_since"  # changed since VT Code copied it: imported into VT Code's session
+    ALSO_IMPORTED = "also_imported"  # memstore had imported it before VT Code copied it: a duplicate
+
+
+@dataclass(frozen=True)
+class VtcodeMigration:
+    """A legacy file (path relative to the root) that VT Code's own migration had put into
+    ``session`` (the directory name under ``sessions/``), and what memstore made of it."""
+
+    path: str
+    session: str
+    state: VtcodeState
+
+
 @dataclass
 class MigrationReport:
     """What :func:`migrate_legacy` did.
 
     ``memory_imported`` counts envelope files and ``trajectory_imported`` trajectory files from
     which something was appended in this run (``records_imported`` lines); ``bytes_migrated``
-    is the source bytes they held; ``already_imported`` counts sources found fully imported;
-    ``skipped`` lists sources that could not be imported, and why. ``legacy`` is the
-    :func:`gc_legacy` report when ``remove_legacy`` was given.
+    is the source bytes they held; ``already_imported`` counts sources found fully imported by
+    memstore; ``already_migrated`` counts sources VT Code's own migration holds unchanged (not
+    imported again); ``migrated_by_vtcode`` lists every source VT Code had migrated and what
+    was done with it; ``skipped`` lists sources that could not be imported, and why.
+    ``legacy`` is the :func:`gc_legacy` report when ``remove_legacy`` was given.
     """
 
     sessions_created: int = 0
@@ -135,6 +196,8 @@ class MigrationReport:
     records_imported: int = 0
     bytes_migrated: int = 0
     already_imported: int = 0
+    already_migrated: int = 0
+    migrated_by_vtcode: list[VtcodeMigration] = field(default_factory=list)
     skipped: list[SkippedSource] = field(default_factory=list)
     legacy: Optional[LegacyGcReport] = None
 
@@ -142,8 +205,14 @@ class MigrationReport:
         logger.warning("migrate: not importing %s: %s", path, reason)
         self.skipped.append(SkippedSource(path, reason))
 
+    def vtcode(self, path: str, session: str, state: VtcodeState) -> None:
+        logger.info("migrate: %s was migrated by VT Code into session %r: %s", path, session, state.value)
+        self.migrated_by_vtcode.append(VtcodeMigration(path, session, state))
+
     def to_dict(self) -> dict:
         data = asdict(self)
+        data["migrated_by_vtcode"] = [{"path": m.path, "session": m.session, "state": m.state.value}
+                                      for m in self.migrated_by_vtcode]
         data["legacy"] = self.legacy.to_dict() if self.legacy is not None else None
         return data
 
@@ -168,6 +237,7 @@ class _Envelope:
 class _Trajectory:
     rel: str
     session_id: str
+    sha256: str  # of the file's bytes as read
     generation: Optional[str]
     lines: list[tuple[int, bytes]]  # (line number, bytes without the newline), blank lines left out
     last_line: int  # the number of the last complete line (blank ones included)
@@ -325,11 +395,12 @@ def _read_trajectory(entry: os.DirEntry, sid: str, skipped: list[SkippedSource])
         return None
     lines, last = _split_lines(raw, complete_only=sid == LIVE_TRAJECTORY_SESSION)
     generation = hashlib.sha256(lines[0][1]).hexdigest()[:32] if lines else None
-    return _Trajectory(rel, sid, generation, lines, last, _mtime_ts(st), st)
+    return _Trajectory(rel, sid, hashlib.sha256(raw).hexdigest(), generation, lines, last, _mtime_ts(st), st)
 
 
 def _collect_trajectories(root: Path, skipped: list[SkippedSource]) -> list[_Trajectory]:
-    rotated, live = [], []
+    rotated: list[_Trajectory] = []
+    live: list[_Trajectory] = []
     for entry in _listing(root, LEGACY_LOGS_DIR, skipped):
         name = entry.name
         if not name.endswith(".jsonl"):
@@ -358,7 +429,9 @@ class _Imported:
     """What a session's log says was imported into it."""
 
     envelope_shas: set = field(default_factory=set)
+    files: set = field(default_factory=set)  # the legacy files its envelopes came from
     lines: dict = field(default_factory=dict)  # trajectory generation -> highest line number
+    first_lines: dict = field(default_factory=dict)  # trajectory generation -> lowest line number
     last_ts: Optional[str] = None
     records: int = 0
     memory: bool = False
@@ -380,14 +453,19 @@ class _Imported:
             self.completed = True
         elif kind == ENVELOPE_EVENT:
             self.memory = True
-            if isinstance(source, dict) and isinstance(source.get("sha256"), str):
-                self.envelope_shas.add(source["sha256"])
+            if isinstance(source, dict):
+                if isinstance(source.get("sha256"), str):
+                    self.envelope_shas.add(source["sha256"])
+                for key in ("file", "legacy_file"):
+                    if isinstance(source.get(key), str):
+                        self.files.add(source[key])
         elif kind == TRAJECTORY_EVENT:
             self.trajectory = True
             if isinstance(source, dict):
                 generation, line = source.get("generation"), source.get("line")
                 if isinstance(generation, str) and type(line) is int:
                     self.lines[generation] = max(self.lines.get(generation, 0), line)
+                    self.first_lines[generation] = min(self.first_lines.get(generation, line), line)
 
 
 def _unfinished(root: Path, session_id: str, held: _Imported) -> bool:
@@ -419,12 +497,168 @@ def _imported_read_only(root: Path, session_id: str) -> _Imported:
 
 
 # --------------------------------------------------------------------------------------------
+# What VT Code's own migration made of a legacy envelope
+
+
+@dataclass
+class _VtcodeSession:
+    """The session VT Code's ``migrate_legacy`` makes for ``history/<name>.json``: its id is
+    the file's stem (``session-foo.memory`` for ``session-foo.memory.json``), its directory
+    ``sessions/<sanitized stem>``, ``derived/memory.json`` a byte copy of the file, and a
+    manifest with no turns and no events; no log. Read without following symlinks or writing."""
+
+    name: str  # the directory name under sessions/
+    copy_sha256: Optional[str]  # of derived/memory.json as it is now; None: none, or unreadable
+    copy: Optional[dict]  # derived/memory.json parsed, when it is a JSON object
+    copy_ts: str  # when the copied version was written: the manifest's created_at, else the copy's mtime
+    held: _Imported  # what its log holds (nothing when it has none)
+    vtcode_manifest: bool  # no log, and the manifest VT Code's migration writes for this file
+    addressable: bool  # memstore opens it by the id that is its directory name
+
+    @property
+    def copy_rel(self) -> str:
+        return f"{SESSIONS_DIR}/{self.name}/{DERIVED_DIR}/{MEMORY_FILE}"
+
+    def adoptable_for(self, envelope: "_Envelope") -> bool:
+        """Whether a changed version of ``envelope``'s file belongs in this session: VT Code
+        migrated that file here (its manifest says so and its copy can be kept in a log), or an
+        earlier run of memstore already put a version of the file into this session's log."""
+        if not self.addressable:
+            return False
+        if self.vtcode_manifest:
+            return self.copy is not None
+        return self.held.migrated and envelope.rel in self.held.files
+
+
+def _vtcode_session(root: Path, envelope: "_Envelope") -> Optional[_VtcodeSession]:
+    """The session VT Code's own migration made for ``envelope``'s file, if there is one: a
+    real directory (never a symlink) named by VT Code's id mapping. ``None`` otherwise."""
+    stem = envelope.rel.split("/", 1)[1][: -len(".json")]
+    name = sanitize_session_id(stem)
+    directory = sessions_root(root) / name
+    try:
+        if not stat.S_ISDIR(os.lstat(directory).st_mode):
+            return None
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        logger.warning("migrate: cannot examine %s: %s", directory, exc)
+        return None
+    try:
+        addressable = session_dir_name(name) == name
+    except InvalidSessionId:
+        addressable = False
+    copy_sha, copy, copy_mtime = _read_vtcode_copy(directory / DERIVED_DIR / MEMORY_FILE)
+    has_log = os.path.lexists(directory / EVENTS_FILE)
+    held = _Imported()
+    if has_log and addressable:
+        try:
+            held = _imported_read_only(root, name)
+        except StoreIOError as exc:
+            logger.warning("migrate: cannot read session %s: %s", name, exc)
+            addressable = False
+    try:
+        summary = None if has_log else load_summary(directory)
+    except StoreIOError as exc:  # a symlinked or unreadable manifest: not VT Code's
+        logger.warning("migrate: cannot read the manifest of %s: %s", directory, exc)
+        summary = None
+    vtcode_manifest = (summary is not None and summary.session_id in (stem, name)
+                       and summary.turn_count == 0 and summary.event_count == 0)
+    copy_ts = (_manifest_created_at(directory) if vtcode_manifest else None) or copy_mtime or envelope.ts
+    return _VtcodeSession(name, copy_sha, copy, copy_ts, held, vtcode_manifest, addressable)
+
+
+def _read_vtcode_copy(path: Path) -> tuple[Optional[str], Optional[dict], Optional[str]]:
+    """``(sha256, parsed object or None, mtime)`` of VT Code's ``derived/memory.json``;
+    ``(None, None, None)`` when it is missing, not a regular file, too large or unreadable."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENVELOPE_BYTES:
+            return None, None, None
+        raw = read_no_follow(path)
+    except FileNotFoundError:
+        return None, None, None
+    except (OSError, StoreIOError) as exc:
+        logger.warning("migrate: cannot read %s: %s", path, exc)
+        return None, None, None
+    if raw is None:
+        return None, None, None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        data = None
+    return hashlib.sha256(raw).hexdigest(), data if isinstance(data, dict) else None, _mtime_ts(st)
+
+
+def _manifest_created_at(directory: Path) -> Optional[str]:
+    """The ``created_at`` of VT Code's manifest (the copied file's mtime, as VT Code wrote
+    it), in memstore's format; ``None`` when it is missing or does not parse."""
+    try:
+        raw = read_no_follow(directory / MANIFEST_FILE)
+        data = orjson.loads(raw) if raw is not None else None
+    except (StoreIOError, orjson.JSONDecodeError):
+        return None
+    value = data.get("created_at") if isinstance(data, dict) else None
+    return ev.normalize_ts(value) if isinstance(value, str) and ev.parse_ts(value) is not None else None
+
+
+@dataclass
+class _TrajectoryCopy:
+    """VT Code's copy of a trajectory log ``logs/<stem>.jsonl``: ``derived/trajectory.jsonl`` of
+    the session its migration made (id ``traj-`` + the stem without a leading ``trajectory-``,
+    so ``traj-<stamp>`` for a rotated log and ``traj-trajectory`` for the live one), with
+    VT Code's manifest and no log."""
+
+    name: str  # the directory name under sessions/
+    sha256: str
+    generation: Optional[str]
+    lines: list[tuple[int, bytes]]  # its complete non-blank lines, numbered as in the log
+    last: int  # the number of its last complete line
+
+    def is_prefix_of(self, trajectory: _Trajectory) -> bool:
+        """Whether every complete line of the copy is the same line of ``trajectory`` (the log
+        only grew since VT Code copied it)."""
+        if self.last > trajectory.last_line:
+            return False
+        return [(n, line) for n, line in trajectory.lines if n <= self.last] == self.lines
+
+
+def _vtcode_trajectory_copy(root: Path, name: str) -> Optional[_TrajectoryCopy]:
+    """VT Code's copy of ``logs/<name>``, if its migration left one (see :class:`_TrajectoryCopy`)."""
+    vtcode_id = "traj-" + name[: -len(".jsonl")].removeprefix("trajectory-")
+    directory_name = sanitize_session_id(vtcode_id)
+    directory = sessions_root(root) / directory_name
+    path = directory / DERIVED_DIR / TRAJECTORY_FILE
+    try:
+        if not stat.S_ISDIR(os.lstat(directory).st_mode) or os.path.lexists(directory / EVENTS_FILE):
+            return None
+        summary = load_summary(directory)
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_TRAJECTORY_BYTES:
+            return None
+        raw = read_no_follow(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, StoreIOError) as exc:
+        logger.warning("migrate: cannot read %s: %s", path, exc)
+        return None
+    if raw is None or summary is None or summary.session_id not in (vtcode_id, directory_name) \
+            or summary.turn_count != 0 or summary.event_count != 0:
+        return None
+    lines, last = _split_lines(raw, complete_only=True)
+    generation = hashlib.sha256(lines[0][1]).hexdigest()[:32] if lines else None
+    return _TrajectoryCopy(directory_name, hashlib.sha256(raw).hexdigest(), generation, lines, last)
+
+
+# --------------------------------------------------------------------------------------------
 # Writing into sessions
 
 
 def _unix_ts(record: dict) -> Optional[str]:
     value = record.get("ts")
-    if type(value) not in (int, float) or not math.isfinite(value) or not 0 <= value <= _MAX_UNIX_TS:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value) or not 0 <= value <= _MAX_UNIX_TS:
         return None
     return ev.format_ts(datetime.fromtimestamp(value, timezone.utc))
 
@@ -443,9 +677,13 @@ def _trajectory_event(trajectory: _Trajectory, number: int, line: bytes) -> tupl
 class _Writer:
     """Appends imported events to one session, dating each no earlier than the log's last."""
 
-    def __init__(self, root: Path, session_id: str, first_file: str, report: MigrationReport):
+    def __init__(self, root: Path, session_id: str, first_file: str, report: MigrationReport,
+                 *, vtcode_session: bool = False):
         # Only a directory this import made may be removed again (see finish).
         self.made_directory = not os.path.lexists(session_directory(root, session_id))
+        # A session VT Code's migration made is not created by this import, even when this
+        # import starts its log.
+        self.vtcode_session = vtcode_session
         self.log: SessionLog = open_session(root, session_id, max_events=0, durability="none")
         self.root = root
         self.session_id = session_id
@@ -495,7 +733,7 @@ class _Writer:
                     refresh_memory_view(self.log)
                 if self.found.trajectory:
                     write_trajectory_view(self.log)
-                if self.created:
+                if self.created and not self.vtcode_session:
                     self.report.sessions_created += 1
                 else:
                     self.report.sessions_updated += 1
@@ -514,9 +752,9 @@ class _Writer:
 
 
 def _open_writer(root: Path, session_id: str, first_file: str, report: MigrationReport,
-                 sources: list[str]) -> Optional[_Writer]:
+                 sources: list[str], *, vtcode_session: bool = False) -> Optional[_Writer]:
     try:
-        return _Writer(root, session_id, first_file, report)
+        return _Writer(root, session_id, first_file, report, vtcode_session=vtcode_session)
     except SessionBusyError:
         for rel in sources:
             report.skip(rel, f"session {session_id!r} is open in another process; run migrate again later")
@@ -538,8 +776,29 @@ def _import_envelopes(root: Path, session_id: str, envelopes: list[_Envelope], r
         for rel in sources:
             report.skip(rel, f"session {session_id!r} cannot be read ({exc})")
         return
-    pending = [e for e in envelopes if e.sha256 not in held.envelope_shas]
-    report.already_imported += len(envelopes) - len(pending)
+    pending: list[_Envelope] = []
+    # VT Code's sessions to import into: (the session, changed files, files an interrupted run
+    # already put there and that session still needs finishing for).
+    into_vtcode: dict[str, tuple[_VtcodeSession, list[_Envelope], list[str]]] = {}
+    for envelope in envelopes:
+        vtcode = _vtcode_session(root, envelope)
+        if envelope.sha256 in held.envelope_shas:
+            report.already_imported += 1
+            if vtcode is not None and vtcode.copy_sha256 == envelope.sha256:
+                report.vtcode(envelope.rel, vtcode.name, VtcodeState.ALSO_IMPORTED)
+        elif vtcode is not None and envelope.sha256 in vtcode.held.envelope_shas:
+            report.already_imported += 1  # an earlier run put it into VT Code's session
+            if vtcode.addressable and _unfinished(root, vtcode.name, vtcode.held):
+                into_vtcode.setdefault(vtcode.name, (vtcode, [], []))[2].append(envelope.rel)
+        elif vtcode is not None and vtcode.copy_sha256 == envelope.sha256:
+            report.already_migrated += 1
+            report.vtcode(envelope.rel, vtcode.name, VtcodeState.ALREADY_MIGRATED)
+        elif vtcode is not None and envelope.rel not in held.files and vtcode.adoptable_for(envelope):
+            into_vtcode.setdefault(vtcode.name, (vtcode, [], []))[1].append(envelope)
+        else:
+            pending.append(envelope)
+    for vtcode, changed, unfinished in into_vtcode.values():
+        _import_into_vtcode_session(root, vtcode, changed, unfinished, report)
     if not pending and not _unfinished(root, session_id, held):
         return  # nothing new: the session is not even opened for writing
     writer = _open_writer(root, session_id, (pending or envelopes)[0].rel, report, [e.rel for e in pending or envelopes])
@@ -547,25 +806,76 @@ def _import_envelopes(root: Path, session_id: str, envelopes: list[_Envelope], r
         return
     try:
         for envelope in pending:
-            if envelope.sha256 in writer.found.envelope_shas:  # imported since we looked
-                report.already_imported += 1
-                continue
-            try:
-                writer.append({"type": ENVELOPE_EVENT, "envelope": envelope.data,
-                               "source": {"importer": IMPORTER, "file": envelope.rel, "sha256": envelope.sha256,
-                                          "mtime": envelope.ts}}, envelope.ts)
-            except InvalidEvent as exc:
-                report.skip(envelope.rel, f"cannot be stored as an event ({exc})")
-                continue
-            report.memory_imported += 1
-            report.bytes_migrated += envelope.size
+            _append_envelope(writer, envelope, report)
     except BaseException:
         writer.abort()
         raise
     writer.finish()
 
 
-def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, report: MigrationReport) -> None:
+def _append_envelope(writer: _Writer, envelope: _Envelope, report: MigrationReport) -> bool:
+    """Append one legacy envelope (unless the log holds it already); whether it was appended."""
+    if envelope.sha256 in writer.found.envelope_shas:  # imported since we looked
+        report.already_imported += 1
+        return False
+    try:
+        writer.append({"type": ENVELOPE_EVENT, "envelope": envelope.data,
+                       "source": {"importer": IMPORTER, "file": envelope.rel, "sha256": envelope.sha256,
+                                  "mtime": envelope.ts}}, envelope.ts)
+    except InvalidEvent as exc:
+        report.skip(envelope.rel, f"cannot be stored as an event ({exc})")
+        return False
+    report.memory_imported += 1
+    report.bytes_migrated += envelope.size
+    return True
+
+
+def _import_into_vtcode_session(root: Path, vtcode: _VtcodeSession, envelopes: list[_Envelope],
+                                unfinished: list[str], report: MigrationReport) -> None:
+    """Import files changed since VT Code migrated them into the session VT Code made for them,
+    and finish what an interrupted run left there (``unfinished``: the files it had imported). A log this import starts there begins
+    with VT Code's copy (the only copy left of the version VT Code migrated), dated when VT
+    Code says that version was written; the changed versions follow, so the regenerated view
+    is the newest."""
+    sources = [e.rel for e in envelopes] + unfinished
+    writer = _open_writer(root, vtcode.name, sources[0], report, sources, vtcode_session=True)
+    if writer is None:
+        return
+    try:
+        if (envelopes and vtcode.copy is not None and vtcode.copy_sha256 not in writer.found.envelope_shas
+                and not writer.found.migrated):
+            writer.append({"type": ENVELOPE_EVENT, "envelope": vtcode.copy,
+                           "source": {"importer": IMPORTER, "file": vtcode.copy_rel, "sha256": vtcode.copy_sha256,
+                                      "mtime": vtcode.copy_ts, "migrated_by": "vtcode",
+                                      "legacy_file": sources[0]}}, vtcode.copy_ts)
+        for envelope in envelopes:
+            if _append_envelope(writer, envelope, report):
+                report.vtcode(envelope.rel, vtcode.name, VtcodeState.CHANGED_SINCE)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.finish()
+
+
+def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, live_copy: Optional[_TrajectoryCopy],
+                       report: MigrationReport) -> None:
+    """Import the lines of ``trajectory`` that no session holds yet.
+
+    VT Code's copies count (see the module docstring): a rotated log whose own session VT Code
+    made (same name as memstore's) is not imported when the copy is the file as it is, and not
+    imported over a copy holding lines the file lost; the lines of VT Code's copy of the live
+    log (``live_copy``) are not imported again from the live log or the rotated log it became."""
+    own = _vtcode_trajectory_copy(root, trajectory.rel.split("/", 1)[1])
+    into_vtcode = own is not None and own.name == trajectory.session_id
+    if own is not None and into_vtcode:
+        if own.sha256 == trajectory.sha256:
+            report.already_migrated += 1
+            report.vtcode(trajectory.rel, own.name, VtcodeState.ALREADY_MIGRATED)
+            return
+        if not own.is_prefix_of(trajectory):
+            report.skip(trajectory.rel, f"VT Code's copy in session {own.name!r} holds lines this file no longer "
+                                        "holds (it was rewritten since VT Code migrated it); not imported over it")
+            return
     if trajectory.generation is None:
         report.already_imported += 1  # nothing in it
         return
@@ -578,11 +888,22 @@ def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, rep
     if trajectory.session_id != LIVE_TRAJECTORY_SESSION:
         # A rotated log begins with what traj-live may already hold of it (same generation).
         done = max(done, live.lines.get(trajectory.generation, 0))
-    if not any(number > done for number, _line in trajectory.lines):
-        report.already_imported += 1
+    copied = 0  # lines 1..copied are in VT Code's copy of the live log, and in no log
+    if live_copy is not None and live_copy.generation == trajectory.generation and live_copy.is_prefix_of(trajectory):
+        copied = live_copy.last if live_copy.last > done else 0
+    if not any(number > max(done, copied) for number, _line in trajectory.lines):
+        if copied and live_copy is not None:
+            report.already_migrated += 1
+            report.vtcode(trajectory.rel, live_copy.name, VtcodeState.ALREADY_MIGRATED)
+        else:
+            report.already_imported += 1
+            if live_copy is not None and live_copy.sha256 == trajectory.sha256:
+                report.vtcode(trajectory.rel, live_copy.name, VtcodeState.ALSO_IMPORTED)
         if not _unfinished(root, trajectory.session_id, held):
             return
-    writer = _open_writer(root, trajectory.session_id, trajectory.rel, report, [trajectory.rel])
+    done = max(done, copied)
+    writer = _open_writer(root, trajectory.session_id, trajectory.rel, report, [trajectory.rel],
+                          vtcode_session=into_vtcode)
     if writer is None:
         return
     imported = 0
@@ -611,6 +932,10 @@ def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, rep
         report.records_imported += imported
         if trajectory.session_id == LIVE_TRAJECTORY_SESSION:
             live.lines[trajectory.generation] = writer.found.lines[trajectory.generation]
+        if own is not None and into_vtcode:
+            report.vtcode(trajectory.rel, own.name, VtcodeState.CHANGED_SINCE)
+        elif copied and live_copy is not None:
+            report.vtcode(trajectory.rel, live_copy.name, VtcodeState.CHANGED_SINCE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -638,13 +963,15 @@ def migrate_legacy(root: os.PathLike | str, remove_legacy: bool = False) -> Migr
         for session_id in sorted(groups):
             _import_envelopes(root, session_id, groups[session_id], report)
         live = _Imported()
+        live_copy = None
         if trajectories:
             try:
                 live = _imported_read_only(root, LIVE_TRAJECTORY_SESSION)
             except StoreIOError as exc:
                 logger.warning("migrate: cannot read %s: %s", LIVE_TRAJECTORY_SESSION, exc)
+            live_copy = _vtcode_trajectory_copy(root, LEGACY_TRAJECTORY_FILE)
         for trajectory in trajectories:
-            _import_trajectory(root, trajectory, live, report)
+            _import_trajectory(root, trajectory, live, live_copy, report)
         if remove_legacy:
             report.legacy = _gc_legacy(root)
     return report
@@ -654,7 +981,8 @@ def gc_legacy(root: os.PathLike | str) -> LegacyGcReport:
     """Remove the legacy sources migration has imported; return what was removed and kept.
 
     Unlike VT Code, which deletes ``history/`` and ``logs/`` wholesale, only files whose content
-    a session's log holds are removed (each recorded in ``gc-log.jsonl``, reason
+    a session's log holds are removed (a file only VT Code's migration holds, in a
+    ``derived/memory.json`` without a log, is kept) (each recorded in ``gc-log.jsonl``, reason
     ``legacy_imported``): an envelope whose SHA-256 was imported, a rotated trajectory log whose
     every line was. Kept, and listed with the reason: compaction history artifacts (never
     imported), the live ``trajectory.jsonl`` (VT Code may be writing it), files not imported
@@ -693,10 +1021,19 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
         if envelope is None:
             kept.extend(problems)
             continue
-        if envelope.sha256 not in session(envelope.session_id).envelope_shas:
-            kept.append(SkippedSource(rel, f"not imported into session {envelope.session_id!r} (run migrate)"))
-            continue
-        removable.append((rel, Path(entry.path), envelope.st, envelope.session_id))
+        holder = envelope.session_id
+        if envelope.sha256 not in session(holder).envelope_shas:
+            vtcode = _vtcode_session(root, envelope)
+            if vtcode is not None and envelope.sha256 in vtcode.held.envelope_shas:
+                holder = vtcode.name
+            elif vtcode is not None and vtcode.copy_sha256 == envelope.sha256:
+                kept.append(SkippedSource(rel, f"migrated by VT Code into session {vtcode.name!r}, which holds it only "
+                                               "as derived/memory.json, in no log"))
+                continue
+            else:
+                kept.append(SkippedSource(rel, f"not imported into session {envelope.session_id!r} (run migrate)"))
+                continue
+        removable.append((rel, Path(entry.path), envelope.st, holder))
     for entry in _listing(root, LEGACY_LOGS_DIR, kept):
         rel = f"{LEGACY_LOGS_DIR}/{entry.name}"
         sid = trajectory_session_id(entry.name) if entry.name.endswith(".jsonl") else None
@@ -712,10 +1049,12 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
             kept.extend(problems)
             continue
         if trajectory.generation is not None:
-            done = max(session(sid).lines.get(trajectory.generation, 0),
-                       session(LIVE_TRAJECTORY_SESSION).lines.get(trajectory.generation, 0))
-            if done < trajectory.lines[-1][0]:
-                kept.append(SkippedSource(rel, f"not (fully) imported into session {sid!r} (run migrate)"))
+            generation = trajectory.generation
+            spans = [(held.first_lines[generation], held.lines[generation])
+                     for held in (session(sid), session(LIVE_TRAJECTORY_SESSION)) if generation in held.lines]
+            missing = [n for n, _line in trajectory.lines if not any(first <= n <= last for first, last in spans)]
+            if missing:
+                kept.append(SkippedSource(rel, _why_kept(root, trajectory, missing, sid)))
                 continue
         removable.append((rel, Path(entry.path), trajectory.st, sid))
     if removable:
@@ -742,6 +1081,19 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
     return report
 
 
+def _why_kept(root: Path, trajectory: _Trajectory, missing: list[int], session_id: str) -> str:
+    """Why gc_legacy keeps a rotated trajectory log whose lines ``missing`` no log holds."""
+    own = _vtcode_trajectory_copy(root, trajectory.rel.split("/", 1)[1])
+    if own is not None and own.name == session_id and own.sha256 == trajectory.sha256:
+        return f"migrated by VT Code into session {own.name!r}, which holds it only as derived/trajectory.jsonl, in no log"
+    live_copy = _vtcode_trajectory_copy(root, LEGACY_TRAJECTORY_FILE)
+    if (live_copy is not None and live_copy.generation == trajectory.generation and live_copy.is_prefix_of(trajectory)
+            and max(missing) <= live_copy.last):
+        return (f"lines {min(missing)}-{max(missing)} are held only by VT Code's copy in session {live_copy.name!r}, "
+                "in no log")
+    return f"not (fully) imported into session {session_id!r} (run migrate)"
+
+
 def _unchanged(path: Path, before: os.stat_result) -> bool:
     """Whether ``path`` is still the regular file that was read (an atomic rewrite by VT Code in
     between would be another inode, and is not deleted)."""
@@ -755,6 +1107,8 @@ def _unchanged(path: Path, before: os.stat_result) -> bool:
 
 __all__ = [
     "MigrationReport",
+    "VtcodeMigration",
+    "VtcodeState",
     "LegacyGcReport",
     "SkippedSource",
     "migrate_legacy",

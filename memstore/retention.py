@@ -17,10 +17,21 @@
 Only real directories directly under ``<root>/sessions`` are considered: never a symlink, never
 a path read from a manifest, never a session that is live (its ``session.lock`` is held),
 pinned (``retention-pin.json`` exists, whatever it is) or preserved (the caller's current
-session). "Removable" means completed and none of those. A session's age is measured from its
-last event time (the manifest's ``updated_at``, or the log's when the manifest is missing,
-malformed or behind the log), parsed as a time; file mtimes are never used, and a time that
-does not parse is never aged out (and sorts as the newest for the count cap).
+session). "Removable" means completed and none of those.
+
+**Imported sessions** (their ``thread.started`` names the agent log they were imported from:
+Codex, Claude Code) are a user's history, and their sources may be gone (Claude Code deletes
+transcripts after 30 days): by default retention neither removes them nor counts them against
+the caps (``report.imported_kept`` says how many it kept). With
+``RetentionPolicy(include_imported=True)`` they are judged like the rest, and each one removed
+is **tombstoned** (``<root>/tombstones.jsonl``, see :mod:`memstore.tombstones`), durably and
+before its removal is final, so that the next import of its source does not recreate it. When
+that file is damaged, no imported session is removed (fail closed).
+
+A session's age is measured from its last event time (the manifest's ``updated_at``, or the
+log's when the manifest is missing, malformed or behind the log), parsed as a time; file mtimes
+are never used, and a time that does not parse is never aged out (and sorts as the newest for
+the count cap).
 
 Removal goes through :func:`memstore.locks.remove_session_directory`, which takes the session's
 liveness lock, so a writer that opens a session while retention runs keeps it. Just before each
@@ -54,6 +65,8 @@ from .layout import (
     DERIVED_DIR,
     EVENTS_FILE,
     GC_LOG_FILE,
+    IMPORT_STATE_FILE,
+    TOMBSTONES_FILE,
     MANIFEST_FILE,
     MEMORY_FILE,
     PIN_FILE,
@@ -78,6 +91,7 @@ from .fsio import atomic_write, open_private_append, read_no_follow, write_all
 from .session.lock import LivenessLock, SessionGone, is_live
 from .locks import empty_trash, remove_session_directory, store_lock
 from .session.manifest import STATUS_ACTIVE, STATUS_COMPLETED, SessionSummary, summary_cache
+from .tombstones import TombstoneFileError, TombstoneReason, Tombstones
 from .views.memory_view import VIEW_MARKER
 from .reader import read_session_dir
 
@@ -97,17 +111,22 @@ class RetentionPolicy:
     """How many removable sessions to keep and for how long (VT Code's defaults: 50, 30 days).
 
     ``max_sessions=0`` keeps no removable session; ``max_age_days=0`` ages out everything older
-    than now and disables the abandoned sweep (as in VT Code).
+    than now and disables the abandoned sweep (as in VT Code). Imported sessions (Codex, Claude
+    Code logs) are kept and not counted unless ``include_imported`` (then each one removed is
+    tombstoned so that no import recreates it).
     """
 
     max_sessions: int = 50
     max_age_days: int = 30
+    include_imported: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_sessions", "max_age_days"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, not {value!r}")
+        if type(self.include_imported) is not bool:
+            raise ValueError(f"include_imported must be a bool, not {self.include_imported!r}")
 
 
 @dataclass(frozen=True)
@@ -139,6 +158,7 @@ class RetentionReport:
     removed: list[RemovedSession] = field(default_factory=list)
     marked_abandoned: list[str] = field(default_factory=list)
     skipped: list[SkippedSession] = field(default_factory=list)
+    imported_kept: int = 0  # imported sessions kept because the policy leaves them out
 
     @property
     def count(self) -> int:
@@ -160,6 +180,7 @@ class RetentionReport:
             "removed": [asdict(r) for r in self.removed],
             "marked_abandoned": list(self.marked_abandoned),
             "skipped": [asdict(s) for s in self.skipped],
+            "imported_kept": self.imported_kept,
         }
 
 
@@ -198,17 +219,20 @@ def apply_retention_preserving(root: os.PathLike | str, policy: RetentionPolicy,
         return report
     if dry_run:
         candidates = _survey(root, policy.max_age_days, preserve_session_id, report, mark=False)
+        candidates = _leave_imported(root, candidates, policy, report)
         for session, reason in _plan_removals(candidates, policy, report):
             report.removed.append(_removal_record(session, reason, _tree_bytes(session.path)))
         return report
     with store_lock(root, "retention"):
         _empty_trash(root)
         candidates = _survey(root, policy.max_age_days, preserve_session_id, report, mark=True)
+        candidates = _leave_imported(root, candidates, policy, report)
         plan = _plan_removals(candidates, policy, report)
         if plan:
+            tombstones = Tombstones(root)
             with GcLog(root) as gc_log:
                 for session, reason in plan:
-                    _remove(root, session, reason, report, gc_log)
+                    _remove(root, session, reason, report, gc_log, tombstones)
     for entry in report.skipped:
         logger.debug("retention skipped %s: %s", entry.directory, entry.reason)
     return report
@@ -270,8 +294,10 @@ def evict_zero_turn_completed_store(root: os.PathLike | str, session_id: str) ->
         return False
     if seen.summary.status == STATUS_ACTIVE or seen.summary.turn_count != 0 or not _is_empty_shell(seen.path):
         return False
+    if _imported_source(seen) is not None:
+        return False  # an import's session is the import's to keep (see the module docstring)
     with GcLog(root) as gc_log:
-        return _remove(root, seen, REASON_EMPTY_SHELL, report, gc_log)
+        return _remove(root, seen, REASON_EMPTY_SHELL, report, gc_log, None)
 
 
 def pin_session_retention(session_dir: os.PathLike | str, reason: str) -> Path:
@@ -697,6 +723,51 @@ def _live(seen: _Seen, report: RetentionReport) -> bool:
     return seen.live
 
 
+def _imported_source(seen: _Seen) -> Optional[dict]:
+    """The ``source`` of an imported session (what its ``thread.started`` says it was imported
+    from), or ``None`` for a session an agent wrote. The manifest says it; a manifest written
+    before it carried ``source`` leaves it to the log's first record. When in doubt (a log that
+    cannot be read), the session counts as imported: kept."""
+    manifest = seen.manifest
+    if isinstance(manifest, dict) and "source" in manifest:
+        source = manifest.get("source")
+        return source if isinstance(source, dict) and isinstance(source.get("path"), str) else None
+    if not os.path.lexists(os.path.join(seen.path, EVENTS_FILE)):
+        return None  # no log: nothing was imported into it
+    try:
+        with read_session_dir(seen.path) as reader:
+            first = next(iter(reader.iter_records()), None)
+    except (MemstoreError, OSError, ValueError) as exc:
+        logger.info("retention: cannot tell whether %s was imported (%s); kept as if it were", seen.path, exc)
+        return {"path": None}
+    if first is None or first.event.get("type") != ev.THREAD_STARTED:
+        return None
+    source = first.event.get("source")
+    return source if isinstance(source, dict) and isinstance(source.get("path"), str) else None
+
+
+def _leave_imported(root: Path, candidates: list[_Seen], policy: RetentionPolicy,
+                    report: RetentionReport) -> list[_Seen]:
+    """The candidates retention may judge under ``policy``: imported sessions are left out
+    (counted in ``report.imported_kept``) unless the policy includes them, and, when it does,
+    while ``tombstones.jsonl`` is damaged (a removal that cannot be tombstoned would be undone
+    by the next import)."""
+    if policy.include_imported:
+        try:
+            Tombstones(root).all()
+            return candidates
+        except TombstoneFileError as exc:
+            logger.warning("retention keeps every imported session: %s", exc)
+            report.skip(TOMBSTONES_FILE, f"damaged, so no imported session is removed ({exc})")
+    kept = []
+    for seen in candidates:
+        if _imported_source(seen) is not None:
+            report.imported_kept += 1
+        else:
+            kept.append(seen)
+    return kept
+
+
 def _plan_removals(candidates: list[_Seen], policy: RetentionPolicy,
                    report: RetentionReport) -> list[tuple[_Seen, str]]:
     """The removals, in order: empty shells, then the count cap's oldest, then the aged.
@@ -743,16 +814,25 @@ def _removal_record(seen: _Seen, reason: str, size: int) -> RemovedSession:
     return RemovedSession(_display_id(seen), seen.name, reason, size, seen.summary.updated_at)
 
 
-def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_log: GcLog) -> bool:
+def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_log: GcLog,
+            tombstones: Optional[Tombstones]) -> bool:
     if _stamp(seen.path) != seen.stamp:
         report.skip(seen.name, "changed while retention ran; left for the next run")
         return False
     size = _tree_bytes(seen.path)
     record = _removal_record(seen, reason, size)
+    imported = _imported_source(seen) if tombstones is not None else None
+    fingerprint = _import_fingerprint(seen.path) if imported is not None else None
 
     def log_removal() -> None:
         # Recorded once the session is in the trash and before it is deleted: a crash between
-        # the two leaves a record and a trash entry, never a removal nobody recorded.
+        # the two leaves a record and a trash entry, never a removal nobody recorded. An
+        # imported session is tombstoned first, so no import brings it back (if recording
+        # fails, the session is put back).
+        if imported is not None and tombstones is not None:
+            path = imported.get("path")
+            tombstones.record(record.session_id, TombstoneReason.RETENTION,
+                              source_path=path if isinstance(path, str) else None, source_fingerprint=fingerprint)
         gc_log.record(session_id=record.session_id, directory=f"{SESSIONS_DIR}/{seen.name}", reason=reason, size=size,
                       updated_at=record.updated_at)
 
@@ -772,6 +852,22 @@ def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_lo
     report.removed.append(record)
     logger.info("retention removed %s (%s, %d bytes)", seen.path, reason, size)
     return True
+
+
+def _import_fingerprint(path: str) -> Optional[dict]:
+    """What the import cache says of the source as last imported (size, consumed offset and
+    the sha256 of its head and tail), for the tombstone; ``None`` when it cannot be read."""
+    try:
+        raw = read_no_follow(os.path.join(path, DERIVED_DIR, IMPORT_STATE_FILE))
+        state = orjson.loads(raw) if raw is not None else None
+    except (MemstoreError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(state, dict):
+        return None
+    source = state.get("source") if isinstance(state.get("source"), dict) else {}
+    found = {"size": source.get("size"), "offset": state.get("offset"), "head_sha256": state.get("head_sha256"),
+             "tail_sha256": state.get("tail_sha256")}
+    return {k: v for k, v in found.items() if isinstance(v, (int, str)) and not isinstance(v, bool)} or None
 
 
 def _empty_trash(root: Path) -> None:

@@ -65,8 +65,13 @@ def tree(root: Path) -> dict:
 
 
 def test_every_page_and_its_json_answers(ds, store):
-    pages = ["/-/memstore", "/-/memstore/sessions/demo", "/-/memstore/sessions/demo/turns/1",
-             "/-/memstore/sessions/demo/events/6", "/-/memstore/search?q=cargo+test"]
+    pages = [
+        "/-/memstore",
+        "/-/memstore/sessions/demo",
+        "/-/memstore/sessions/demo/turns/1",
+        "/-/memstore/sessions/demo/events/6",
+        "/-/memstore/search?q=cargo+test",
+    ]
     responses = fetch(ds, *pages, *[p.replace("?", ".json?") if "?" in p else p + ".json" for p in pages])
     for path, response in responses.items():
         assert response.status_code == 200, (path, response.text[:300])
@@ -80,7 +85,9 @@ def test_every_page_and_its_json_answers(ds, store):
 def test_home_lists_sessions_with_totals_chart_and_filters(ds, store):
     home = fetch(ds, "/-/memstore.json").json()
     conn = sqlite3.connect(store / "catalog.db")
-    count, events, tokens = conn.execute("SELECT count(*), sum(event_count), sum(input_tokens) FROM sessions").fetchone()
+    count, events, tokens = conn.execute(
+        "SELECT count(*), sum(event_count), sum(input_tokens) FROM sessions"
+    ).fetchone()
     assert home["totals"]["sessions"] == count == 30
     assert home["totals"]["events"] == events and home["totals"]["input_tokens"] == tokens
     assert len(home["sessions"]) == 30 and home["pages"] == 1
@@ -124,8 +131,9 @@ def test_home_paginates(store):
 
 def test_session_page_shows_manifest_timeline_progress_and_links(ds, store):
     conn = sqlite3.connect(store / "catalog.db")
-    sid, turns = conn.execute("SELECT session_id, turn_count FROM sessions WHERE session_id LIKE 'vt-%' "
-                              "ORDER BY turn_count DESC LIMIT 1").fetchone()
+    sid, turns = conn.execute(
+        "SELECT session_id, turn_count FROM sessions WHERE session_id LIKE 'vt-%' ORDER BY turn_count DESC LIMIT 1"
+    ).fetchone()
     data = fetch(ds, f"/-/memstore/sessions/{sid}.json").json()
     assert data["manifest"]["session_id"] == sid and data["manifest"]["turn_count"] == turns
     assert [t["number"] for t in data["turns"]] == list(range(1, turns + 1))
@@ -174,7 +182,7 @@ def test_turn_page_renders_events_for_reading(ds, store):
     assert "$ cargo test" in html and "exit 101" in html and 'id="e6"' in html
     assert 'href="/-/memstore/sessions/demo/events/6"' in html
     fix = fetch(ds, "/-/memstore/sessions/demo/turns/2").text
-    assert 'class="diff-add">+        self.count += 1;' in fix
+    assert 'class="dl diff-add">+        self.count += 1;' in fix
     assert fetch(ds, "/-/memstore/sessions/demo/turns/9").status_code == 404
     assert fetch(ds, "/-/memstore/sessions/demo/turns/0.json").status_code == 404
 
@@ -208,7 +216,9 @@ def test_turn_page_paginates_a_big_turn(tmp_path):
     with memstore.open_session(tmp_path, "big", durability="none") as log:
         log.append({"type": "turn.started"})
         for i in range(449):
-            log.append({"type": "item.completed", "item": {"id": f"m{i}", "type": "agent_message", "text": f"step {i}"}})
+            log.append(
+                {"type": "item.completed", "item": {"id": f"m{i}", "type": "agent_message", "text": f"step {i}"}}
+            )
         log.append({"type": "turn.completed", "usage": {}})
     refresh_catalog(tmp_path)
     ds = make_datasette(tmp_path)
@@ -224,7 +234,7 @@ def test_turn_page_paginates_a_big_turn(tmp_path):
 def test_event_page_is_the_exact_line_read_at_its_offset(ds, store):
     data = fetch(ds, "/-/memstore/sessions/demo/events/6.json").json()
     raw = (store / "sessions" / "demo" / "events.jsonl").read_bytes()
-    assert raw[data["offset"]:data["offset"] + data["length"]].decode() == data["line"]
+    assert raw[data["offset"] : data["offset"] + data["length"]].decode() == data["line"]
     assert data["line"].endswith("\n") and orjson.loads(data["line"])["seq"] == 6
     assert data["turn"] == 1 and data["envelope"]["event"]["item"]["command"] == "cargo test"
     assert data["turn_url"] == "/-/memstore/sessions/demo/turns/1#e6"
@@ -249,7 +259,7 @@ def test_search_page_links_results_to_turns_and_events(ds, store):
     only = fetch(ds, "/-/memstore/search.json?q=cargo&session=demo").json()
     assert only["results"] and {r["session_id"] for r in only["results"]} == {"demo"}
     assert fetch(ds, "/-/memstore/search.json?q=").json()["results"] == []
-    hostile = fetch(ds, '/-/memstore/search.json?q=%22NEAR(+OR+*+%29+AND').json()
+    hostile = fetch(ds, "/-/memstore/search.json?q=%22NEAR(+OR+*+%29+AND").json()
     assert isinstance(hostile["results"], list)
 
 
@@ -262,15 +272,27 @@ def hostile(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
     sid = 'x"><script>alert(1)</script>'
     with memstore.open_session(root, sid) as log:
-        log.append({"type": "thread.started", "thread_id": sid,
-                    "source": {"agent": "<img src=x onerror=alert(2)>"}})
+        log.append({"type": "thread.started", "thread_id": sid, "source": {"agent": "<img src=x onerror=alert(2)>"}})
         log.append({"type": "turn.started"})
-        log.append({"type": "item.completed", "item": {"id": "u", "type": "user_message",
-                                                       "text": "<script>alert('prompt')</script> please"}})
-        log.append({"type": "item.completed", "item": {"id": "c", "type": "command_execution",
-                                                       "command": "echo '<b>bold</b>'",
-                                                       "aggregated_output": "</pre><script>alert(3)</script>",
-                                                       "exit_code": 0, "status": "completed"}})
+        log.append(
+            {
+                "type": "item.completed",
+                "item": {"id": "u", "type": "user_message", "text": "<script>alert('prompt')</script> please"},
+            }
+        )
+        log.append(
+            {
+                "type": "item.completed",
+                "item": {
+                    "id": "c",
+                    "type": "command_execution",
+                    "command": "echo '<b>bold</b>'",
+                    "aggregated_output": "</pre><script>alert(3)</script>",
+                    "exit_code": 0,
+                    "status": "completed",
+                },
+            }
+        )
         log.append({"type": "turn.completed", "usage": {}, "model": "<svg onload=alert(4)>"})
     outside = root.parent / "secret.txt"
     outside.write_text("TOP SECRET\n")
@@ -282,8 +304,14 @@ def test_event_text_is_escaped_everywhere(hostile):
     root, sid = hostile
     ds = make_datasette(root)
     q = quote_id(sid)
-    pages = ["/-/memstore", f"/-/memstore/sessions/{q}", f"/-/memstore/sessions/{q}/turns/1",
-             f"/-/memstore/sessions/{q}/events/3", f"/-/memstore/sessions/{q}/events/4", "/-/memstore/search?q=script+alert"]
+    pages = [
+        "/-/memstore",
+        f"/-/memstore/sessions/{q}",
+        f"/-/memstore/sessions/{q}/turns/1",
+        f"/-/memstore/sessions/{q}/events/3",
+        f"/-/memstore/sessions/{q}/events/4",
+        "/-/memstore/search?q=script+alert",
+    ]
     for path, response in fetch(ds, *pages).items():
         assert response.status_code == 200, path
         body = response.text
@@ -293,20 +321,23 @@ def test_event_text_is_escaped_everywhere(hostile):
     assert fetch(ds, f"/-/memstore/sessions/{q}.json").json()["session_id"] == sid
 
 
-@pytest.mark.parametrize("path", [
-    "/-/memstore/sessions/..%2F..%2Fsecret.txt",
-    "/-/memstore/sessions/..%2Fsecret.txt/turns/1",
-    "/-/memstore/sessions/%2E%2E/events/1",
-    "/-/memstore/sessions/..",
-    "/-/memstore/sessions/../turns/1",
-    "/-/memstore/sessions/./events/1",
-    "/-/memstore/sessions/%2E",
-    "/-/memstore/sessions/%00/turns/1",
-    "/-/memstore/sessions/%FF%FE/turns/1",
-    "/-/memstore/sessions/" + "a" * 2000,
-    "/-/memstore/sessions/nope.json",
-    "/-/memstore/sessions/%2Fetc%2Fpasswd/events/1",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/-/memstore/sessions/..%2F..%2Fsecret.txt",
+        "/-/memstore/sessions/..%2Fsecret.txt/turns/1",
+        "/-/memstore/sessions/%2E%2E/events/1",
+        "/-/memstore/sessions/..",
+        "/-/memstore/sessions/../turns/1",
+        "/-/memstore/sessions/./events/1",
+        "/-/memstore/sessions/%2E",
+        "/-/memstore/sessions/%00/turns/1",
+        "/-/memstore/sessions/%FF%FE/turns/1",
+        "/-/memstore/sessions/" + "a" * 2000,
+        "/-/memstore/sessions/nope.json",
+        "/-/memstore/sessions/%2Fetc%2Fpasswd/events/1",
+    ],
+)
 def test_ids_are_validated_and_traversal_is_a_404(hostile, path):
     root, _sid = hostile
     ds = make_datasette(root)
@@ -329,10 +360,19 @@ def raw_get(ds, raw_path: str) -> tuple[int, bytes]:
 
     from urllib.parse import unquote_to_bytes
 
-    scope = {"type": "http", "http_version": "1.1", "method": "GET", "scheme": "http", "root_path": "",
-             "path": unquote_to_bytes(raw_path).decode("utf-8", "replace"), "raw_path": raw_path.encode("ascii"),
-             "query_string": b"", "headers": [(b"host", b"localhost")], "client": ("127.0.0.1", 1),
-             "server": ("localhost", 80)}
+    scope = {
+        "type": "http",
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "root_path": "",
+        "path": unquote_to_bytes(raw_path).decode("utf-8", "replace"),
+        "raw_path": raw_path.encode("ascii"),
+        "query_string": b"",
+        "headers": [(b"host", b"localhost")],
+        "client": ("127.0.0.1", 1),
+        "server": ("localhost", 80),
+    }
     asyncio.run(app(scope, receive, send))
     start = next(m for m in sent if m["type"] == "http.response.start")
     return start["status"], b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
@@ -348,8 +388,11 @@ def test_a_symlinked_session_directory_is_not_followed(hostile, tmp_path):
     link.symlink_to(other / "sessions" / "real")
     try:
         ds = make_datasette(root)
-        for path in ("/-/memstore/sessions/linked", "/-/memstore/sessions/linked/turns/1",
-                     "/-/memstore/sessions/linked/events/1"):
+        for path in (
+            "/-/memstore/sessions/linked",
+            "/-/memstore/sessions/linked/turns/1",
+            "/-/memstore/sessions/linked/events/1",
+        ):
             assert fetch(ds, path).status_code == 404, path
     finally:
         link.unlink()
@@ -381,19 +424,30 @@ def test_pages_write_nothing_and_sql_stays_read_only(ds, store):
     before = tree(store)
     catalog_before = (store / "catalog.db").stat().st_mtime_ns
     ids = session_ids(store)[:5]
-    fetch(ds, "/-/memstore", "/-/memstore/search?q=test", *[f"/-/memstore/sessions/{quote_id(s)}" for s in ids],
-          *[f"/-/memstore/sessions/{quote_id(s)}/turns/1" for s in ids],
-          *[f"/-/memstore/sessions/{quote_id(s)}/events/2" for s in ids])
+    fetch(
+        ds,
+        "/-/memstore",
+        "/-/memstore/search?q=test",
+        *[f"/-/memstore/sessions/{quote_id(s)}" for s in ids],
+        *[f"/-/memstore/sessions/{quote_id(s)}/turns/1" for s in ids],
+        *[f"/-/memstore/sessions/{quote_id(s)}/events/2" for s in ids],
+    )
     assert tree(store) == before
     assert (store / "catalog.db").stat().st_mtime_ns == catalog_before
-    for sql in ("attach database 'x.db' as x", "insert into sessions (session_id) values ('x')",
-                "pragma journal_mode=delete", "delete from sessions", "select * from pragma_database_list; drop table x"):
+    for sql in (
+        "attach database 'x.db' as x",
+        "insert into sessions (session_id) values ('x')",
+        "pragma journal_mode=delete",
+        "delete from sessions",
+        "select * from pragma_database_list; drop table x",
+    ):
         response = fetch(ds, "/catalog.json?sql=" + sql.replace(" ", "+"))
         assert response.status_code in (400, 403) or response.json().get("ok") is False, sql
     assert fetch(ds, "/catalog.json?sql=select+count(*)+from+sessions&_shape=array").status_code == 200
     # Even past Datasette's SQL checks, the connection refuses to attach or write.
     conn = sqlite3.connect(f"file:{store / 'catalog.db'}?mode=ro", uri=True)
     from memstore.explorer.app import guard_connection
+
     guard_connection(conn, "catalog", ds)
     with pytest.raises(sqlite3.DatabaseError):
         conn.execute(f"ATTACH DATABASE '{store / 'catalog.db'}' AS again")
@@ -444,7 +498,15 @@ def test_background_refresh_shows_new_sessions(tmp_path):
 def test_charts_are_inline_svg_with_escaped_text():
     from memstore.explorer.charts import Bar, bar_chart
 
-    svg = str(bar_chart([Bar("<x>", [(5, "ok")], tooltip="</title><script>", href='/a"b')], title="t&t"))
+    svg = str(
+        bar_chart(
+            [Bar("<x>", [(5, "ok")], tooltip="</title><script>", href='/a"b')],
+            title="t&t",
+            y_unit="<tokens>",
+            x_unit="day & night",
+        )
+    )
     assert svg.startswith("<svg") and "<script>" not in svg and "&lt;x&gt;" in svg and "t&amp;t" in svg
+    assert "&lt;tokens&gt;" in svg and "day &amp; night" in svg
     assert 'href="/a&#34;b"' in svg
     assert "http://www.w3.org/2000/svg" in svg and "https://" not in svg

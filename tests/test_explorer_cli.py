@@ -62,8 +62,11 @@ def test_serve_defaults_refresh_the_catalog_and_bind_localhost(tmp_path, served)
 
 def test_serve_options_and_environment(tmp_path, served, monkeypatch):
     small_store(tmp_path)
-    result = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0", "--port", "0", "--refresh-interval", "0"],
-                                env={"MEMSTORE_ROOT": str(tmp_path)})
+    result = CliRunner().invoke(
+        cli,
+        ["serve", "--host", "0.0.0.0", "--port", "0", "--refresh-interval", "0"],
+        env={"MEMSTORE_ROOT": str(tmp_path)},
+    )
     assert result.exit_code == 0, result.output
     assert served[-1]["host"] == "0.0.0.0" and served[-1]["port"] == 0
     metadata = tmp_path / "meta.yml"

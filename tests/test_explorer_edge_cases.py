@@ -25,7 +25,9 @@ def write_small_session(root, sid="s", turns=2, text="hello world"):
     with memstore.open_session(root, sid, durability="none") as log:
         for n in range(turns):
             log.append({"type": "turn.started"})
-            log.append({"type": "item.completed", "item": {"id": f"m{n}", "type": "agent_message", "text": f"{text} {n}"}})
+            log.append(
+                {"type": "item.completed", "item": {"id": f"m{n}", "type": "agent_message", "text": f"{text} {n}"}}
+            )
             log.append({"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 1}})
 
 
@@ -42,15 +44,18 @@ def small(tmp_path_factory):
 # turned ?page=² into a 500 with a traceback.
 
 
-@pytest.mark.parametrize("path", [
-    "/-/memstore?page=%C2%B2",
-    "/-/memstore.json?page=%C2%B2",
-    "/-/memstore/sessions/s?page=%C2%B2",
-    "/-/memstore/sessions/s.json?page=%E2%91%A0",
-    "/-/memstore/sessions/s/turns/1?start=%C2%B2",
-    "/-/memstore/search?q=hello&limit=%C2%B2",
-    "/-/memstore/search.json?q=hello&limit=%C2%B9%C2%B2",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/-/memstore?page=%C2%B2",
+        "/-/memstore.json?page=%C2%B2",
+        "/-/memstore/sessions/s?page=%C2%B2",
+        "/-/memstore/sessions/s.json?page=%E2%91%A0",
+        "/-/memstore/sessions/s/turns/1?start=%C2%B2",
+        "/-/memstore/search?q=hello&limit=%C2%B2",
+        "/-/memstore/search.json?q=hello&limit=%C2%B9%C2%B2",
+    ],
+)
 def test_non_ascii_digits_in_numbers_are_ignored_not_a_500(small, path):
     _root, ds = small
     response = fetch(ds, path)
@@ -156,8 +161,8 @@ def test_not_found_pages_name_the_number_asked_for(small):
 
 
 def test_an_unreadable_session_is_an_error_page_without_filesystem_paths(tmp_path, monkeypatch):
-    from memstore.session import logfile
     from memstore.errors import StoreIOError
+    from memstore.session import logfile
 
     write_small_session(tmp_path)
     refresh_catalog(tmp_path)
@@ -203,8 +208,18 @@ def test_a_huge_event_is_not_pretty_printed_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "MAX_LINE_SHOWN", 20_000)
     with memstore.open_session(tmp_path, "big") as log:
         log.append({"type": "turn.started"})
-        log.append({"type": "item.completed", "item": {"id": "c", "type": "command_execution", "command": "yes",
-                                                       "aggregated_output": "y\n" * 100_000, "exit_code": 0}})
+        log.append(
+            {
+                "type": "item.completed",
+                "item": {
+                    "id": "c",
+                    "type": "command_execution",
+                    "command": "yes",
+                    "aggregated_output": "y\n" * 100_000,
+                    "exit_code": 0,
+                },
+            }
+        )
         log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "short"}})
         log.append({"type": "turn.completed", "usage": {}})
     refresh_catalog(tmp_path)
@@ -276,9 +291,19 @@ def raw_get(ds, raw_path: str) -> tuple[int, str]:
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "http_version": "1.1", "method": "GET", "scheme": "http", "root_path": "",
-             "path": raw_path, "raw_path": raw_path.encode("ascii"), "query_string": b"",
-             "headers": [(b"host", b"localhost")], "client": ("127.0.0.1", 1), "server": ("localhost", 80)}
+    scope = {
+        "type": "http",
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "root_path": "",
+        "path": raw_path,
+        "raw_path": raw_path.encode("ascii"),
+        "query_string": b"",
+        "headers": [(b"host", b"localhost")],
+        "client": ("127.0.0.1", 1),
+        "server": ("localhost", 80),
+    }
     asyncio.run(ds.app()(scope, receive, send))
     start = next(m for m in sent if m["type"] == "http.response.start")
     return start["status"], b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").decode()
@@ -325,8 +350,10 @@ def test_the_home_page_reads_one_snapshot_while_the_catalog_changes(tmp_path):
             self.queries += sql.lstrip().upper().startswith("SELECT")
             if self.queries == 1 and not getattr(self, "refreshed", False):
                 self.refreshed = True
-                writer.execute("INSERT INTO sessions (session_id, directory, status, turn_count, event_count, "
-                               "input_tokens, output_tokens) VALUES ('c', 'c', 'active', 1, 3, 10, 1)")
+                writer.execute(
+                    "INSERT INTO sessions (session_id, directory, status, turn_count, event_count, "
+                    "input_tokens, output_tokens) VALUES ('c', 'c', 'active', 1, 3, 10, 1)"
+                )
                 writer.commit()
             return cursor
 
@@ -349,11 +376,16 @@ def test_the_home_page_reads_one_snapshot_while_the_catalog_changes(tmp_path):
 
 def test_sql_cannot_call_fts3_tokenizer(small):
     _root, ds = small
-    for sql in ("select+fts3_tokenizer('simple')", "select+fts3_tokenizer('x',+x'4141414141414141')",
-                "select+hex(fts3_tokenizer('porter'))"):
+    for sql in (
+        "select+fts3_tokenizer('simple')",
+        "select+fts3_tokenizer('x',+x'4141414141414141')",
+        "select+hex(fts3_tokenizer('porter'))",
+    ):
         response = fetch(ds, "/catalog.json?sql=" + sql)
         assert response.status_code in (400, 403) and response.json()["ok"] is False, (sql, response.text[:200])
-    assert fetch(ds, "/catalog.json?sql=select+count(*)+from+chunks_fts+where+chunks_fts+match+'hello'").status_code == 200
+    assert (
+        fetch(ds, "/catalog.json?sql=select+count(*)+from+chunks_fts+where+chunks_fts+match+'hello'").status_code == 200
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -373,11 +405,18 @@ def test_metadata_still_documents_a_sessions_index_and_its_canned_queries(tmp_pa
     write_demo_session(tmp_path).close()
     memstore.rebuild(tmp_path, "demo")  # event_details is derived lazily; a rebuild derives it all
     db = tmp_path / "sessions" / "demo" / "index" / "session.db"
-    metadata = yaml.safe_load((Path(__file__).resolve().parent.parent / "metadata.yml").read_text())
+    metadata = yaml.safe_load(
+        (Path(__file__).resolve().parent.parent / "memstore" / "explorer" / "metadata.yml").read_text()
+    )
     session = metadata["databases"]["session"]
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name "
-                                        "NOT LIKE 'chunks_fts%' AND name NOT LIKE 'sqlite_%'")]
+    names = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name "
+            "NOT LIKE 'chunks_fts%' AND name NOT LIKE 'sqlite_%'"
+        )
+    ]
     for name in names:
         table = session["tables"].get(name)
         assert table is not None and table.get("description"), name
@@ -387,7 +426,11 @@ def test_metadata_still_documents_a_sessions_index_and_its_canned_queries(tmp_pa
             for facet in table.get("facets", []):
                 assert facet in columns, (name, facet)
     conn.close()
-    ds = Datasette([str(db)], metadata=metadata)
+    # The explorer plugin ships this metadata: a plain `datasette .../index/session.db` has it.
+    from memstore.explorer.server import register_plugin
+
+    register_plugin()
+    ds = Datasette([str(db)])
 
     async def run(paths):
         return [await ds.client.get(p) for p in paths]
@@ -417,9 +460,19 @@ def test_no_redirect_leads_to_another_site(small, path):
     async def send(message):
         messages.append(message)
 
-    scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
-             "headers": [(b"host", b"localhost")], "http_version": "1.1", "scheme": "http",
-             "server": ("127.0.0.1", 8001), "client": ("127.0.0.1", 5000), "root_path": ""}
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [(b"host", b"localhost")],
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("127.0.0.1", 8001),
+        "client": ("127.0.0.1", 5000),
+        "root_path": "",
+    }
     asyncio.run(ds.app()(scope, receive, send))
     start = messages[0]
     location = dict(start.get("headers", [])).get(b"location", b"")

@@ -4,6 +4,7 @@ test_import_codex.py and test_import_claude.py, on the fixtures in tests/fixture
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -159,17 +160,26 @@ def test_half_a_source_with_a_torn_line_then_the_whole_equals_one_import(tmp_pat
     state = json.loads((memstore.session_directory(tmp_path / "store-a", sid) / "derived" / STATE_FILE).read_text())
     assert state["offset"] == data.rindex(b"\n", 0, half) + 1  # the torn line is left for later
 
+    before = records(tmp_path / "store-a", sid)
     copy_source(source, tmp_path / "a", data, mtime)
     second = memstore.import_logs(tmp_path / "store-a", growing)
     assert second.events_appended > 0
-    assert (second.sessions_updated, second.sessions_regenerated) == ((0, 1) if settled else (1, 0))
+    assert (second.sessions_updated, second.sessions_regenerated, second.set_aside) == (1, 0, [])
 
     whole = copy_source(source, tmp_path / "b", data, mtime)
     memstore.import_logs(tmp_path / "store-b", whole)
     got, want = records(tmp_path / "store-a", sid), records(tmp_path / "store-b", sid)
     if source == CODEX_EXEC:  # the stream has no times: its events carry the file's mtime
-        got, want = [e for e, _ in got], [e for e, _ in want]
-    assert _normalize(got, tmp_path) == _normalize(want, tmp_path)
+        got, want, before = [e for e, _ in got], [e for e, _ in want], [e for e, _ in before]
+    if not settled:
+        assert _normalize(got, tmp_path) == _normalize(want, tmp_path)
+    else:
+        # Finalized when it settled, then grown (a resumed session): the session is reopened
+        # after its thread.completed, nothing it held is lost, and no token is counted twice.
+        assert got[:len(before)] == before
+        assert events(tmp_path / "store-a", sid)[-1]["type"] == "thread.completed"
+        turns_of(events(tmp_path / "store-a", sid))  # well formed
+        assert usage_sum(events(tmp_path / "store-a", sid)) == usage_sum(events(tmp_path / "store-b", sid))
 
 
 def _normalize(rows, tmp_path):
@@ -180,17 +190,17 @@ def _normalize(rows, tmp_path):
 
 def test_importing_twice_imports_nothing_twice(tmp_path):
     first = memstore.import_logs(tmp_path, FIXTURES)
-    assert first.sessions_created == 7 and first.events_appended > 0
+    assert first.sessions_created == 9 and first.events_appended > 0
     logs = {p: p.read_bytes() for p in (tmp_path / "sessions").glob("*/events.jsonl")}
     again = memstore.import_logs(tmp_path, FIXTURES)
     assert (again.sessions_created, again.sessions_updated, again.events_appended, again.lines_skipped) == (0, 0, 0, 0)
-    assert again.sessions_unchanged == 7
+    assert again.sessions_unchanged == 9
     assert {p: p.read_bytes() for p in (tmp_path / "sessions").glob("*/events.jsonl")} == logs
     # Without the cache, the sources are parsed again, checked against the logs, and add nothing.
     for state in (tmp_path / "sessions").glob(f"*/derived/{STATE_FILE}"):
         state.unlink()
     third = memstore.import_logs(tmp_path, FIXTURES)
-    assert (third.sessions_created, third.events_appended, third.sessions_unchanged) == (0, 0, 7)
+    assert (third.sessions_created, third.events_appended, third.sessions_unchanged) == (0, 0, 9)
     assert {p: p.read_bytes() for p in (tmp_path / "sessions").glob("*/events.jsonl")} == logs
 
 
@@ -227,20 +237,27 @@ def test_an_unchanged_source_becomes_finalized_once_it_settles(tmp_path):
     assert (again.sessions_unchanged, again.events_appended) == (1, 0)
 
 
-def test_a_settled_source_that_grows_again_is_reimported_into_a_new_generation(tmp_path):
+def test_a_settled_source_that_grows_again_reopens_its_session(tmp_path):
+    """A resumed session is a grown source: its session goes on after its thread.completed
+    (nothing is set aside or re-imported), and completes again once the source settles."""
     data = CODEX_040.read_bytes()
     cut = data.index(b'"user_message","message":"never mind')
     cut = data.rindex(b"\n", 0, cut) + 1  # up to the third prompt
     source = copy_source(CODEX_040, tmp_path / "src", data[:cut], OLD)
     sid = session_id_of(source)
     memstore.import_logs(tmp_path / "store", source)
-    assert events(tmp_path / "store", sid)[-1]["type"] == "thread.completed"
+    before = records(tmp_path / "store", sid)
+    assert before[-1][0]["type"] == "thread.completed"
     copy_source(CODEX_040, tmp_path / "src", data, OLD)  # the session was resumed
     report = memstore.import_logs(tmp_path / "store", source)
-    assert (report.sessions_regenerated, report.sessions_created, report.sessions_updated) == (1, 0, 0)
+    assert (report.sessions_regenerated, report.sessions_created, report.sessions_updated, report.set_aside) == \
+        (0, 0, 1, [])
+    after = records(tmp_path / "store", sid)
+    assert after[:len(before)] == before
+    assert [e["type"] for e, _ in after].count("thread.completed") == 2
+    assert memstore.list_sessions(tmp_path / "store")[0].status == "completed"
     memstore.import_logs(tmp_path / "fresh", source)
-    assert records(tmp_path / "store", sid) == records(tmp_path / "fresh", sid)
-    assert sum(e["type"] == "thread.completed" for e in events(tmp_path / "store", sid)) == 1
+    assert usage_sum([e for e, _ in after]) == usage_sum(events(tmp_path / "fresh", sid))
 
 
 @pytest.mark.parametrize("change", ["rewritten", "truncated"])
@@ -255,14 +272,19 @@ def test_a_rewritten_or_truncated_source_is_reimported_into_a_new_generation(tmp
     else:
         new = data[:data.index(b'"now run the full suite"')]
         new = new[:new.rindex(b"\n") + 1]
+    before = records(tmp_path / "store", sid)
     copy_source(CLAUDE_20, tmp_path / "src", new)
     report = memstore.import_logs(tmp_path / "store", source)
     assert report.sessions_regenerated == 1
     memstore.import_logs(tmp_path / "fresh", source)
     assert records(tmp_path / "store", sid) == records(tmp_path / "fresh", sid)
+    # The old session is set aside, whole, beside the new import.
+    [entry] = report.set_aside
+    assert entry.session_id == sid and entry.set_aside_as.startswith(f"{sid}.superseded-")
+    assert records(tmp_path / "store", entry.set_aside_as) == before
 
 
-def test_a_session_that_no_longer_matches_its_source_is_reimported(tmp_path):
+def test_a_note_appended_by_hand_is_kept_even_without_the_import_cache(tmp_path):
     source = copy_source(CODEX_EXEC, tmp_path / "src")
     sid = session_id_of(source)
     memstore.import_logs(tmp_path / "store", source)
@@ -270,10 +292,26 @@ def test_a_session_that_no_longer_matches_its_source_is_reimported(tmp_path):
     with memstore.open_session(tmp_path / "store", sid) as log:
         log.append({"type": "note", "text": "by hand"})
     (memstore.session_directory(tmp_path / "store", sid) / "derived" / STATE_FILE).unlink()
+    before = records(tmp_path / "store", sid)
+    report = memstore.import_logs(tmp_path / "store", source)
+    assert (report.sessions_regenerated, report.set_aside, report.foreign_events_kept) == (0, [], 1)
+    assert records(tmp_path / "store", sid) == before
+    assert events(tmp_path / "store", sid)[-1] == {"type": "note", "text": "by hand"}
+
+
+def test_a_session_that_no_longer_matches_its_source_is_set_aside_not_lost(tmp_path):
+    source = copy_source(CODEX_EXEC, tmp_path / "src")
+    sid = session_id_of(source)
+    memstore.import_logs(tmp_path / "store", source)
+    (memstore.session_directory(tmp_path / "store", sid) / "derived" / STATE_FILE).unlink()
+    before = records(tmp_path / "store", sid)
+    data = CODEX_EXEC.read_bytes()
+    copy_source(CODEX_EXEC, tmp_path / "src", data.replace(b"One file: README.md.", b"Two files."))
     report = memstore.import_logs(tmp_path / "store", source)
     assert report.sessions_regenerated == 1
-    assert any("no longer matches" in p.reason for p in report.problems)
-    assert all(e["type"] != "note" for e in events(tmp_path / "store", sid))
+    [entry] = report.set_aside
+    assert "no longer match" in entry.reason
+    assert records(tmp_path / "store", entry.set_aside_as) == before
 
 
 def test_two_sources_naming_one_session_are_not_merged(tmp_path):
@@ -349,11 +387,17 @@ def test_bad_lines_are_counted_and_skipped(tmp_path):
     source = copy_source(CLAUDE_21, tmp_path / "src", b"\n".join(lines))
     report = memstore.import_logs(tmp_path / "store", source)
     assert report.sessions_created == 1
-    assert report.lines_skipped == 4  # the two above, the unknown line type and the trailing non-JSON line
+    # The two above, the unknown line type and the trailing non-JSON line: none understood, all kept.
+    assert (report.lines_skipped, report.lines_kept_unrecognized) == (0, 4)
     reasons = {(p.line, p.reason) for p in report.problems}
-    assert (6, "unparsable line (not JSON)") not in reasons  # several alike are reported once, with a count
-    assert any(r.startswith("unparsable line (not JSON) (2 lines)") for _, r in reasons)
-    assert (8, "line is not a JSON object") in reasons
+    assert (6, "unparsable line (not JSON); kept as import.unrecognized") not in reasons  # several alike: once, counted
+    assert any(r.startswith("unparsable line (not JSON); kept as import.unrecognized (2 lines)") for _, r in reasons)
+    assert (8, "line is not a JSON object; kept as import.unrecognized") in reasons
+    kept = [e for e in events(tmp_path / "store", session_id_of(source)) if e["type"] == "import.unrecognized"]
+    assert [(e["line"], e["record_type"]) for e in kept] == [
+        (6, "(not JSON)"), (8, "(not a JSON object)"), (28, "future-record"), (32, "(not JSON)")]
+    assert "raw_base64" in kept[0] and kept[1]["raw"] == '["an", "array"]'
+    assert base64.b64decode(kept[0]["raw_base64"]) == b"\x00\xff binary junk"
 
 
 def test_unknown_fields_are_reported_once_per_import(tmp_path):
@@ -457,15 +501,15 @@ def test_cli_imports_paths_and_reports(tmp_path):
     result = runner.invoke(cli, ["import", str(FIXTURES / "codex"), str(CLAUDE_20), "--root", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["sessions_created"] == 5 and report["lines_skipped"] == 2
+    assert report["sessions_created"] == 7 and report["lines_skipped"] == 0 and report["lines_kept_unrecognized"] == 4
     assert {"path", "line", "reason"} == set(report["problems"][0])
     result = runner.invoke(cli, ["import", str(FIXTURES / "codex"), "--root", str(tmp_path)])
     assert result.exit_code == 0
-    assert "0 sessions created, 0 updated, 0 regenerated, 4 unchanged" in result.stdout
-    assert result.stderr == ""  # unchanged sources are not parsed again, so their problems are not repeated
+    assert "0 sessions created, 0 updated, 0 regenerated, 6 unchanged" in result.stdout
+    assert result.stderr == ""  # unchanged sources are not parsed again: their problems, their drift are not repeated
     result = runner.invoke(cli, ["import", str(CODEX_0104), "--root", str(tmp_path / "other")])
     assert result.exit_code == 0 and "1 session created" in result.stdout
-    assert f"{CODEX_0104}:46: unknown event_msg type future_event_kind" in result.stderr
+    assert f"{CODEX_0104}:46: unknown event_msg type future_event_kind; kept as import.unrecognized" in result.stderr
 
 
 def test_cli_without_paths_imports_the_agents_default_directories(tmp_path, monkeypatch):

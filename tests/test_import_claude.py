@@ -84,10 +84,11 @@ def test_claude_21_transcript_with_a_sub_agent_and_compaction(tmp_path):
     report = memstore.import_logs(tmp_path, CLAUDE_21.parent, settle_seconds=0)
     sid, child = f"claude-{SID_21}", f"claude-{SID_21}-agent-{AGENT}"
     assert sorted(s.session_id for s in memstore.list_sessions(tmp_path)) == sorted([sid, child])
-    assert report.lines_skipped == 2
+    assert (report.lines_skipped, report.lines_kept_unrecognized) == (0, 2)
     assert sorted((p.line, p.reason) for p in report.problems) == [
         (21, "unknown field 'newField' in Claude transcript lines ignored"),
-        (26, "unknown transcript line type future-record"), (30, "unparsable line (not JSON)")]
+        (26, "unknown transcript line type future-record; kept as import.unrecognized"),
+        (30, "unparsable line (not JSON); kept as import.unrecognized")]
     rs = records(tmp_path, sid)
     evs = [e for e, _ in rs]
     assert evs[0]["source"] == {"agent": "claude", "agent_version": "2.1.14", "cwd": "/home/dev/app", "git_branch": "main",

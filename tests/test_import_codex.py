@@ -111,9 +111,10 @@ def test_rollout_040_still_being_written_keeps_its_last_turn_open(tmp_path):
 def test_rollout_with_task_events(tmp_path):
     report = memstore.import_logs(tmp_path, CODEX_0104, settle_seconds=0)
     sid = "codex-019c5000-3333-7000-8000-00000000c003"
-    assert report.sessions_created == 1 and report.lines_skipped == 2
+    assert report.sessions_created == 1 and (report.lines_skipped, report.lines_kept_unrecognized) == (0, 2)
     assert sorted((p.line, p.reason) for p in report.problems) == [
-        (45, "unparsable line (not JSON)"), (46, "unknown event_msg type future_event_kind"),
+        (45, "unparsable line (not JSON); kept as import.unrecognized"),
+        (46, "unknown event_msg type future_event_kind; kept as import.unrecognized"),
         (48, "unknown field 'trace_id' in Codex rollout lines ignored")]
     evs = events(tmp_path, sid)
     assert evs[0]["source"] == {

@@ -117,12 +117,13 @@ def test_the_last_line_of_a_settled_source_is_imported_even_without_its_newline(
     memstore.import_logs(tmp_path / "fresh", source)
     assert records(tmp_path / "store", CODEX_SID) == records(tmp_path / "fresh", CODEX_SID)
 
-    # Resumed later (the newline, then more lines): a new generation, the same as one import.
+    # Resumed later (the newline, then more lines): the session goes on after its completion.
+    before = records(tmp_path / "store", CODEX_SID)
     write(source, data + b"\n" + jsonl([env(20, "event_msg", {"type": "task_started", "turn_id": "t2"}),
                                         env(21, "event_msg", {"type": "task_complete", "turn_id": "t2"})]))
-    assert memstore.import_logs(tmp_path / "store", source).sessions_regenerated == 1
-    memstore.import_logs(tmp_path / "fresh2", source)
-    assert records(tmp_path / "store", CODEX_SID) == records(tmp_path / "fresh2", CODEX_SID)
+    report = memstore.import_logs(tmp_path / "store", source)
+    assert (report.sessions_regenerated, report.sessions_updated) == (0, 1)
+    assert records(tmp_path / "store", CODEX_SID)[:len(before)] == before
     assert ends(events(tmp_path / "store", CODEX_SID)) == ["turn.completed", "turn.completed"]
 
 
@@ -181,47 +182,51 @@ def test_claude_a_result_written_before_its_call_is_paired_with_it(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Regeneration removes a whole session
+# A source that no longer matches its session: the session is set aside, never removed
 
 
-def _two_tasks(upto: int) -> list:
+def _two_tasks(upto: int, first_prompt: str = "prompt 0") -> list:
     lines = [meta()]
     for k in range(upto):
         lines += [env(10 * k + 1, "event_msg", {"type": "task_started", "turn_id": f"t{k}"}),
-                  env(10 * k + 1, "event_msg", {"type": "user_message", "message": f"prompt {k}"}),
+                  env(10 * k + 1, "event_msg", {"type": "user_message", "message": first_prompt if k == 0 else
+                                                f"prompt {k}"}),
                   env(10 * k + 2, "event_msg", {"type": "task_complete", "turn_id": f"t{k}"})]
     return lines
 
 
-def test_a_pinned_session_is_never_discarded_to_import_a_new_generation(tmp_path):
+def test_a_pinned_session_is_never_set_aside_to_import_its_rewritten_source(tmp_path):
     source = rollout(tmp_path, _two_tasks(1))
     memstore.import_logs(tmp_path / "store", source)
     directory = memstore.session_directory(tmp_path / "store", CODEX_SID)
     memstore.pin_session_retention(directory, "evidence")
     before = records(tmp_path / "store", CODEX_SID)
-    rollout(tmp_path, _two_tasks(2))  # the settled session was resumed: it needs a new generation
+    rollout(tmp_path, _two_tasks(2, first_prompt="a rewritten prompt"))  # rewritten, not grown
     report = memstore.import_logs(tmp_path / "store", source)
-    assert report.sessions_regenerated == 0 and report.events_appended == 0
+    assert report.sessions_regenerated == 0 and report.events_appended == 0 and report.set_aside == []
     assert [p.reason for p in report.problems] == [
-        f"session {CODEX_SID!r} is pinned (retention-pin.json): it is not replaced by a new generation; "
+        f"session {CODEX_SID!r} is pinned: it is not set aside to import its changed source again; "
         "unpin it to re-import its source"]
     assert memstore.session_retention_pinned(directory)
     assert records(tmp_path / "store", CODEX_SID) == before
-    assert not (tmp_path / "store" / "gc-log.jsonl").exists()
     memstore.unpin_session_retention(directory)
     assert memstore.import_logs(tmp_path / "store", source).sessions_regenerated == 1
 
 
-def test_discarding_a_generation_is_recorded_in_the_gc_log(tmp_path):
+def test_setting_a_session_aside_removes_nothing_and_says_so(tmp_path):
     source = rollout(tmp_path, _two_tasks(1))
     memstore.import_logs(tmp_path / "store", source)
-    updated_at = memstore.list_sessions(tmp_path / "store")[0].updated_at
-    rollout(tmp_path, _two_tasks(2))
-    assert memstore.import_logs(tmp_path / "store", source).sessions_regenerated == 1
-    lines = [orjson.loads(line) for line in (tmp_path / "store" / "gc-log.jsonl").read_bytes().splitlines()]
-    assert [(r["session_id"], r["directory"], r["reason"], r["updated_at"]) for r in lines] == [
-        (CODEX_SID, f"sessions/{CODEX_SID}", "import_regenerated", updated_at)]
-    assert lines[0]["bytes"] > 0
+    before = records(tmp_path / "store", CODEX_SID)
+    rollout(tmp_path, _two_tasks(2, first_prompt="a rewritten prompt"))
+    report = memstore.import_logs(tmp_path / "store", source)
+    [entry] = report.set_aside
+    assert not (tmp_path / "store" / "gc-log.jsonl").exists()  # nothing was removed
+    assert records(tmp_path / "store", entry.set_aside_as) == before
+    note = json.loads((memstore.session_directory(tmp_path / "store", entry.set_aside_as) / "derived" /
+                       "set-aside.json").read_text())
+    assert (note["set_aside_from"], note["reason"]) == (CODEX_SID, "its source was rewritten or truncated")
+    listed = {s.session_id for s in memstore.list_sessions(tmp_path / "store")}
+    assert listed == {CODEX_SID, entry.set_aside_as}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +346,8 @@ def test_a_line_dated_in_the_future_does_not_date_the_session_past_the_present(t
         (3, "timestamp '2999-01-01T00:00:00.000Z' is in the future; the previous one is used")]
     assert {ts for _, ts in records(tmp_path / "store", CODEX_SID)} == {at(0), at(1), at(2)}
     assert memstore.list_sessions(tmp_path / "store")[0].updated_at == at(2)
-    assert memstore.apply_retention(tmp_path / "store", memstore.RetentionPolicy(50, 30)).count == 1
+    policy = memstore.RetentionPolicy(50, 30, include_imported=True)  # (imported sessions are kept by default)
+    assert memstore.apply_retention(tmp_path / "store", policy).count == 1
 
 
 def test_an_exec_stream_with_a_future_mtime_is_not_dated_in_the_future(tmp_path):

@@ -1,5 +1,7 @@
-"""metadata.yml describes catalog.db: every table and column documented, facets on real columns,
-and its canned analytics queries run in a real Datasette over the demo store."""
+"""The explorer's metadata (memstore/explorer/metadata.yml, shipped by its plugin) describes
+catalog.db: every table and column documented, facets on real columns, and its canned analytics
+queries run in a real Datasette over the demo store; the project's own metadata.yml is an example
+laid over it."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from memstore.catalog import refresh_catalog
 from memstore.demo import write_demo_store
 from memstore.explorer import make_datasette
 
-METADATA = Path(__file__).resolve().parent.parent / "metadata.yml"
+PROJECT = Path(__file__).resolve().parent.parent
+METADATA = PROJECT / "memstore" / "explorer" / "metadata.yml"
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +35,14 @@ def catalog_meta():
 def test_metadata_documents_every_catalog_column(store):
     conn = sqlite3.connect(store / "catalog.db")
     tables = catalog_meta()["tables"]
-    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
-                                        "AND name NOT LIKE 'chunks_fts%' AND name NOT LIKE '\\_%' ESCAPE '\\' "
-                                        "AND name NOT LIKE 'sqlite_%'")]
+    names = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+            "AND name NOT LIKE 'chunks_fts%' AND name NOT LIKE '\\_%' ESCAPE '\\' "
+            "AND name NOT LIKE 'sqlite_%'"
+        )
+    ]
     for name in names:
         assert name in tables and tables[name].get("description"), name
         if "columns" in tables[name]:
@@ -80,8 +88,10 @@ def test_canned_queries_run_on_the_demo_store(store):
     assert failing["cargo test"]["failures"] >= 2
     assert {"src/store.rs"} <= {r["path"] for r in results["files_changed_most"]}
     ending = {r["session_id"]: r for r in results["sessions_ending_in_error"]}
-    assert ending and all(r["last_turn_status"] in ("failed", "aborted", "interrupted")
-                          or r["thread_outcome"] != "success" for r in ending.values())
+    assert ending and all(
+        r["last_turn_status"] in ("failed", "aborted", "interrupted") or r["thread_outcome"] != "success"
+        for r in ending.values()
+    )
     assert any(r["thread_outcome"] == "error_during_execution" for r in ending.values())
     assert all(0 <= (r["cache_hit_pct"] or 0) <= 100 for r in results["cache_hit_rate"])
     assert sum(r["sessions"] for r in results["turns_per_session"]) == 30
@@ -96,21 +106,38 @@ def test_catalog_page_lists_the_canned_queries(store):
         assert query["title"] in html
 
 
-def test_an_installed_package_carries_the_metadata_and_the_plugin():
-    """``memstore serve`` must work from a regular (non-editable) install: the defaults point
-    inside the package, at the project's own files, and the package data ships them."""
+def test_the_package_ships_the_metadata_and_registers_the_plugin():
+    """A regular (non-editable) install works as a checkout does: the metadata and templates are
+    package data, and the plugin is the package's ``datasette`` entry point."""
     import tomllib
 
-    from memstore.explorer import server
+    from memstore.explorer import app
 
-    package = Path(server.__file__).parent
-    project = METADATA.parent
-    assert server.DEFAULT_METADATA.parent == package
-    assert server.DEFAULT_METADATA.read_bytes() == METADATA.read_bytes()
-    plugin = server.DEFAULT_PLUGINS_DIR / server.PLUGIN_FILE
-    assert server.DEFAULT_PLUGINS_DIR.parent == package
-    assert plugin.read_bytes() == (project / "plugins" / server.PLUGIN_FILE).read_bytes()
-    shipped = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    patterns = shipped["memstore.explorer"]
-    assert any(server.DEFAULT_METADATA in package.glob(p) for p in patterns)
-    assert any(plugin in package.glob(p) for p in patterns)
+    package = Path(app.__file__).parent
+    assert app.METADATA_FILE == METADATA and METADATA.parent == package
+    project = tomllib.loads((PROJECT / "pyproject.toml").read_text())
+    patterns = project["tool"]["setuptools"]["package-data"]["memstore.explorer"]
+    assert any(METADATA in package.glob(p) for p in patterns)
+    assert any((package / "templates" / "memstore_home.html") in package.glob(p) for p in patterns)
+    assert project["project"]["entry-points"]["datasette"] == {"memstore": "memstore.explorer.plugin"}
+
+
+def test_the_example_metadata_and_plugin_extend_the_explorer(store):
+    """The project's metadata.yml and plugins/ are examples of extending the explorer: passed to
+    it, their canned query (which calls the example plugin's function) joins the shipped ones."""
+    ds = make_datasette(store, metadata=PROJECT / "metadata.yml", plugins_dir=PROJECT / "plugins")
+
+    async def fetch():
+        return (
+            await ds.client.get("/catalog/files_by_name.json?_shape=array"),
+            await ds.client.get("/catalog/tokens_by_day.json?_shape=array"),
+            await ds.client.get("/-/metadata.json"),
+        )
+
+    by_name, shipped, meta = asyncio.run(fetch())
+    assert by_name.status_code == 200, by_name.text[:300]
+    rows = by_name.json()
+    assert rows and all("/" not in r["file"] for r in rows)
+    assert {"store.rs"} <= {r["file"] for r in rows}
+    assert shipped.status_code == 200 and shipped.json()
+    assert meta.json()["title"].startswith("memstore (with the examples")

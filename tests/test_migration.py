@@ -4,17 +4,20 @@ trajectory log and its rotation, gc_legacy, and that every view comes back from 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
+from datetime import datetime, timezone
 
 import orjson
 import pytest
 from click.testing import CliRunner
 
 import memstore
+import memstore.layout
 import memstore.migration
 from memstore.cli import cli
 from memstore.views.trajectory import write_trajectory_view
@@ -428,3 +431,385 @@ def test_a_directory_migration_did_not_make_is_never_removed_by_it(tmp_path):
     report = memstore.migrate_legacy(tmp_path)
     assert report.memory_imported == 0 and len(report.skipped) == 1
     assert (existing / "derived" / "memory.json").read_bytes() == b'{"grounded_facts":[{"fact":"kept"}]}'
+
+
+# --------------------------------------------------------------------------------------------
+# Sources VT Code's own `session-store migrate` already migrated (it keeps its legacy sources by
+# default, so `memstore migrate` finds both). The fixtures write exactly what the reference
+# (§9.1, §9.3) says VT Code writes: for history/<stem>.json the session `<stem>` (the file name
+# minus its last extension, `.memory` kept) in the directory sessions/<sanitized stem> (0700),
+# derived/ (0700), derived/memory.json a byte copy of the source, and a compact manifest.json of
+# SessionManifest.new(<stem>) with created_at = updated_at = the source's mtime (chrono RFC 3339),
+# completed, no turns, no events, and no events.jsonl at all.
+
+
+def chrono_rfc3339(mtime_ns: int) -> str:
+    """A time as chrono's to_rfc3339 prints it: +00:00, and 0 or 9 fractional digits here."""
+    seconds, nanos = divmod(mtime_ns, 1_000_000_000)
+    base = datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{nanos:09d}+00:00" if nanos else f"{base}+00:00"
+
+
+def vtcode_migrate(root, rel):
+    """Do what VT Code's migrate_legacy does to one legacy file ``rel`` (``history/<name>`` or
+    ``logs/<name>``); return the session directory it writes."""
+    source = root / rel
+    kind, name = rel.split("/")
+    stem = name.rsplit(".", 1)[0]
+    if kind == "history":
+        session_id, view = stem, "memory.json"
+    else:
+        session_id, view = "traj-" + stem.removeprefix("trajectory-"), "trajectory.jsonl"
+    directory = root / "sessions" / memstore.layout.sanitize_session_id(session_id)
+    for path in (root / "sessions", directory, directory / "derived"):
+        path.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
+    (directory / "derived" / view).write_bytes(source.read_bytes())
+    os.chmod(directory / "derived" / view, 0o600)
+    stamp = chrono_rfc3339(source.stat().st_mtime_ns)
+    manifest = {"session_id": session_id, "schema_version": 1, "created_at": stamp, "updated_at": stamp,
+                "turn_count": 0, "event_count": 0, "status": "completed", "in_turn": False,
+                "persisted_file_len": 0, "retained_turn_base": 1}
+    (directory / "manifest.json").write_bytes(orjson.dumps(manifest))
+    os.chmod(directory / "manifest.json", 0o600)
+    return directory
+
+
+def tree(directory):
+    """Every file under ``directory`` with its bytes (to show that nothing was written there)."""
+    return {p.relative_to(directory): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+BAR = {**WIDGET, "session_id": "session-bar", "summary": "Opened the bar.",
+       "grounded_facts": [{"fact": "the bar opens at noon", "source": "tool:read_file"},
+                          {"fact": "my name is Ada", "source": "user_assertion"}]}
+BAR_LATER = {**BAR, "summary": "Closed the bar.",
+             "grounded_facts": [{"fact": "the bar opens at noon", "source": "tool:read_file"},
+                                {"fact": "the bar closes at nine", "source": "tool:grep"}]}
+
+
+def test_a_source_vtcode_already_migrated_is_recognised_and_not_imported_again(tmp_path):
+    """VT Code migrated history/session-bar.memory.json into session-bar.memory and kept the
+    source: memstore imports nothing, writes nothing, says so, and every fact is listed once."""
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR})
+    vt_dir = vtcode_migrate(tmp_path, "history/session-bar.memory.json")
+    vt_before = tree(vt_dir)
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.sessions_created, report.sessions_updated, report.memory_imported, report.bytes_migrated) == (0, 0, 0, 0)
+    assert report.already_migrated == 1 and report.already_imported == 0 and report.skipped == []
+    assert [(m.path, m.session, m.state) for m in report.migrated_by_vtcode] == [
+        ("history/session-bar.memory.json", "session-bar.memory", "already_migrated")]
+    assert sorted(os.listdir(tmp_path / "sessions")) == ["session-bar.memory"]
+    assert tree(vt_dir) == vt_before
+    assert [(f.fact, f.session_id) for f in memstore.query_facts(tmp_path, 10)] == [
+        ("the bar opens at noon", "session-bar.memory"), ("my name is Ada", "session-bar.memory")]
+    before = snapshot(tmp_path)
+    again = memstore.migrate_legacy(tmp_path)
+    assert again.already_migrated == 1 and again.memory_imported == 0 and snapshot(tmp_path) == before
+    data = again.to_dict()
+    assert data["already_migrated"] == 1
+    assert data["migrated_by_vtcode"] == [{"path": "history/session-bar.memory.json", "session": "session-bar.memory",
+                                           "state": "already_migrated"}]
+    orjson.dumps(data)  # what --json prints
+
+
+def test_every_file_vtcode_migrated_is_recognised_by_its_own_id_mapping(tmp_path):
+    """VT Code makes one session per file, named by the file's stem (sanitized): compaction
+    artifacts and names with characters its sanitizer replaces are recognised as well."""
+    artifact = "session-foo_0003_20260102T000000Z.memory.json"
+    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET, artifact: {**WIDGET, "summary": "later"},
+                                      "my bar.memory.json": {**BAR, "session_id": "my bar"}})
+    for name in ("session-foo.memory.json", artifact, "my bar.memory.json"):
+        vtcode_migrate(tmp_path, f"history/{name}")
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.memory_imported == 0 and report.already_migrated == 3
+    assert sorted((m.path, m.session) for m in report.migrated_by_vtcode) == sorted([
+        ("history/my bar.memory.json", "my_bar.memory"),
+        (f"history/{artifact}", artifact[: -len(".json")]),
+        ("history/session-foo.memory.json", "session-foo.memory"),
+    ])
+    assert sorted(os.listdir(tmp_path / "sessions")) == sorted(
+        ["my_bar.memory", artifact[: -len(".json")], "session-foo.memory"])
+    facts = [f.fact for f in memstore.query_facts(tmp_path, 20)]
+    assert sorted(facts) == sorted(["the widget is blue", "the widget is blue", "the bar opens at noon", "my name is Ada"])
+
+
+def test_only_the_files_vtcode_migrated_are_skipped(tmp_path):
+    """A file VT Code had not migrated (written after its migration) is imported as usual."""
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR})
+    vtcode_migrate(tmp_path, "history/session-bar.memory.json")
+    legacy_store(tmp_path, envelopes={"other.memory.json": {**WIDGET, "session_id": "other"}})
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.memory_imported, report.sessions_created, report.already_migrated) == (1, 1, 1)
+    assert sorted(os.listdir(tmp_path / "sessions")) == ["other", "session-bar.memory"]
+
+
+def test_a_source_changed_after_vtcode_migrated_it_goes_into_vtcodes_session(tmp_path):
+    """The source was rewritten after VT Code copied it: the new version is imported into the
+    session VT Code made for that file, after VT Code's copy (now the only copy of the old
+    version) is adopted into that session's log; no second session, each fact listed once,
+    nothing lost, and the next run imports nothing."""
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR})
+    source = tmp_path / "history" / "session-bar.memory.json"
+    os.utime(source, (1_767_225_600, 1_767_225_600))  # 2026-01-01
+    vt_dir = vtcode_migrate(tmp_path, "history/session-bar.memory.json")
+    old_copy = (vt_dir / "derived" / "memory.json").read_bytes()
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR_LATER})
+    os.utime(source, (1_767_312_000, 1_767_312_000))  # 2026-01-02
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.memory_imported, report.sessions_created, report.sessions_updated) == (1, 0, 1)
+    assert report.already_migrated == 0 and report.skipped == []
+    assert [(m.path, m.session, m.state) for m in report.migrated_by_vtcode] == [
+        ("history/session-bar.memory.json", "session-bar.memory", "changed_since")]
+    assert sorted(os.listdir(tmp_path / "sessions")) == ["session-bar.memory"]
+    with memstore.read_session(tmp_path, "session-bar.memory") as reader:
+        records = list(reader.iter_records())
+    assert [r.event["type"] for r in records] == ["thread.started", "memory.envelope", "memory.envelope", "thread.completed"]
+    adopted, imported = records[1].event, records[2].event
+    assert adopted["envelope"] == BAR and imported["envelope"] == BAR_LATER
+    assert adopted["source"]["sha256"] == hashlib.sha256(old_copy).hexdigest()
+    assert adopted["source"]["file"] == "sessions/session-bar.memory/derived/memory.json"
+    assert adopted["source"]["legacy_file"] == "history/session-bar.memory.json"
+    assert imported["source"]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    assert records[1].ts.startswith("2026-01-01") and records[2].ts.startswith("2026-01-02")
+    assert [(f.fact, f.session_id) for f in memstore.query_facts(tmp_path, 10)] == [
+        ("the bar opens at noon", "session-bar.memory"), ("the bar closes at nine", "session-bar.memory")]
+    before = snapshot(tmp_path)
+    again = memstore.migrate_legacy(tmp_path)
+    assert (again.memory_imported, again.already_imported) == (1 - 1, 1) and snapshot(tmp_path) == before
+    # Both versions are in a log now: the source may go.
+    assert memstore.gc_legacy(tmp_path).removed == ["history/session-bar.memory.json"]
+
+
+def test_a_source_only_vtcode_migrated_is_not_removed_by_gc_legacy(tmp_path):
+    """VT Code's copy is a derived file without a log (and VT Code's own retention deletes such
+    sessions as empty shells): the source stays, so it can still be imported later."""
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR})
+    vtcode_migrate(tmp_path, "history/session-bar.memory.json")
+    report = memstore.migrate_legacy(tmp_path, remove_legacy=True)
+    assert report.legacy.removed == []
+    [kept] = report.legacy.kept
+    assert kept.path == "history/session-bar.memory.json"
+    assert "migrated by VT Code into session 'session-bar.memory'" in kept.reason
+    assert (tmp_path / "history" / "session-bar.memory.json").exists()
+
+
+def test_migrating_again_after_vtcode_migrated_in_between(tmp_path):
+    """memstore migrates, then VT Code migrates the same sources, then memstore again: nothing
+    is imported twice, VT Code's duplicate is reported (not removed), and a later change of
+    the source goes on into memstore's session, where its earlier versions are."""
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR})
+    assert memstore.migrate_legacy(tmp_path).memory_imported == 1
+    vt_dir = vtcode_migrate(tmp_path, "history/session-bar.memory.json")
+    vt_before = tree(vt_dir)
+    before = snapshot(tmp_path)
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.memory_imported, report.already_imported, report.already_migrated) == (0, 1, 0)
+    assert [(m.path, m.session, m.state) for m in report.migrated_by_vtcode] == [
+        ("history/session-bar.memory.json", "session-bar.memory", "also_imported")]
+    assert snapshot(tmp_path) == before
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR_LATER})
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.memory_imported, report.sessions_updated) == (1, 1)
+    envelopes = [e["envelope"] for e in events_of(tmp_path, "session-bar") if e["type"] == "memory.envelope"]
+    assert envelopes == [BAR, BAR_LATER]
+    assert tree(vt_dir) == vt_before
+
+
+def test_a_vtcode_session_that_is_a_symlink_is_not_followed(tmp_path):
+    """A symlink where VT Code's session would be is neither read nor written: the source is
+    imported into memstore's own session as if VT Code had not migrated it."""
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    real = vtcode_migrate(tmp_path, "history/session-bar.memory.json")
+    real.rename(elsewhere / "session-bar.memory")
+    (tmp_path / "sessions" / "session-bar.memory").symlink_to(elsewhere / "session-bar.memory")
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.memory_imported, report.already_migrated, report.migrated_by_vtcode) == (1, 0, [])
+    assert sorted(os.listdir(elsewhere / "session-bar.memory")) == ["derived", "manifest.json"]
+
+
+def test_a_changed_source_whose_vtcode_copy_cannot_be_adopted_leaves_that_copy_alone(tmp_path):
+    """VT Code's copy is not a JSON object any more (damaged): it cannot be kept in a log, so
+    VT Code's session is not touched and the new version goes into memstore's own session."""
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR})
+    vt_dir = vtcode_migrate(tmp_path, "history/session-bar.memory.json")
+    (vt_dir / "derived" / "memory.json").write_bytes(b'{"summary": "trunc')
+    vt_before = tree(vt_dir)
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR_LATER})
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.memory_imported, report.sessions_created) == (1, 1)
+    assert report.migrated_by_vtcode == []
+    assert tree(vt_dir) == vt_before
+    assert [e["envelope"] for e in events_of(tmp_path, "session-bar") if e["type"] == "memory.envelope"] == [BAR_LATER]
+
+
+def test_cli_migrate_says_what_vtcode_already_migrated(tmp_path):
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR})
+    vtcode_migrate(tmp_path, "history/session-bar.memory.json")
+    result = CliRunner().invoke(cli, ["migrate", "--root", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = orjson.loads(result.output)
+    assert data["already_migrated"] == 1 and data["memory_imported"] == 0
+    assert data["migrated_by_vtcode"][0]["session"] == "session-bar.memory"
+
+
+def test_an_import_into_vtcodes_session_interrupted_before_it_finished_is_finished_next_time(tmp_path, monkeypatch):
+    """A failure after the changed version went into VT Code's session (before the thread was
+    closed and the view regenerated): the next run finishes that session, appending nothing
+    twice."""
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR})
+    vt_dir = vtcode_migrate(tmp_path, "history/session-bar.memory.json")
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR_LATER})
+    finish = memstore.migration._Writer.finish
+
+    def crash(self):
+        self.log.close()
+        raise memstore.StoreIOError("write", self.log.events_path, "No space left on device")
+
+    monkeypatch.setattr(memstore.migration._Writer, "finish", crash)
+    with pytest.raises(memstore.StoreIOError):
+        memstore.migrate_legacy(tmp_path)
+    monkeypatch.setattr(memstore.migration._Writer, "finish", finish)
+    assert orjson.loads((vt_dir / "derived" / "memory.json").read_bytes()) == BAR  # not regenerated yet
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.memory_imported, report.already_imported, report.sessions_updated) == (0, 1, 1)
+    types = [e["type"] for e in events_of(tmp_path, "session-bar.memory")]
+    assert types == ["thread.started", "memory.envelope", "memory.envelope", "thread.completed"]
+    assert [f.fact for f in memstore.query_facts(tmp_path, 10)] == ["the bar opens at noon", "the bar closes at nine"]
+    before = snapshot(tmp_path)
+    assert memstore.migrate_legacy(tmp_path).sessions_updated == 0 and snapshot(tmp_path) == before
+
+
+def test_vtcode_migrating_again_after_memstore_went_into_its_session(tmp_path):
+    """VT Code's migrate overwrites its session's manifest and memory.json (it is not
+    idempotent): memstore's log there is kept and read, nothing is imported twice, and a
+    version only VT Code's new copy holds is recognised as already migrated."""
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR})
+    vt_dir = vtcode_migrate(tmp_path, "history/session-bar.memory.json")
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR_LATER})
+    memstore.migrate_legacy(tmp_path)
+    log_before = (vt_dir / "events.jsonl").read_bytes()
+    vtcode_migrate(tmp_path, "history/session-bar.memory.json")  # VT Code again: same file
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.memory_imported, report.already_imported, report.already_migrated) == (0, 1, 0)
+    third = {**BAR_LATER, "summary": "Reopened the bar."}
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": third})
+    vtcode_migrate(tmp_path, "history/session-bar.memory.json")  # and again, after another change
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.memory_imported, report.already_migrated) == (0, 1)
+    assert (vt_dir / "events.jsonl").read_bytes() == log_before
+    assert sorted(os.listdir(tmp_path / "sessions")) == ["session-bar.memory"]
+
+
+def test_a_vtcode_session_that_holds_another_files_copy_is_not_taken_for_this_ones(tmp_path):
+    """VT Code's sanitizer maps `a b.memory.json` and `a_b.memory.json` to one directory; its
+    manifest names the file it copied last. The other file is not a changed version of that
+    one: it goes into memstore's own session, and VT Code's session is not touched."""
+    legacy_store(tmp_path, envelopes={"a_b.memory.json": {**BAR, "session_id": "a_b"},
+                                      "a b.memory.json": {**WIDGET, "session_id": "a b"}})
+    vtcode_migrate(tmp_path, "history/a_b.memory.json")
+    vt_dir = vtcode_migrate(tmp_path, "history/a b.memory.json")  # overwrites the same directory
+    vt_before = tree(vt_dir)
+    report = memstore.migrate_legacy(tmp_path)
+    assert [(m.path, m.state) for m in report.migrated_by_vtcode] == [("history/a b.memory.json", "already_migrated")]
+    assert (report.memory_imported, report.sessions_created) == (1, 1)
+    assert tree(vt_dir) == vt_before
+    assert [e["envelope"] for e in events_of(tmp_path, "a_b") if e["type"] == "memory.envelope"] == [
+        {**BAR, "session_id": "a_b"}]
+
+
+def test_a_symlinked_copy_in_vtcodes_session_is_not_taken_for_vtcodes_copy(tmp_path):
+    """derived/memory.json must be a regular file: a symlink to the source itself (same bytes)
+    is not followed, so the source is imported as if VT Code had not migrated it."""
+    legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR})
+    vt_dir = vtcode_migrate(tmp_path, "history/session-bar.memory.json")
+    (vt_dir / "derived" / "memory.json").unlink()
+    (vt_dir / "derived" / "memory.json").symlink_to(tmp_path / "history" / "session-bar.memory.json")
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.memory_imported, report.already_migrated) == (1, 0)
+    assert (vt_dir / "derived" / "memory.json").is_symlink()
+
+
+# Trajectory logs VT Code migrated: logs/<stem>.jsonl goes to its session traj-<stem without a
+# leading "trajectory-">, so a rotated log's session has memstore's name (traj-<stamp>) and the
+# live log's is traj-trajectory (memstore's: traj-live).
+
+
+def test_trajectory_logs_vtcode_already_migrated_are_not_imported_again(tmp_path):
+    legacy_store(tmp_path, trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL),
+                                         "trajectory.jsonl": jsonl({**ROUTE, "turn": 7})})
+    rotated = vtcode_migrate(tmp_path, "logs/trajectory-20260101T000000Z.jsonl")
+    live = vtcode_migrate(tmp_path, "logs/trajectory.jsonl")
+    before = snapshot(tmp_path)
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.records_imported, report.sessions_created, report.sessions_updated) == (0, 0, 0)
+    assert report.already_migrated == 2
+    assert sorted((m.path, m.session, m.state) for m in report.migrated_by_vtcode) == [
+        ("logs/trajectory-20260101T000000Z.jsonl", "traj-20260101T000000Z", "already_migrated"),
+        ("logs/trajectory.jsonl", "traj-trajectory", "already_migrated")]
+    assert snapshot(tmp_path) == before  # nothing written: no traj-live beside traj-trajectory
+    assert sorted(os.listdir(tmp_path / "sessions")) == sorted([rotated.name, live.name])
+    kept = {k.path: k.reason for k in memstore.gc_legacy(tmp_path).kept}
+    assert "which holds it only as derived/trajectory.jsonl, in no log" in kept["logs/trajectory-20260101T000000Z.jsonl"]
+
+
+def test_the_live_log_grown_since_vtcode_migrated_it_imports_only_the_lines_past_vtcodes_copy(tmp_path):
+    """VT Code's copy of the live log holds its first lines: traj-live gets the later ones, and
+    once the log is rotated, its session gets none of the lines either copy holds."""
+    first = [{**ROUTE, "turn": n, "ts": 1767225600 + n} for n in range(1, 4)]
+    legacy_store(tmp_path, trajectories={"trajectory.jsonl": jsonl(*first)})
+    live_copy = vtcode_migrate(tmp_path, "logs/trajectory.jsonl")
+    live_before = tree(live_copy)
+    later = [{**ROUTE, "turn": n, "ts": 1767225600 + n} for n in range(4, 6)]
+    (tmp_path / "logs" / "trajectory.jsonl").write_bytes(jsonl(*first, *later))
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.records_imported, report.sessions_created) == (2, 1)
+    assert [(m.path, m.session, m.state) for m in report.migrated_by_vtcode] == [
+        ("logs/trajectory.jsonl", "traj-trajectory", "changed_since")]
+    turns = [e["record"]["turn"] for e in events_of(tmp_path, "traj-live") if e["type"] == "trajectory.record"]
+    assert turns == [4, 5]
+    assert tree(live_copy) == live_before
+    # VT Code rotates the log after one more line, and starts a new one.
+    os.rename(tmp_path / "logs" / "trajectory.jsonl", tmp_path / "logs" / "trajectory-20260102T000000Z.jsonl")
+    with open(tmp_path / "logs" / "trajectory-20260102T000000Z.jsonl", "ab") as fh:
+        fh.write(jsonl({**ROUTE, "turn": 6, "ts": 1767225606}))
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.records_imported == 1
+    turns = [e["record"]["turn"] for e in events_of(tmp_path, "traj-20260102T000000Z") if e["type"] == "trajectory.record"]
+    assert turns == [6]
+    # Lines 1-3 of the rotated log are in VT Code's copy only, which has no log: it is kept.
+    kept = {k.path: k.reason for k in memstore.gc_legacy(tmp_path).kept}
+    assert "lines 1-3 are held only by VT Code's copy in session 'traj-trajectory'" in \
+        kept["logs/trajectory-20260102T000000Z.jsonl"]
+    assert memstore.migrate_legacy(tmp_path).records_imported == 0
+
+
+def test_a_rotated_log_grown_since_vtcode_copied_it_goes_whole_into_vtcodes_session(tmp_path):
+    """Its session is VT Code's (same name): every line goes into its log, VT Code's lines
+    included, so the regenerated view holds all of them."""
+    legacy_store(tmp_path, trajectories={"trajectory-a.jsonl": jsonl(ROUTE)})
+    vt_dir = vtcode_migrate(tmp_path, "logs/trajectory-a.jsonl")
+    with open(tmp_path / "logs" / "trajectory-a.jsonl", "ab") as fh:
+        fh.write(jsonl(TOOL))
+    report = memstore.migrate_legacy(tmp_path)
+    assert (report.records_imported, report.sessions_created, report.sessions_updated) == (2, 0, 1)
+    assert [(m.session, m.state) for m in report.migrated_by_vtcode] == [("traj-a", "changed_since")]
+    assert (vt_dir / "derived" / "trajectory.jsonl").read_bytes() == jsonl(ROUTE, TOOL)
+    assert memstore.migrate_legacy(tmp_path).records_imported == 0
+
+
+def test_a_rotated_log_that_no_longer_holds_vtcodes_lines_is_not_imported_over_them(tmp_path):
+    """VT Code's copy holds lines the file lost (it was rewritten): importing would replace
+    that copy with a view without them, so the file is reported, and nothing is written."""
+    legacy_store(tmp_path, trajectories={"trajectory-a.jsonl": jsonl(ROUTE, TOOL)})
+    vt_dir = vtcode_migrate(tmp_path, "logs/trajectory-a.jsonl")
+    before = tree(vt_dir)
+    (tmp_path / "logs" / "trajectory-a.jsonl").write_bytes(jsonl({**ROUTE, "input_preview": "another run"}))
+    report = memstore.migrate_legacy(tmp_path)
+    assert report.records_imported == 0
+    [skipped] = report.skipped
+    assert skipped.path == "logs/trajectory-a.jsonl"
+    assert "VT Code's copy in session 'traj-a' holds lines" in skipped.reason
+    assert tree(vt_dir) == before

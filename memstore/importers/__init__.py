@@ -16,15 +16,39 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Union
 
+from ..tombstones import Tombstones
+from .drift import DRIFT_PREFIX, VersionStats, aggregate, load_versions, save_versions, warnings_for
+from .base import UNRECOGNIZED
 from .run import import_source
+from .setaside import finish_interrupted_set_asides
 from .sources import SourceFile, discover, display_path
 
 logger = logging.getLogger("memstore")
 
 SOURCES = ("auto", "codex", "codex-exec", "claude")
+KEPT_SUFFIX = f"; kept as {UNRECOGNIZED}"  # the end of the reason of every record kept but not understood
 DEFAULT_SETTLE_SECONDS = 900.0
 
 PathArg = Union[str, os.PathLike]
+
+
+class SetAside(NamedTuple):
+    """A session an import set aside (renamed, every event kept) to import its changed source
+    afresh: ``session_id`` (now the new import), ``set_aside_as`` (the old one) and ``reason``."""
+
+    session_id: str
+    set_aside_as: str
+    reason: str
+
+
+class Tombstoned(NamedTuple):
+    """A source not imported because its session was removed on purpose (``reason``:
+    ``retention`` or ``forget``, at ``at``)."""
+
+    path: str
+    session_id: str
+    reason: str
+    at: str
 
 
 class Problem(NamedTuple):
@@ -41,11 +65,20 @@ class ImportReport:
     """What :func:`import_logs` did.
 
     ``sessions_created``/``sessions_updated``: sessions that received events (new, or grown);
-    ``sessions_regenerated``: sessions re-imported into a new generation because their source
-    was rewritten, truncated or resumed after it had settled; ``sessions_unchanged``: sources
-    with nothing new. ``events_appended`` counts events written, ``lines_skipped`` the source
-    lines skipped (unparsable or of an unknown type), and ``problems`` says what and where.
+    ``sessions_regenerated``: sources imported afresh after their old session was set aside
+    (rewritten or truncated); ``sessions_unchanged``: sources with nothing new.
+    ``events_appended`` counts events written; ``lines_kept_unrecognized`` the source records
+    not understood, kept as ``import.unrecognized`` events; ``lines_skipped`` the records that
+    made no event and were not kept (a result whose call never came, a response repeated from
+    an earlier turn), by reason in ``lines_skipped_by_reason``; ``problems`` says what and where.
+    ``agents`` gives per agent and agent version the sessions, turns, tokens and records
+    understood or not of the sources looked at (see :mod:`memstore.importers.drift`), and
+    ``warnings`` the format-drift warnings (each starting with ``warning: format drift:``).
     ``sessions`` names the sessions that received events (created, updated or regenerated).
+    ``set_aside`` lists the sessions set aside (renamed, every event kept) because their source
+    no longer matched them, ``tombstoned`` the sources skipped because their session was
+    removed on purpose, and ``foreign_events_kept`` counts records others had appended to
+    imported sessions (kept, the import going on after them).
     """
 
     sessions_created: int = 0
@@ -57,11 +90,21 @@ class ImportReport:
     sessions_unchanged: int = 0
     sources: int = 0
     sessions: list[str] = field(default_factory=list)
+    set_aside: list[SetAside] = field(default_factory=list)
+    tombstoned: list[Tombstoned] = field(default_factory=list)
+    foreign_events_kept: int = 0
+    lines_kept_unrecognized: int = 0
+    lines_skipped_by_reason: dict[str, int] = field(default_factory=dict)
+    agents: list[VersionStats] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict (problems as objects)."""
+        """A JSON-ready dict (problems, set-aside and tombstoned sessions, agents as objects)."""
         data = asdict(self)
         data["problems"] = [p._asdict() for p in self.problems]
+        data["set_aside"] = [s._asdict() for s in self.set_aside]
+        data["tombstoned"] = [t._asdict() for t in self.tombstoned]
+        data["agents"] = [a.to_dict() for a in self.agents]
         return data
 
 
@@ -83,8 +126,12 @@ def import_logs(
     is called with byte counts as the import advances.
 
     Bad input (unparsable lines, unknown line types, files that are no agent log) is counted in
-    the report and skipped, never fatal. Sources are only read. A failure writing the store
-    raises :class:`memstore.StoreIOError` (which names the path).
+    the report and skipped, never fatal. Sources are only read. No import removes an event a
+    session holds: a session whose source no longer matches it is set aside (renamed) and the
+    source imported afresh beside it; a session removed on purpose (tombstoned) is not
+    recreated. A failure writing the store raises :class:`memstore.StoreIOError` (which names
+    the path); a damaged ``tombstones.jsonl`` raises
+    :class:`memstore.tombstones.TombstoneFileError` before anything is imported.
     """
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, not {source!r}")
@@ -98,6 +145,10 @@ def import_logs(
         report.problems.append(Problem(where, line, reason))
         logger.info("import: %s%s: %s", where, f":{line}" if line else "", reason)
 
+    # Read before anything is touched: a damaged file stops the import (it fails closed).
+    tombstones = Tombstones(root)
+    tombstoned = tombstones.all()
+    finish_interrupted_set_asides(root)
     files = discover(paths, root, problem)
     meter = _Progress(progress)
     for f in files:
@@ -107,9 +158,11 @@ def import_logs(
             pass
     now = time.time()
     named: set[str] = set()
+    stats = []
     for source_file in files:
         meter.start_file(source_file)
-        outcome = import_source(root, source_file, source, settle_seconds, now, meter.advance)
+        outcome = import_source(root, source_file, source, settle_seconds, now, meter.advance, tombstones,
+                                tombstoned)
         meter.end_file()
         if outcome is None:
             continue
@@ -123,10 +176,23 @@ def import_logs(
             named.add(outcome.session_id)
             report.sessions.append(outcome.session_id)
         report.events_appended += outcome.appended
+        report.foreign_events_kept += outcome.foreign_kept
+        if outcome.stats is not None:
+            stats.append(outcome.stats)
+        if outcome.set_aside is not None:
+            report.set_aside.append(SetAside(*outcome.set_aside))
+        if outcome.tombstoned is not None:
+            stone = outcome.tombstoned
+            report.tombstoned.append(Tombstoned(display_path(source_file.path), stone.session_id, stone.reason.value,
+                                                stone.at))
         report.lines_skipped += outcome.skipped_lines
         for line, reason in outcome.problems:
             problem(source_file.path, line, reason)
-        for reason, (line, count, _skipped) in outcome.notes.items():
+        for reason, (line, count, skipped) in outcome.notes.items():
+            if skipped:
+                report.lines_skipped_by_reason[reason] = report.lines_skipped_by_reason.get(reason, 0) + count
+            elif reason.endswith(KEPT_SUFFIX):
+                report.lines_kept_unrecognized += count
             if reason.startswith("unknown field"):
                 # New fields appear in every file of a newer agent version: one problem per field and run.
                 entry = unknown_fields.get(reason)
@@ -138,6 +204,13 @@ def import_logs(
             problem(source_file.path, line, f"{reason} ({count} lines)" if count > 1 else reason)
     for reason, (where, line, count) in unknown_fields.items():
         problem(where, line, f"{reason} ({count} lines)" if count > 1 else reason)
+    report.agents = aggregate(stats)
+    if report.agents:
+        seen = load_versions(root)
+        report.warnings = warnings_for(report.agents, seen)
+        save_versions(root, seen, report.agents)
+        for warning in report.warnings:
+            logger.info("import: %s", warning)
     return report
 
 
@@ -170,4 +243,5 @@ class _Progress:
         self.advance(self.size - self.counted)
 
 
-__all__ = ["import_logs", "ImportReport", "Problem", "SOURCES", "DEFAULT_SETTLE_SECONDS"]
+__all__ = ["import_logs", "ImportReport", "Problem", "SetAside", "Tombstoned", "VersionStats", "DRIFT_PREFIX",
+           "SOURCES", "DEFAULT_SETTLE_SECONDS"]

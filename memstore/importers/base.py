@@ -20,6 +20,7 @@ open and completes the thread.
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any, Optional
 
@@ -36,6 +37,10 @@ _DECLINED = re.compile(r"^(?:[\w ]{0,40} )?rejected by user\.?$")
 CLAUDE_DECLINED_MARKERS = ("doesn't want to proceed with this tool use", "doesn't want to take this action")
 
 THREAD_OUTCOME = "source_idle"
+# The event a source record the importer does not understand is kept as (see Parser.keep).
+UNRECOGNIZED = "import.unrecognized"
+# At most this many records before the line that starts the thread are kept (then only counted).
+_EARLY_LIMIT = 1000
 
 
 def u64(value: Any) -> int:
@@ -53,9 +58,15 @@ class Parser:
     """Base of the source parsers. Subclasses implement ``feed``, ``turn_usage`` and
     ``flush_call`` and may extend ``initial_state``.
 
-    ``out`` collects ``(event, ts)`` pairs for the driver; ``notes`` collects what was skipped
-    or ignored, keyed by reason, as ``[first line, count, skipped]``; ``skipped`` counts the
-    lines that were skipped (unparsable or of an unknown type).
+    ``out`` collects ``(event, ts)`` pairs for the driver; ``notes`` collects what was skipped,
+    kept without being understood or ignored, keyed by reason, as ``[first line, count,
+    skipped]``; ``skipped`` counts the lines that made no event and were not kept (a result
+    whose call never came, a response repeated from an earlier turn, ...).
+
+    A record the parser does not understand (not JSON, an unknown line, event or item type) is
+    never dropped: :meth:`keep` makes it an ``import.unrecognized`` event carrying the raw line
+    and its number, and counts it by type in ``s["stats"]``, with the records read, so that a
+    report can say how much of a source was understood.
     """
 
     importer = ""
@@ -72,6 +83,7 @@ class Parser:
             state["context"] = dict(context or {})
         self.s = state
         self._raw_ts: Optional[str] = None
+        self._line = b""  # the raw line being parsed (what keep() keeps)
         # The latest time a line may carry (memstore form; set by the driver from its clock): a
         # later one is a wrong clock, and would date the session past the present for ever.
         self.ts_limit: Optional[str] = None
@@ -92,6 +104,9 @@ class Parser:
             "turn_cut": False,    # the open turn is being closed because a new one started
             "model": None,        # the model the source last named
             "finalized": False,
+            "stats": {"records": 0, "unrecognized": {}},  # records read; records kept but not understood, by type
+            "early": [],          # records kept before thread.started (emitted right after it)
+            "version": None,      # the agent version the source names (thread.started's agent_version)
         }
 
     def after_load(self) -> None:
@@ -105,18 +120,47 @@ class Parser:
     # -- notes and timestamps ------------------------------------------------------------
 
     def parse(self, line: bytes, lineno: int) -> Optional[dict]:
-        """The JSON object a source line holds, or ``None`` (noted, the line skipped) when it is
-        not one; a blank line is skipped without a word."""
+        """The JSON object a source line holds, or ``None`` when it is not one (then the line is
+        kept, see :meth:`keep`); a blank line is passed over without a word."""
+        self._line = line
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
             if line.strip():
-                self.note(lineno, "unparsable line (not JSON)")
+                self.keep(lineno, "(not JSON)", "unparsable line (not JSON)")
             return None
         if type(obj) is not dict:
-            self.note(lineno, "line is not a JSON object")
+            self.keep(lineno, "(not a JSON object)", "line is not a JSON object")
             return None
         return obj
+
+    def keep(self, lineno: Optional[int], record_type: str, reason: str, raw: Any = None) -> None:
+        """Keep a source record the importer does not understand: an ``import.unrecognized``
+        event ``{line, record_type, reason, raw}`` (``raw``: the line being parsed, or the
+        given part of it, as text; ``raw_base64`` for bytes that are not UTF-8), counted by
+        ``record_type`` and reported under ``reason``. Before the thread has started the
+        event waits, and follows ``thread.started``."""
+        by_type = self.s["stats"]["unrecognized"]
+        by_type[record_type] = by_type.get(record_type, 0) + 1
+        self.note(lineno, f"{reason}; kept as {UNRECOGNIZED}", skipped=False)
+        event: dict = {"type": UNRECOGNIZED, "line": lineno, "record_type": record_type, "reason": reason}
+        if raw is None:
+            raw = self._line
+        if isinstance(raw, (bytes, bytearray)):
+            try:
+                event["raw"] = bytes(raw).decode("utf-8")
+            except UnicodeDecodeError:
+                event["raw_base64"] = base64.b64encode(raw).decode("ascii")
+        else:
+            event["raw"] = orjson.dumps(raw).decode("utf-8")
+        if not self.s["started"]:
+            early = self.s["early"]
+            if len(early) < _EARLY_LIMIT:
+                early.append(event)
+            else:
+                self.note(lineno, "too many records before the session's first line; the rest are only counted")
+            return
+        self.emit(event, self.s["ts"] or self.s["context"].get("default_ts") or "1970-01-01T00:00:00.000Z")
 
     def note(self, lineno: Optional[int], reason: str, *, skipped: bool = True) -> None:
         """Record something the import could not use; ``skipped`` counts the line as skipped."""
@@ -183,7 +227,12 @@ class Parser:
                     del source[key]
             self.note(None, f"thread metadata that cannot be stored as JSON left out ({', '.join(dropped)})",
                       skipped=False)
+        version = source.get("agent_version")
+        self.s["version"] = version if isinstance(version, str) else None
         self.emit(event, ts)
+        for early in self.s["early"]:
+            self.emit(early, ts)
+        self.s["early"] = []
 
     def begin_turn(self, ts: str, *, explicit: bool, extra: Optional[dict] = None) -> None:
         """Open a turn, first closing the one still open (a new turn proves it over)."""
@@ -292,6 +341,12 @@ class Parser:
         return None
 
     # -- the end -------------------------------------------------------------------------
+
+    def reopen(self) -> None:
+        """The finalized source grew again (a resumed session): go on from where it was
+        finalized. The session's ``thread.completed`` stays where it is; what the source adds
+        follows it (new turns reopen the session), and a later settling completes it again."""
+        self.s["finalized"] = False
 
     def finalize(self) -> None:
         """The source is settled: close the open turn and complete the thread.

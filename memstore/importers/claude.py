@@ -30,6 +30,9 @@ IGNORED_TYPES = frozenset({
     "summary", "file-history-snapshot", "queue-operation", "progress", "custom-title", "last-prompt",
     "attachment", "permission-mode", "mode", "agent-name", "tag", "pr-link", "ai-title",
 })
+# system lines that say nothing an event log keeps (a hook summary, a slash command's output, an
+# API retry notice, ...); any other subtype is kept as import.unrecognized.
+QUIET_SYSTEM_SUBTYPES = frozenset({"local_command", "stop_hook_summary", "api_error", "informational"})
 _MARKUP = ("<command-", "<local-command-", "<bash-input>", "<bash-stdout>", "<bash-stderr>", "<user-memory-input>")
 _INTERRUPTED = "[Request interrupted by user"
 _SEEN_LIMIT = 4096  # message ids remembered to drop responses replayed from an earlier turn
@@ -148,6 +151,13 @@ class ClaudeParser(Parser):
         turn["msgs"] = {}  # message id -> [input, cache read, cache creation, output], the largest seen
         return turn
 
+    def reopen(self) -> None:
+        """The settled transcript grew: the responses of the turn finalizing closed may go on
+        (their later lines are imported, and their usage counts only beyond what that turn
+        counted)."""
+        super().reopen()
+        self.s["continued"] = dict(self.s.get("last_msgs") or {})
+
     def turn_usage(self, turn: dict) -> dict:
         inp = cached = created = out = 0
         seen, seen_set = self.s["seen"], self._seen
@@ -159,6 +169,10 @@ class ClaudeParser(Parser):
             if mid not in seen_set:
                 seen.append(mid)
                 seen_set.add(mid)
+        # What this turn counted per response, kept until the next turn closes: a source that
+        # settled mid-response and then grew (see reopen) continues that response.
+        self.s["last_msgs"] = turn["msgs"]
+        self.s.pop("continued", None)
         if len(seen) > _SEEN_LIMIT:
             for mid in seen[:len(seen) - _SEEN_LIMIT]:
                 seen_set.discard(mid)
@@ -177,7 +191,7 @@ class ClaudeParser(Parser):
                 self.on_progress(obj)
             return
         if kind not in ("user", "assistant", "system"):
-            self.note(lineno, f"unknown transcript line type {kind!s:.40}")
+            self.keep(lineno, f"{kind!s:.40}", f"unknown transcript line type {kind!s:.40}")
             return
         for key in obj.keys() - KNOWN_FIELDS:
             self.note(lineno, f"unknown field {key!r:.60} in Claude transcript lines ignored", skipped=False)
@@ -283,13 +297,14 @@ class ClaudeParser(Parser):
     def on_assistant(self, obj: dict, lineno: int, ts: str) -> None:
         message = obj.get("message")
         if not isinstance(message, dict):
-            self.note(lineno, "assistant line without a message object")
+            self.keep(lineno, "assistant (no message)", "assistant line without a message object")
             return
         mid = message.get("id")
-        if isinstance(mid, str) and mid in self._seen:
+        s = self.s
+        counted = s.get("continued", {}).get(mid) if isinstance(mid, str) else None
+        if isinstance(mid, str) and mid in self._seen and counted is None:
             self.note(lineno, "assistant response repeated from an earlier turn (counted once)")
             return
-        s = self.s
         if s["turn"] is None:
             self.begin_turn(ts, explicit=False)
         turn = s["turn"]
@@ -304,6 +319,8 @@ class ClaudeParser(Parser):
         if isinstance(mid, str) and isinstance(usage, dict):
             new = [u64(usage.get("input_tokens")), u64(usage.get("cache_read_input_tokens")),
                    u64(usage.get("cache_creation_input_tokens")), u64(usage.get("output_tokens"))]
+            if counted is not None:  # a response continued after its source settled: only what it added
+                new = [max(0, n - c) for n, c in zip(new, counted)]
             old = turn["msgs"].get(mid)
             turn["msgs"][mid] = new if old is None else [max(a, b) for a, b in zip(old, new)]
         model = message.get("model")
@@ -345,7 +362,8 @@ class ClaudeParser(Parser):
             elif kind == "redacted_thinking":
                 continue
             else:
-                self.note(lineno, f"unknown assistant content block {kind!s:.40} ignored", skipped=False)
+                self.keep(lineno, f"assistant block {kind!s:.40}", f"unknown assistant content block {kind!s:.40}",
+                          raw=block)
 
     def on_system(self, obj: dict, lineno: int, ts: str) -> None:
         subtype = obj.get("subtype")
@@ -365,7 +383,8 @@ class ClaudeParser(Parser):
             if type(meta.get("preTokens")) is int:
                 event["pre_tokens"] = meta["preTokens"]
             self.emit(event, ts)
-        # other subtypes (local_command, stop_hook_summary, api_error, informational, ...) say nothing to keep
+        elif subtype not in QUIET_SYSTEM_SUBTYPES:
+            self.keep(lineno, f"system:{subtype!s:.40}", f"unknown system line subtype {subtype!s:.40}")
 
     def flush_call(self, call: dict, ts: str) -> None:
         self.after_interruption(ts)

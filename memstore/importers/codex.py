@@ -23,6 +23,7 @@ What each rollout line becomes (the full table is in ``docs/import.md``):
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from typing import Any, Optional
@@ -43,7 +44,7 @@ _IGNORED_EVENTS = frozenset({
     "agent_message", "agent_reasoning", "agent_reasoning_raw_content", "agent_reasoning_section_break",
     "agent_message_delta", "agent_reasoning_delta", "agent_reasoning_raw_content_delta",
     "entered_review_mode", "exited_review_mode", "undo_started", "undo_completed", "thread_rolled_back",
-    "thread_name_updated", "item_started", "item_completed", "image_generation_begin", "image_generation_end",
+    "thread_name_updated", "item_started", "item_updated", "image_generation_begin", "image_generation_end",
     "exec_command_begin", "exec_command_end", "exec_command_output_delta", "terminal_interaction",
     "patch_apply_begin", "patch_apply_end", "mcp_tool_call_begin", "mcp_tool_call_end",
     "web_search_begin", "web_search_end", "view_image_tool_call", "plan_update", "plan_delta", "turn_diff",
@@ -57,7 +58,6 @@ _IGNORED_EVENT_PREFIXES = ("collab_", "realtime_", "reasoning_", "agent_message"
 _DROPPED_PREFIXES = (
     b'"type":"event_msg","payload":{"type":"agent_reasoning',
     b'"type":"event_msg","payload":{"type":"agent_message',
-    b'"type":"response_item","payload":{"type":"message","role":"user"',
     b'"type":"response_item","payload":{"type":"message","role":"developer"',
     b'"type":"response_item","payload":{"type":"message","role":"system"',
 )
@@ -70,6 +70,12 @@ _IGNORED_ITEMS = frozenset({
 # Text Codex injects as a user message that no human typed (legacy files have no other marker).
 _INJECTED_PREFIXES = ("<environment_context>", "<user_instructions>", "<INSTRUCTIONS>", "# AGENTS.md instructions",
                       "<permissions instructions>", "<user_shell_command>", "<turn_aborted>")
+# item_completed items (Codex 0.147 and later) whose content a response_item of the rollout also
+# carries, under the same call id: imported once, from the response_item pair.
+_CALL_ITEMS = frozenset({"CommandExecution", "FileChange", "McpToolCall", "DynamicToolCall", "ImageView"})
+_DONE_CALLS_KEPT = 512  # call ids remembered to recognize an item_completed that repeats a paired call
+_ITEM_STATUS = {"completed": "completed", "failed": "failed", "declined": "declined", "inProgress": "in_progress",
+                "in_progress": "in_progress"}
 
 _EXIT = re.compile(r"^(?:Exit code:|Process exited with code) *(-?\d+)", re.MULTILINE)
 _RUNNING = re.compile(r"^Process running with session ID (\d+)", re.MULTILINE)
@@ -251,6 +257,67 @@ def _file_change(item_id: str, patch: str, out: str, code: Optional[int], succes
     return item
 
 
+def _mirror_key(text: str) -> str:
+    """A short, stable digest of a text (kept in the carry-over: the same in every process)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def _user_inputs(content: Any) -> tuple[str, int]:
+    """The text (joined as Codex joins it) and image count of a UserMessage item's inputs."""
+    if not isinstance(content, list):
+        return "", 0
+    texts, images = [], 0
+    for part in content:
+        if isinstance(part, dict):
+            if part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif part.get("type") in ("image", "local_image", "localImage"):
+                images += 1
+    return "".join(texts), images
+
+
+def _turn_item(itype: str, item: dict, item_id: str) -> dict:
+    """The memstore item for an item_completed tool item with no response_item twin (a command
+    the user ran, one a code-mode script ran, ...)."""
+    status = _ITEM_STATUS.get(item.get("status"), "completed")  # type: ignore[arg-type]
+    if itype == "CommandExecution":
+        command = item.get("command")
+        text = shlex.join(str(part) for part in command) if isinstance(command, list) else _str(command) or ""
+        output = _str(item.get("aggregatedOutput")) or _str(item.get("aggregated_output"))
+        if output is None:
+            output = "\n".join(p for p in (_str(item.get("stdout")), _str(item.get("stderr"))) if p)
+        out: dict = {"id": item_id, "type": "command_execution", "command": text, "aggregated_output": output,
+                     "status": status}
+        code = item.get("exitCode", item.get("exit_code"))
+        if type(code) is int:
+            out["exit_code"] = code
+        return out
+    if itype == "FileChange":
+        changes = []
+        raw = item.get("changes")
+        if isinstance(raw, dict):
+            for path, change in raw.items():
+                kind = change.get("type") if isinstance(change, dict) else None
+                entry = {"path": str(path), "kind": kind if kind in ("add", "delete", "update") else "update"}
+                if isinstance(change, dict) and isinstance(change.get("move_path"), str):
+                    entry["move_path"] = change["move_path"]
+                changes.append(entry)
+        return {"id": item_id, "type": "file_change", "changes": changes, "status": status}
+    if itype == "McpToolCall":
+        server, tool = _str(item.get("server")) or "", _str(item.get("tool")) or ""
+        out = {"id": item_id, "type": "mcp_tool_call", "tool_name": f"mcp__{server}__{tool}", "server": server,
+               "tool": tool, "arguments": item.get("arguments"), "result": item.get("result"), "status": status}
+        error = item.get("error")
+        if isinstance(error, dict):
+            out["error"] = error
+        return out
+    if itype == "DynamicToolCall":
+        return {"id": item_id, "type": "tool_call", "tool_name": _str(item.get("tool")) or "", "arguments":
+                item.get("arguments"), "output": item.get("contentItems", item.get("content_items")), "status": status}
+    return {"id": item_id, "type": "tool_call", "tool_name": "view_image", "arguments": {"path": item.get("path")},
+            "output": "", "status": "completed"}
+
+
 class _TotalsMixin:
     """Usage from a cumulative total: a turn's usage is how far the total advanced since the
     previous turn ended (``base``)."""
@@ -303,10 +370,14 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             "base": [0, 0, 0, 0],   # the total when the last turn ended
             "last_input": 0,       # the latest request's input tokens (the context size)
             "compact_open": False,  # a compacted line awaits its context_compacted twin
+            "held": None,          # a prompt read from a response_item user message, until its twin shows
+            "mirror": {},          # per kind and source, keys of this turn's texts not yet seen twice (see mirrored)
+            "done": [],            # the last paired call ids (an item_completed repeating one is not imported)
         })
         return s
 
     def after_load(self) -> None:
+        self._done = set(self.s.get("done") or ())
         self.has_reasoning = not self.s.get("legacy")
         self._envelope = self.s.get("legacy") is False
         # The last turn_context / token_count line after its timestamp: an identical repeat
@@ -339,15 +410,10 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         if self._envelope:
             self.feed_lines([line], lineno - 1)
             return
-        try:
-            obj = _loads(line)
-        except _JSONDecodeError:
-            if line.strip():
-                self.note(lineno, "unparsable line (not JSON)")
+        obj = self.parse(line, lineno)
+        if obj is None:
             return
-        if type(obj) is not dict:
-            self.note(lineno, "line is not a JSON object")
-        elif self.s["legacy"] is None:
+        if self.s["legacy"] is None:
             self.header(obj, lineno)
         else:
             self.legacy_line(obj, lineno)
@@ -370,7 +436,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         payload = obj.get("payload")
         if len(obj) != 3 or type(payload) is not dict:
             if type(payload) is not dict:
-                self.note(lineno, f"{kind!s:.40} line without a payload object")
+                self.keep(lineno, f"{kind!s:.40} (no payload)", f"{kind!s:.40} line without a payload object")
                 return
             for key in obj.keys() - ENVELOPE_KEYS:
                 self.note(lineno, f"unknown field {key!r:.60} in Codex rollout lines ignored", skipped=False)
@@ -390,16 +456,26 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 ts = s["ts"] = raw
             else:
                 ts = self.line_ts(raw, lineno)
+            if s["held"] is not None and not self.takes_the_held_prompt(etype, payload):
+                self.flush_held()
             if not self.on_event(payload, etype, lineno, ts):
                 return
         elif kind == "response_item":
             if payload.get("type") == "message" and payload.get("role") != "assistant":
-                return  # injected context, or a prompt repeated from user_message
+                role = payload.get("role")
+                if role == "user":
+                    self.user_record(payload, lineno, obj.get("timestamp"))
+                elif role not in ("developer", "system"):
+                    self.keep(lineno, f"response_item:message role {role!s:.40}",
+                              f"message of unknown role {role!s:.40}")
+                return  # injected context, or a prompt held until its user_message twin shows
             raw = obj.get("timestamp")
             if raw == self._raw_ts and raw is not None:
                 ts = s["ts"] = raw
             else:
                 ts = self.line_ts(raw, lineno)
+            if s["held"] is not None:
+                self.flush_held()
             if not self.on_response_item(payload, lineno, ts):
                 return
         elif kind == "turn_context":
@@ -411,12 +487,14 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             return
         elif kind == "compacted":
             ts = self.line_ts(obj.get("timestamp"), lineno)
+            if s["held"] is not None:
+                self.flush_held()
             self.compact_boundary(ts)
             s["compact_open"] = True
         elif kind == "session_meta":
             return  # later session_meta lines are ignored, as Codex does
         else:
-            self.note(lineno, f"unknown rollout line type {kind!s:.40}")
+            self.keep(lineno, f"{kind!s:.40}", f"unknown rollout line type {kind!s:.40}")
             return
         turn = s["turn"]
         if turn is not None:
@@ -440,7 +518,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 "path": self.path, "thread_id": obj["id"],
             })
         else:
-            self.note(lineno, "line before the session_meta header")
+            self.keep(lineno, "(before session_meta)", "line before the session_meta header")
 
     def meta_source(self, p: dict) -> dict:
         git = p.get("git") if isinstance(p.get("git"), dict) else {}
@@ -464,7 +542,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             return
         ts = self.line_ts(None, lineno)
         if not isinstance(obj.get("type"), str):
-            self.note(lineno, "legacy line without a type")
+            self.keep(lineno, "(legacy line without a type)", "legacy line without a type")
         elif self.on_response_item(obj, lineno, ts) and self.s["turn"] is not None:
             self.s["turn"]["ts"] = ts
 
@@ -485,22 +563,14 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         """Handle an event_msg that matters; return whether it did (and so sets the time)."""
         s = self.s
         if kind == "user_message":
+            s["held"] = None  # the event is the prompt; a response_item twin held before it is not
             if p.get("kind") not in (None, "plain"):
                 return False  # 0.3x wrote injected instructions and environment context as user_message kinds
             text = _str(p.get("message")) or ""
             images = sum(len(p[k]) for k in ("images", "local_images") if isinstance(p.get(k), list))
-            if s["tasks"]:
-                # A prompt joins the running task (queued input), unless that task was aborted:
-                # then no task is running, and the prompt opens the next one.
-                opened = s["turn"] is None or s["turn"]["abort"] is not None
-                if opened:
-                    self.begin_turn(ts, explicit=False)
-                self.prompt(text, images, lineno, ts)
-                if opened:
-                    s["turn"]["adoptable"] = True
-            else:
-                self.begin_turn(ts, explicit=False)
-                self.prompt(text, images, lineno, ts)
+            return self.take_prompt(text, images, lineno, ts, "event")
+        elif kind == "item_completed":
+            return self.on_item_completed(p, lineno, ts)
         elif kind in ("task_started", "turn_started"):
             s["tasks"] = True
             turn = s["turn"]
@@ -511,7 +581,9 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 return True
             turn_id = p.get("turn_id")
             self.begin_turn(ts, explicit=True, extra={"turn_id": turn_id} if isinstance(turn_id, str) else None)
-        elif kind == "task_complete":
+            if s["held"] is not None:
+                self.flush_held()  # a prompt read before its task began belongs to the task
+        elif kind in ("task_complete", "turn_complete"):
             turn = s["turn"]
             if turn is None:
                 self.note(lineno, "task_complete without an open turn", skipped=False)
@@ -537,9 +609,166 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             self.item({"id": str(lineno), "type": "error", "message": message}, ts)
             s["turn"]["error"] = message
         else:
-            self.note(lineno, f"unknown event_msg type {kind!s:.40}")
+            self.keep(lineno, f"event_msg:{kind!s:.40}", f"unknown event_msg type {kind!s:.40}")
             return False
         return True
+
+    # -- prompts and their twins ---------------------------------------------------------
+
+    def take_prompt(self, text: str, images: int, lineno: int, ts: str, source: str) -> bool:
+        """A person's prompt, from a ``user_message`` event, an ``item_completed`` UserMessage
+        or a response_item user message (``source``); imported once when its twin from another
+        source shows in the same turn. Opens the turn it starts. Returns whether it made an event."""
+        s = self.s
+        key = _mirror_key(text)
+        if self.twin("prompt", source, key):
+            return False
+        if s["tasks"]:
+            # A prompt joins the running task (queued input), unless that task was aborted:
+            # then no task is running, and the prompt opens the next one.
+            opened = s["turn"] is None or s["turn"]["abort"] is not None
+            if opened:
+                self.begin_turn(ts, explicit=False)
+            self.remember("prompt", source, key)
+            self.prompt(text, images, lineno, ts)
+            if opened:
+                s["turn"]["adoptable"] = True
+        else:
+            self.begin_turn(ts, explicit=False)
+            self.remember("prompt", source, key)
+            self.prompt(text, images, lineno, ts)
+        return True
+
+    def user_record(self, payload: dict, lineno: int, raw_ts: Any) -> None:
+        """A response_item user message in an envelope file: injected context, or the twin of
+        a prompt event (0.104 writes both), or (Codex 0.148 sessions with neither) the prompt
+        itself. It is held until the next line tells: a prompt event or item right after it is
+        the prompt; any other line that makes an event releases it as the prompt."""
+        text, images = _text_parts(payload.get("content"), ("input_text", "text"))
+        if text.lstrip().startswith(_INJECTED_PREFIXES) or not (text.strip() or images):
+            return
+        ts = self.line_ts(raw_ts, lineno)
+        if self.s["held"] is not None:
+            self.flush_held()
+        self.s["held"] = [text, images, lineno, ts]
+
+    def takes_the_held_prompt(self, etype: Any, payload: dict) -> bool:
+        """Whether this event line is the held prompt's own twin (or starts its task)."""
+        if etype in ("user_message", "task_started", "turn_started"):
+            return True
+        item = payload.get("item") if etype == "item_completed" else None
+        return isinstance(item, dict) and item.get("type") == "UserMessage"
+
+    def flush_held(self) -> None:
+        held, self.s["held"] = self.s["held"], None
+        if held is not None:
+            text, images, lineno, ts = held
+            self.take_prompt(text, images, lineno, ts, "record")
+
+    def mirrored(self, kind: str, source: str, text: str) -> bool:
+        """Whether ``text`` (an answer, a reasoning summary, a search) was already imported in
+        this turn from another source of the same content (Codex 0.147 and later write several):
+        then it is its twin, not imported again. Otherwise it is remembered for the twin to come."""
+        key = _mirror_key(text)
+        if self.twin(kind, source, key):
+            return True
+        self.remember(kind, source, key)
+        return False
+
+    def twin(self, kind: str, source: str, key: str) -> bool:
+        """Whether the text of ``key`` (see :func:`_mirror_key`) is the twin of one imported in
+        this turn from another source (that one is then taken: a third copy is no twin of it)."""
+        by_source = self.s["mirror"].get(kind)
+        if by_source:
+            for other, keys in by_source.items():
+                if other != source and key in keys:
+                    keys.remove(key)
+                    return True
+        return False
+
+    def remember(self, kind: str, source: str, key: str) -> None:
+        """Remember that the text of ``key`` was imported in this turn from ``source``."""
+        self.s["mirror"].setdefault(kind, {}).setdefault(source, []).append(key)
+
+    def close_turn(self, ts: str) -> None:
+        super().close_turn(ts)
+        self.s["mirror"] = {}
+
+    def finalize(self) -> None:
+        if not self.s["finalized"] and self.s["held"] is not None:
+            self.flush_held()
+        super().finalize()
+
+    def remember_call(self, call_id: Any) -> None:
+        """Remember a paired call's id (the last ``_DONE_CALLS_KEPT`` to ``2 *`` that many)."""
+        if isinstance(call_id, str) and call_id not in self._done:
+            done = self.s["done"]
+            done.append(call_id)
+            self._done.add(call_id)
+            if len(done) > 2 * _DONE_CALLS_KEPT:
+                for old in done[:_DONE_CALLS_KEPT]:
+                    self._done.discard(old)
+                del done[:_DONE_CALLS_KEPT]
+
+    # -- item_completed (Codex 0.147 and later) -------------------------------------------
+
+    def on_item_completed(self, p: dict, lineno: int, ts: str) -> bool:
+        """An ``item_completed`` event: the typed turn items newer Codex versions write instead of
+        (or beside) the per-turn events. What a response_item twin already carries (the same
+        call id, or the same text in the same turn) is not imported twice; the rest becomes
+        items; an item type not known here is kept (import.unrecognized)."""
+        item = p.get("item")
+        itype = item.get("type") if isinstance(item, dict) else None
+        if not isinstance(item, dict) or not isinstance(itype, str):
+            self.keep(lineno, "event_msg:item_completed (no item)", "item_completed without a typed item")
+            return False
+        s = self.s
+        if itype == "UserMessage":
+            s["held"] = None
+            text, images = _user_inputs(item.get("content"))
+            if not (text.strip() or images):
+                return False
+            return self.take_prompt(text, images, lineno, ts, "item")
+        if itype == "AgentMessage":
+            text, _ = _text_parts(item.get("content"), ("Text", "text", "output_text"))
+            if not text.strip() or self.mirrored("agent", "item", text):
+                return False
+            out = {"id": str(lineno), "type": "agent_message", "text": text}
+            if isinstance(item.get("phase"), str):
+                out["phase"] = item["phase"]
+            self.item(out, ts)
+            return True
+        if itype == "Reasoning":
+            summary = item.get("summary_text")
+            parts = summary if isinstance(summary, list) else []
+            text = "\n".join(t for t in parts if isinstance(t, str) and t.strip())
+            if not text or self.mirrored("reasoning", "item", text):
+                return False
+            self.item({"id": str(lineno), "type": "reasoning", "text": text}, ts)
+            return True
+        if itype == "Plan":
+            text = _str(item.get("text")) or ""
+            if not text.strip():
+                return False
+            self.item({"id": str(lineno), "type": "plan", "text": text}, ts)
+            return True
+        if itype == "WebSearch":
+            query = _str(item.get("query")) or ""
+            if self.mirrored("search", "item", query):
+                return False
+            self.item({"id": str(lineno), "type": "web_search", "query": query}, ts)
+            return True
+        if itype == "ContextCompaction":
+            return False  # the compacted line (and its context_compacted event) says it
+        if itype in _CALL_ITEMS:
+            call_id = item.get("id")
+            if isinstance(call_id, str) and (call_id in s["calls"] or call_id in s["results"] or call_id in self._done):
+                return False  # its response_item call (and output) are imported as one item
+            self.item(_turn_item(itype, item, str(lineno)), ts)
+            self.remember_call(call_id)
+            return True
+        self.keep(lineno, f"event_msg:item_completed:{itype:.40}", f"item_completed of unknown item type {itype:.40}")
+        return False
 
     def prompt(self, text: str, images: int, lineno: int, ts: str) -> None:
         item = {"id": str(lineno), "type": "user_message", "text": text}
@@ -566,6 +795,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 if not self.hold_result(call_id, {"kind": kind, "output": p.get("output", ""), "line": lineno}):
                     self.orphan_result({"kind": kind, "line": lineno})
                 return False
+            self.remember_call(call_id)
             self.item(call_item(call, p.get("output", ""), str(call["line"])), ts)
         elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
             call_id = p.get("call_id") or p.get("id")
@@ -588,6 +818,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 self.flush_call(s["calls"].pop(call_id), ts)
             result = self.take_result(call_id)
             if result is not None:  # its output came first
+                self.remember_call(call_id)
                 self.item(call_item(call, result["output"], str(lineno)), ts)
                 return True
             s["calls"][call_id] = call
@@ -595,7 +826,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             role = p.get("role")
             if role == "assistant":
                 text, _ = _text_parts(p.get("content"), ("output_text", "text"))
-                if not text.strip():
+                if not text.strip() or self.mirrored("agent", "record", text):
                     return False
                 item = {"id": str(lineno), "type": "agent_message", "text": text}
                 phase = p.get("phase")
@@ -615,7 +846,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             texts = [part.get("text") for part in summary if isinstance(part, dict) and isinstance(part.get("text"), str)] \
                 if isinstance(summary, list) else []
             text = "\n".join(t for t in texts if t.strip())
-            if not text:
+            if not text or self.mirrored("reasoning", "record", text):
                 return False
             self.item({"id": str(lineno), "type": "reasoning", "text": text}, ts)
         elif kind == "web_search_call":
@@ -625,6 +856,8 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 queries = action.get("queries")
                 query = "\n".join(q for q in queries if isinstance(q, str)) if isinstance(queries, list) else \
                     (_str(action.get("url")) or "")
+            if self.mirrored("search", "record", query):
+                return False
             item = {"id": str(lineno), "type": "web_search", "query": query}
             status = p.get("status")
             if isinstance(status, str) and status != "completed":
@@ -633,7 +866,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         elif kind in _IGNORED_ITEMS:
             return False
         else:
-            self.note(lineno, f"unknown response_item type {kind!s:.40}")
+            self.keep(lineno, f"response_item:{kind!s:.40}", f"unknown response_item type {kind!s:.40}")
             return False
         return True
 
@@ -676,14 +909,14 @@ class CodexExecParser(_TotalsMixin, Parser):
                 self.start_thread(ts, {"agent": "codex", "originator": "codex_exec", "path": self.path,
                                        "thread_id": thread_id})
             else:
-                self.note(lineno, "line before thread.started")
+                self.keep(lineno, "(before thread.started)", "line before thread.started")
             return
         if kind == "turn.started":
             self.begin_turn(ts, explicit=True)
         elif kind == "item.completed":
             item = obj.get("item")
             if not isinstance(item, dict):
-                self.note(lineno, "item.completed without an item object")
+                self.keep(lineno, "item.completed (no item)", "item.completed without an item object")
                 return
             item = dict(item)
             if "type" not in item and "item_type" in item:  # captures before codex PR #4525
@@ -691,7 +924,7 @@ class CodexExecParser(_TotalsMixin, Parser):
             if item.get("type") == "assistant_message":
                 item["type"] = "agent_message"
             if not isinstance(item.get("type"), str):
-                self.note(lineno, "item without a type")
+                self.keep(lineno, "item.completed (no type)", "item without a type")
                 return
             item.pop("id", None)
             self.item({"id": str(lineno), **item}, ts)
@@ -719,7 +952,7 @@ class CodexExecParser(_TotalsMixin, Parser):
         elif kind in ("item.started", "item.updated", "item.plan.delta", "thread.started", "request_user_input"):
             return
         else:
-            self.note(lineno, f"unknown exec event type {kind!s:.40}")
+            self.keep(lineno, f"{kind!s:.40}", f"unknown exec event type {kind!s:.40}")
             return
 
     def flush_call(self, call: dict, ts: str) -> None:  # exec streams carry no separate calls

@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import stat
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -200,14 +201,80 @@ def iter_lines(fd: int, start: int, limit: int) -> Iterator[tuple[bytes, int]]:
             pieces.append(tail)
 
 
-def fingerprint(fd: int, offset: int) -> tuple[int, str, str]:
-    """(head length, sha256 of the first 64 KiB of ``[0, offset)``, sha256 of its last 4 KiB):
-    enough to tell a source that grew from one that was rewritten."""
-    head_len = min(HEAD_FINGERPRINT, offset)
-    head = os.pread(fd, head_len, 0)
+def read_at(fd: int, size: int, offset: int) -> bytes:
+    """The one read of the bytes an import parses (``os.pread``): every byte the parser is fed,
+    and every byte the consumed-bytes fingerprint describes, comes from these reads."""
+    return os.pread(fd, size, offset)
+
+
+def sample(fd: int, offset: int) -> tuple[bytes, bytes]:
+    """The bytes the fingerprint of ``[0, offset)`` covers, as the file holds them now: its
+    first 64 KiB and its last 4 KiB."""
+    head = os.pread(fd, min(HEAD_FINGERPRINT, offset), 0)
     tail_start = max(0, offset - TAIL_FINGERPRINT)
     tail = os.pread(fd, offset - tail_start, tail_start)
-    return head_len, hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest()
+    return head, tail
+
+
+def fingerprint(fd: int, offset: int) -> tuple[int, str, str]:
+    """(head length, sha256 of the first 64 KiB of ``[0, offset)``, sha256 of its last 4 KiB)
+    as the file holds them now: enough to tell a source that grew from one that was rewritten.
+    (What an import saves is :class:`ConsumedBytes`' fingerprint, of what it parsed.)"""
+    head, tail = sample(fd, offset)
+    return len(head), hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest()
+
+
+class ConsumedBytes:
+    """The fingerprint of the bytes an import consumed, built from the very reads the parser
+    was fed, never from a later read of the file: a source rewritten while it is read is then
+    described as it was parsed, so the next import sees that the file differs.
+
+    It starts from the already consumed prefix ``[0, offset)`` (its head and tail samples, as
+    verified against the saved fingerprint), and ``consume`` is given each further consumed
+    byte, in order. ``run_checksum`` is the CRC-32 of the bytes consumed by this run alone (with
+    their length, what :func:`still_holds` compares: a change check, not a defence against
+    forgery, and cheap enough to run over every byte an import reads).
+    """
+
+    __slots__ = ("head", "tail", "offset", "start", "run_checksum")
+
+    def __init__(self, offset: int = 0, head: bytes = b"", tail: bytes = b""):
+        self.offset = self.start = offset
+        self.head = head
+        self.tail = tail
+        self.run_checksum = 0
+
+    def consume(self, data: bytes) -> None:
+        if not data:
+            return
+        if len(self.head) < HEAD_FINGERPRINT:
+            self.head += data[:HEAD_FINGERPRINT - len(self.head)]
+        if len(data) >= TAIL_FINGERPRINT:
+            self.tail = data[-TAIL_FINGERPRINT:]
+        else:
+            self.tail = (self.tail + data)[-TAIL_FINGERPRINT:]
+        self.run_checksum = zlib.crc32(data, self.run_checksum)
+        self.offset += len(data)
+
+    def fingerprint(self) -> tuple[int, str, str]:
+        """(head length, head sha256, tail sha256) of ``[0, offset)`` as consumed."""
+        return len(self.head), hashlib.sha256(self.head).hexdigest(), hashlib.sha256(self.tail).hexdigest()
+
+
+
+def still_holds(fd: int, consumed: ConsumedBytes) -> bool:
+    """Whether the file still holds, at ``[consumed.start, consumed.offset)``, the bytes this
+    run consumed (read again and hashed): false when the source was rewritten while it was
+    being imported."""
+    checksum = 0
+    pos = consumed.start
+    while pos < consumed.offset:
+        data = os.pread(fd, min(CHUNK, consumed.offset - pos), pos)
+        if not data:
+            return False
+        checksum = zlib.crc32(data, checksum)
+        pos += len(data)
+    return checksum == consumed.run_checksum
 
 
 def _head_lines(fd: int, limit: int) -> Iterator[bytes]:

@@ -11,8 +11,9 @@ import random
 import numpy as np
 import pytest
 
-from memstore.search import K1, tokenize
-from test_search import build
+from bm25_reference import build
+
+from memstore.bm25 import K1, tokenize
 
 bm25s = pytest.importorskip("bm25s")
 

@@ -8,9 +8,11 @@ import sqlite3
 
 import pytest
 
-import memstore.search as search
-from memstore.search import SearchIndex
-from test_search import NOW, assert_same_ranking, build, insert_chunks, open_catalog, random_rows, reference_search
+from bm25_reference import NOW, assert_same_ranking, build, insert_chunks, open_catalog, random_rows, reference_search
+
+import memstore.bm25.merge as merge
+import memstore.bm25.segments as segments
+from memstore.bm25 import SearchIndex
 
 QUERIES = ["rust", "cargo test", "blue whale ocean", "über", "i̇stanbul x y", "some none ok err", "v1 2 3", "fn fn impl",
            "sqlite index query commit", "nothing matches zzz"]
@@ -83,10 +85,10 @@ def test_incremental_equals_from_scratch(tmp_path, seed):
 def test_incremental_with_tiny_blocks_and_pages(tmp_path, monkeypatch):
     """The same with blocks of a few terms and merges reading two blocks at a time, so lookups
     cross block boundaries and merges cross pages."""
-    monkeypatch.setattr(search, "BLOCK_TERMS", 3)
-    monkeypatch.setattr(search, "BLOCK_POSTINGS", 8)
-    monkeypatch.setattr(search, "BLOCK_ALONE", 4)
-    monkeypatch.setattr(search, "MERGE_PAGE_BLOCKS", 2)
+    monkeypatch.setattr(segments, "BLOCK_TERMS", 3)
+    monkeypatch.setattr(segments, "BLOCK_POSTINGS", 8)
+    monkeypatch.setattr(segments, "BLOCK_ALONE", 4)
+    monkeypatch.setattr(merge, "MERGE_PAGE_BLOCKS", 2)
     test_incremental_equals_from_scratch(tmp_path, 14)
     conn = sqlite3.connect(tmp_path / "inc.db")
     blocks = conn.execute("SELECT terms FROM search_postings").fetchall()
@@ -142,7 +144,7 @@ def test_small_segments_merge_in_tiers(tmp_path):
         next_id += 20
         insert_chunks(conn, rows)
         index.add((r["id"], r["text"], r["created_at"]) for r in rows)
-        assert segment_count(conn) < 2 * search.MERGE_FACTOR
+        assert segment_count(conn) < 2 * merge.MERGE_FACTOR
     conn.commit()
     assert index.count() == 1400
 
@@ -231,7 +233,7 @@ def test_writes_outside_a_transaction_commit_on_their_own(tmp_path):
 
 
 def search_ddl() -> str:
-    from test_search import CHUNKS_DDL
+    from bm25_reference import CHUNKS_DDL
 
     return CHUNKS_DDL
 
@@ -293,4 +295,4 @@ def test_small_term_cache_still_answers(tmp_path):
     conn, index = build(tmp_path, rows)
     tiny = SearchIndex(sqlite3.connect(tmp_path / "catalog.db"), cache_bytes=1)
     assert results(tiny) == results(index)
-    assert len(tiny._view.terms) == 1
+    assert len(tiny.cache.view.terms) == 1

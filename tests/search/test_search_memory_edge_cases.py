@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 import memstore
-from memstore.search import recency_multiplier
+from memstore.bm25 import recency_multiplier
 
 
 def _fact_session(root, sid, view: dict):
