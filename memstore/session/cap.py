@@ -5,7 +5,8 @@ The rewrite's order, each step after the previous one is durable:
 
 1. the summary: a custom ``on_evict`` hook runs first, on the evicted events, before anything
    is touched (if it fails, nothing is); the default summary is made from the index (counts by
-   type) and one read of the evicted prefix as raw lines (only agent messages are decoded);
+   type) and the evicted prefix's raw lines read backwards from the cut, only until the newest
+   five distinct agent messages are found (only lines that may hold one are decoded);
 2. the kept part of the log is copied to a temp file; the default summary's line and file, the
    intent marker and manifest.json's next version are written; all are synced together (their
    writeback started at once, so the syncs overlap rather than queue);
@@ -39,11 +40,11 @@ from .. import faults
 from ..errors import CapEvictionError, MemstoreError, StoreIOError
 from ..fsio import fsync_dir
 from ..layout import DERIVED_DIR, INDEX_DIR
-from .index import EvictSpec, SessionIndex, manifest_row
+from .index import EvictSpec, SessionIndex
 from .lifecycle import LogState
 from .logfile import LogFile, Replacement
 from .manifest import CapRewriteMarker, StagedFile, clear_marker, new_generation, stage_file, stage_marker
-from .publisher import Batch, Publisher
+from .publisher import Publisher
 from .summaries import (
     EVICTION_FACT_CHARS,
     EVICTION_SUMMARY_FACTS,
@@ -172,9 +173,22 @@ def log_head(head_id: Optional[str], retained_turn_base: int) -> dict:
 class CapWriter(Protocol):
     """What a cap rewrite asks of the writer whose lock it runs under."""
 
+    def write_out(self, *, sync: bool) -> None:
+        """Write the buffer (and sync it, with ``sync``); a failure fails the session closed and
+        is raised."""
+
     def settle(self, *, sync: bool = True) -> None:
         """Write the buffer (and sync it, with ``sync``), and hand every row describing what was
         written to the publisher; a failure fails the session closed and is raised."""
+
+    def rows_pending_from(self, offset: int) -> bool:
+        """Whether a row not yet handed to the publisher describes a record at or before
+        ``offset`` (rows are handed over in log order)."""
+
+    def publish_rewrite(self, shift: Callable[[int], int], evict: EvictSpec, marker: CapRewriteMarker) -> None:
+        """Hand the publisher the rewrite (``evict``, then the marker's removal once the index is
+        durable) with every row and turn not handed over yet, their offsets moved by ``shift``
+        to the rewritten log's; the open turn's offsets move too."""
 
     def fail(self, exc: BaseException) -> None:
         """Fail the session closed with ``exc``: the log and its views may disagree until a
@@ -238,9 +252,16 @@ class CapPolicy:
         plan = plan_cap_eviction(_turn_spans(index, state), manifest.event_count, max_events, open_turn)
         if plan is None:
             return
-        self.writer.settle(sync=sync)
-        if not self._views_caught_up():
-            return
+        if self.writer.rows_pending_from(plan.truncate_offset):
+            # Rows of records the rewrite evicts (or of its first kept one) are not in the index
+            # yet: it reads them there, so they are committed first.
+            self.writer.settle(sync=sync)
+            if not self._views_caught_up():
+                return
+        else:
+            # The rows not handed over yet describe only kept records: they go to the index with
+            # the rewrite, in its transaction, moved to the rewritten log's offsets.
+            self.writer.write_out(sync=sync)
         log = self.log
         cut = plan.truncate_offset
         if cut > log.length:
@@ -254,7 +275,7 @@ class CapPolicy:
             # The default summary: counts from the index, facts from the prefix's raw lines.
             summary = EvictionSummary(manifest.session_id, evicted_count)
             summary.types.update(evicted_types)
-            summary.add_facts_of_lines(log.lines_matching(0, cut, MESSAGE_CANDIDATE))
+            summary.take_latest_facts_of_lines(log.lines_matching_backward(0, cut, MESSAGE_CANDIDATE))
         else:
             self._run_hook(on_evict, manifest.session_id, cut, manifest.event_count, max_events)
         delta = len(head) - skip
@@ -294,28 +315,20 @@ class CapPolicy:
             manifest.retained_turn_base = after.retained_turn_base
             manifest.generation = after.generation
             manifest.persisted_file_len = after.persisted_file_len
-            # Offsets move back by ``cut``; those past the head's first line move by ``delta``.
-            pivot = cut + 1 if grown else cut
-            turn = state.open_turn
-            if turn is not None:
-                turn.start_offset += -cut + (delta if turn.start_offset >= pivot else 0)
-                turn.end_offset += -cut + (delta if turn.end_offset >= pivot else 0)
             log.tail = log.read_tail(new_len)
         except BaseException as exc:
             self.writer.fail(exc)
             raise
         self._rewrote()
+        # Offsets move back by ``cut``; those past the head's first line move by ``delta``.
+        pivot = cut + 1 if grown else cut
+
+        def shift(offset: int) -> int:
+            return offset - cut + (delta if offset >= pivot else 0)
+
         # The index, with a synced WAL, then the marker's removal: off this thread (the marker
         # stays until the index is durable; manifest.json already is).
-        self.publisher.submit(
-            Batch(
-                manifest_row=manifest_row(manifest),
-                tail=log.tail,
-                evict=EvictSpec(cut, base, pivot, delta, grown, manifest.next_seq),
-                durable=True,
-                clear_marker=marker,
-            )
-        )
+        self.writer.publish_rewrite(shift, EvictSpec(cut, base, pivot, delta, grown, manifest.next_seq), marker)
         if summary is not None:
             prune_summary_files(self.session_dir / DERIVED_DIR)
 

@@ -175,6 +175,36 @@ class LogFile:
                 yield data[line_start:line_end]
             carry = data[last + 1 :]
 
+    def lines_matching_backward(self, start: int, end: int, pattern: re.Pattern[bytes]) -> Iterator[bytes]:
+        """:meth:`lines_matching` newest first: every complete line in ``[start, end)`` (``start``
+        a line's start) in which ``pattern`` (which must not match a ``\\n``) matches, without
+        its ``\\n``, from the last to the first. Reads backwards from ``end`` in large chunks, so
+        a caller that needs only the last few such lines reads little more than what holds them."""
+        pos = end
+        carry = b""  # the bytes after an earlier chunk's first newline: a line that starts before
+        partial_tail = True  # until a newline is seen, the bytes read end a partial last line
+        while pos > start:
+            size = min(_READ_CHUNK, pos - start)
+            chunk = self.pread(pos - size, size)
+            if len(chunk) != size:
+                raise StoreIOError("read", self.path, f"short read at offset {pos - size} (the log shrank)")
+            pos -= size
+            data = chunk + carry if carry else chunk
+            if partial_tail:
+                data = data[: data.rfind(b"\n") + 1]
+                if not data:
+                    continue
+                partial_tail = False
+            # Lines before ``edge`` may begin in the previous chunk: they wait for it.
+            edge = data.find(b"\n") + 1 if pos > start else 0
+            carry = data[:edge]
+            yielded_from = len(data)
+            for match in reversed(list(pattern.finditer(data, edge))):
+                if match.start() >= yielded_from:
+                    continue  # in the line just yielded
+                yielded_from = data.rfind(b"\n", 0, match.start()) + 1
+                yield data[yielded_from : data.find(b"\n", match.start())]
+
     def records(self, start: int, end: int) -> Iterator[Record]:
         """Decode the valid records in ``[start, end)``; lines that fail decoding are skipped."""
         pos = start

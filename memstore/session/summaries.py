@@ -64,11 +64,8 @@ class EvictionSummary:
         self.add_fact_of(event)
 
     def add_fact_of(self, event: dict) -> None:
-        text = ev.agent_message_text(event)
-        if not text:
-            return
-        fact = ev.truncate_for_fact(ev.normalize_whitespace(text), EVICTION_FACT_CHARS)
-        if not fact:
+        fact = _fact_of(event)
+        if fact is None:
             return
         key = fact.lower()
         facts = self._facts
@@ -87,6 +84,28 @@ class EvictionSummary:
             if record is not None:
                 self.add_fact_of(record.event)
 
+    def take_latest_facts_of_lines(self, lines_newest_first: Iterable[bytes]) -> None:
+        """Keep the facts :meth:`add_facts_of_lines` would keep from the same lines given in the
+        opposite order, newest first, consuming only as many as it needs: the newest line of
+        each distinct fact gives its text and its place, and once five distinct facts are found
+        older lines cannot change them (a fact seen again only moves to the end). Replaces any
+        facts kept before."""
+        newest: OrderedDict[str, str] = OrderedDict()
+        for line in lines_newest_first:
+            record = ev.decode_line(line)
+            if record is None:
+                continue
+            fact = _fact_of(record.event)
+            if fact is None:
+                continue
+            key = fact.lower()
+            if key in newest:
+                continue
+            newest[key] = fact
+            if len(newest) == EVICTION_SUMMARY_FACTS:
+                break
+        self._facts = OrderedDict(reversed(newest.items()))
+
     def to_dict(self) -> dict:
         return {
             "session_id": self.session_id,
@@ -96,6 +115,15 @@ class EvictionSummary:
             "grounded_facts": list(self._facts.values()),
             "writer": WRITER,
         }
+
+
+def _fact_of(event: dict) -> Optional[str]:
+    """The grounded fact an event gives (an agent message's text, whitespace-normalized and cut
+    to ``EVICTION_FACT_CHARS``), or ``None``."""
+    text = ev.agent_message_text(event)
+    if not text:
+        return None
+    return ev.truncate_for_fact(ev.normalize_whitespace(text), EVICTION_FACT_CHARS) or None
 
 
 @dataclass

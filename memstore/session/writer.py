@@ -6,7 +6,7 @@ part only what that part needs: the log file (``logfile.py``) holds the bytes; t
 (``indexslot.py``) the index connection and its lock; the publisher (``publisher.py``) commits
 rows and publishes the manifest from the slot; the deriver (``deriver.py``) reads a narrow view
 of it (:class:`~memstore.session.deriver.DeriveSource`); the cap policy (``cap.py``) owns its
-back-off and asks the writer for three things (:class:`~memstore.session.cap.CapWriter`);
+back-off and asks the writer for the few things it needs (:class:`~memstore.session.cap.CapWriter`);
 recovery (``recovery.py``) gets the log file, the slot, the publisher and the directory.
 
 Durability ordering at every write point: (1) one ``write()`` of whole lines, (2) ``fdatasync``
@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -38,12 +38,12 @@ from ..layout import DERIVED_DIR, INDEX_DIR, INDEX_FILE, MANIFEST_FILE
 from . import registry
 from .cap import CapPolicy, EvictionHook, HookRunning, log_head
 from .deriver import Deriver
-from .index import SessionIndex, Turn, derived_tables, manifest_row
+from .index import EvictSpec, SessionIndex, Turn, derived_tables, manifest_row
 from .indexslot import IndexSlot
 from .lifecycle import LogState
 from .lock import LivenessLock
 from .logfile import LogFile
-from .manifest import Manifest
+from .manifest import CapRewriteMarker, Manifest
 from .publisher import Batch, Publisher
 from .recovery import recover
 
@@ -347,6 +347,46 @@ class SessionWriter:
         self.write_out(sync=sync)
         if self.pending or self.state.dirty or self.unpublished:
             self.publish()
+
+    def rows_pending_from(self, offset: int) -> bool:
+        """Whether a row not handed to the publisher yet describes a record at or before
+        ``offset`` (the rows are in log order: the first is the oldest)."""
+        return bool(self.pending) and self.pending[0][1] <= offset
+
+    def publish_rewrite(self, shift: Callable[[int], int], evict: EvictSpec, marker: CapRewriteMarker) -> None:
+        """After a cap rewrite replaced the log: move every offset not yet in the index (rows and
+        turns not handed over, the open turn) by ``shift`` to the rewritten log's, and hand them
+        to the publisher with the rewrite itself, which the index applies first, in the same
+        transaction, with a synced WAL; the marker is removed once that is durable."""
+        state = self.state
+        moved = []
+        for turn in state.dirty.values():
+            turn.start_offset, turn.end_offset = shift(turn.start_offset), shift(turn.end_offset)
+            moved.append(turn)
+        open_turn = state.open_turn
+        if open_turn is not None and not any(turn is open_turn for turn in moved):
+            open_turn.start_offset, open_turn.end_offset = shift(open_turn.start_offset), shift(open_turn.end_offset)
+        self.pending = [(seq, shift(start), size, turn, ts, kind) for seq, start, size, turn, ts, kind in self.pending]
+        m = state.manifest
+        m.persisted_file_len = self.log.length
+        self.publisher.submit(
+            Batch(
+                self.pending,
+                self.pending_lines,
+                {t.number: t.as_row() for t in state.dirty.values()},
+                manifest_row(m),
+                self.log.tail,
+                None,  # manifest.json is in place already (the rewrite installed it)
+                evict=evict,
+                durable=True,
+                clear_marker=marker,
+            )
+        )
+        state.dirty.clear()
+        self.pending = []
+        if self.pending_lines is not None:
+            self.pending_lines = []
+        self.unpublished = 0
 
     def publish_manifest(self, *, wait: bool = False) -> None:
         """Publish the manifest (the index already holds its row): from the publisher's thread,
