@@ -7,15 +7,19 @@ The rewrite's order, each step after the previous one is durable:
    is touched (if it fails, nothing is); the default summary is made from the index (counts by
    type) and the evicted prefix's raw lines read backwards from the cut, only until the newest
    five distinct agent messages are found (only lines that may hold one are decoded);
-2. the kept part of the log is copied to a temp file; the default summary's line and file, the
-   intent marker and manifest.json's next version are written; all are synced together (their
-   writeback started at once, so the syncs overlap rather than queue);
+2. the kept part of the log is copied to a temp file; the default summary's line (in
+   ``eviction-summaries.jsonl``, which keeps every summary), the intent marker and
+   manifest.json's next version are written; all are synced together (their writeback started
+   at once, so the syncs overlap rather than queue);
 3. the copy replaces the log and the directory is synced; manifest.json's next version is
    renamed in and the directory synced again: from here manifest.json describes the rewritten
    log, durably, before anything is appended to it (and never describes a log not on disk);
-4. off the agent's thread, the publisher applies the eviction to the index in a transaction
-   that syncs the WAL, and only then removes the marker (the reference: it stays until the
-   index and the manifest are durable).
+4. off the agent's thread, the publisher applies the eviction to the index (with the rows not
+   yet in it, moved to the rewritten log's offsets) in a transaction that syncs the WAL, and
+   only then removes the marker (the reference: it stays until the index and the manifest are
+   durable); after that it syncs the name of the summary's ``eviction-summary-<32 hex>.json``
+   (the file where VT Code writes it; the line already keeps the summary), prunes the old files
+   and closes the replaced log.
 
 A writer killed at any step leaves a directory that memstore's open finishes from the log alone
 (its first line says which turns it lost) and that VT Code numbers right: from the marker while
@@ -32,6 +36,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Optional, Protocol
 
@@ -39,10 +44,10 @@ from .. import events as ev
 from .. import faults
 from ..errors import CapEvictionError, MemstoreError, StoreIOError
 from ..fsio import fsync_dir
-from ..layout import DERIVED_DIR, INDEX_DIR
+from ..layout import INDEX_DIR
 from .index import EvictSpec, SessionIndex
 from .lifecycle import LogState
-from .logfile import LogFile, Replacement
+from .logfile import LogFile, Replacement, close_fds
 from .manifest import CapRewriteMarker, StagedFile, clear_marker, new_generation, stage_file, stage_marker
 from .publisher import Publisher
 from .summaries import (
@@ -53,7 +58,7 @@ from .summaries import (
     EvictionSummary,
     PendingSummary,
     commit_summary,
-    prune_summary_files,
+    settle_summary_file,
     stage_summary,
     sync_fds,
     undo_summary,
@@ -185,10 +190,16 @@ class CapWriter(Protocol):
         """Whether a row not yet handed to the publisher describes a record at or before
         ``offset`` (rows are handed over in log order)."""
 
-    def publish_rewrite(self, shift: Callable[[int], int], evict: EvictSpec, marker: CapRewriteMarker) -> None:
+    def publish_rewrite(
+        self,
+        shift: Callable[[int], int],
+        evict: EvictSpec,
+        marker: CapRewriteMarker,
+        after: list[Callable[[], None]],
+    ) -> None:
         """Hand the publisher the rewrite (``evict``, then the marker's removal once the index is
-        durable) with every row and turn not handed over yet, their offsets moved by ``shift``
-        to the rewritten log's; the open turn's offsets move too."""
+        durable, then ``after``) with every row and turn not handed over yet, their offsets moved
+        by ``shift`` to the rewritten log's; the open turn's offsets move too."""
 
     def fail(self, exc: BaseException) -> None:
         """Fail the session closed with ``exc``: the log and its views may disagree until a
@@ -291,8 +302,14 @@ class CapPolicy:
             persisted_file_len=new_len,
         )
         manifest_json = after.to_json()
-        staged_manifest = self._replace_log(
-            cut + skip, head, marker, summary, manifest_json, max_events, manifest.event_count
+        staged_manifest, summary_path = self._replace_log(
+            cut + skip,
+            head,
+            marker,
+            summary.to_dict() if summary is not None else None,
+            manifest_json,
+            max_events,
+            manifest.event_count,
         )
         try:
             # The log is replaced from here on. Should anything fail now, the descriptors may
@@ -307,10 +324,12 @@ class CapPolicy:
                 staged_manifest.discard()
                 raise
             fsync_dir(self.session_dir)
-            if summary is not None:
-                fsync_dir(self.session_dir / DERIVED_DIR)  # (written with the log's rename)
-            log.close()
-            log.open()
+            replaced_fds = log.detach()
+            try:
+                log.open()
+            except BaseException:
+                close_fds(replaced_fds, log.path)
+                raise
             manifest.event_count = after.event_count
             manifest.retained_turn_base = after.retained_turn_base
             manifest.generation = after.generation
@@ -326,11 +345,15 @@ class CapPolicy:
         def shift(offset: int) -> int:
             return offset - cut + (delta if offset >= pivot else 0)
 
-        # The index, with a synced WAL, then the marker's removal: off this thread (the marker
-        # stays until the index is durable; manifest.json already is).
-        self.writer.publish_rewrite(shift, EvictSpec(cut, base, pivot, delta, grown, manifest.next_seq), marker)
-        if summary is not None:
-            prune_summary_files(self.session_dir / DERIVED_DIR)
+        # Off this thread: the index, with a synced WAL, then the marker's removal (the marker
+        # stays until the index is durable; manifest.json already is); then what the agent need
+        # not wait for: the summary's file (its line is durable) and closing the replaced log.
+        follow_up: list[Callable[[], None]] = [partial(close_fds, replaced_fds, log.path)]
+        if summary_path is not None:
+            follow_up.insert(0, partial(settle_summary_file, summary_path))
+        self.writer.publish_rewrite(
+            shift, EvictSpec(cut, base, pivot, delta, grown, manifest.next_seq), marker, follow_up
+        )
 
     def _run_hook(self, hook: EvictionHook, session_id: str, cut: int, event_count: int, max_events: int) -> None:
         log = self.log
@@ -355,13 +378,14 @@ class CapPolicy:
         start: int,
         head: bytes,
         marker: CapRewriteMarker,
-        summary: Optional[EvictionSummary],
+        summary: Optional[dict],
         manifest_json: bytes,
         max_events: int,
         event_count: int,
-    ) -> StagedFile:
+    ) -> tuple[StagedFile, Optional[Path]]:
         """Steps 2 and 3 of the rewrite (see the module docstring) up to the rename of the log;
-        returns manifest.json's synced temp file, for the caller to rename in. On any failure
+        returns manifest.json's synced temp file, for the caller to rename in, and the summary's
+        file (synced, renamed in; its directory is synced later). On any failure
         before the log's rename everything written is taken back and the log is as it was."""
         log = self.log
         replacement: Optional[Replacement] = None
@@ -373,7 +397,7 @@ class CapPolicy:
             staged = stage_file(self.publisher.manifest_path, manifest_json)
             if summary is not None:
                 try:
-                    pending = stage_summary(self.session_dir, summary.to_dict())
+                    pending = stage_summary(self.session_dir, summary)
                 except StoreIOError as exc:
                     self._summary_failed(exc, event_count, max_events)
             faults.check("cap.marker", path=self.session_dir)
@@ -403,7 +427,7 @@ class CapPolicy:
             if marked:
                 clear_marker(self.session_dir)  # the log was not replaced: nothing to recover
             raise
-        return staged
+        return staged, pending.path if pending is not None else None
 
     def _views_caught_up(self) -> bool:
         """Wait for the publisher; whether the index and manifest.json now describe everything

@@ -76,6 +76,13 @@ class LogFile:
         self.rfd = rfd
         self.length = os.fstat(rfd).st_size
 
+    def detach(self) -> list[int]:
+        """Give up the descriptors without closing them (the caller closes them, for instance
+        off the agent's thread: closing the last descriptor of a replaced log frees its blocks)."""
+        fds = [fd for fd in (self.fd, self.rfd) if fd >= 0]
+        self.fd = self.rfd = -1
+        return fds
+
     def close(self) -> None:
         for name in ("fd", "rfd"):
             fd = getattr(self, name)
@@ -417,3 +424,13 @@ def _is_json(line: bytes) -> bool:
         return True
     except orjson.JSONDecodeError:
         return False
+
+
+def close_fds(fds: list[int], path: Path) -> None:
+    """Close descriptors :meth:`LogFile.detach` gave up (errors logged: after ``fdatasync`` a
+    close error says nothing about the data)."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError as exc:
+            logger.debug("closing a replaced descriptor of %s: %s", path, exc)

@@ -52,6 +52,10 @@ class Batch:
     durable: bool = False
     # The cap rewrite's marker, removed once the index is durable (manifest.json already is).
     clear_marker: Optional[CapRewriteMarker] = None
+    # Work that follows the batch off the writer's thread and needs nothing of the index (a cap
+    # rewrite's summary file and pruning, closing the replaced log): run once, whether or not
+    # the index transaction worked, each failure logged.
+    after: list[Callable[[], None]] = field(default_factory=list)
 
     def merge(self, newer: Batch) -> None:
         if newer.evict is not None:
@@ -62,6 +66,7 @@ class Batch:
         self.durable = self.durable or newer.durable
         if newer.clear_marker is not None:
             self.clear_marker = newer.clear_marker
+        self.after.extend(newer.after)
         self.rows.extend(newer.rows)
         if newer.lines is not None:
             self.lines = (self.lines or []) + newer.lines
@@ -166,6 +171,17 @@ class Publisher:
                     self._cond.notify_all()
 
     def _publish(self, batch: Batch) -> None:
+        try:
+            self._commit_and_publish(batch)
+        finally:
+            after, batch.after = batch.after, []
+            for action in after:
+                try:
+                    action()
+                except Exception as exc:  # noqa: BLE001 - none of it is the index's or the log's
+                    logger.warning("after updating the views of %s: %s", self.manifest_path.parent, exc)
+
+    def _commit_and_publish(self, batch: Batch) -> None:
         if batch.manifest_row is not None:
             slot = self.slot
             with slot.lock:

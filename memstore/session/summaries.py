@@ -195,6 +195,18 @@ def undo_summary(pending: PendingSummary) -> None:
         _truncate_path(pending.log_path, pending.log_length)
 
 
+def settle_summary_file(path: Path) -> None:
+    """Make the name of a summary file renamed in unsynced (a cap rewrite's) durable, then prune
+    the older files. A failure is logged: the summary's line, synced before the file's rename,
+    keeps it whatever becomes of the file's name."""
+    try:
+        fsync_dir(path.parent)
+    except StoreIOError as exc:
+        logger.warning("could not sync the directory of eviction summary %s (its line keeps it): %s", path, exc)
+        return
+    prune_summary_files(path.parent, keep=path)
+
+
 def write_summary(session_dir: Path, summary: dict) -> Path:
     """Write ``summary`` durably (its line, then its file), then prune the old files; return the
     file's path."""

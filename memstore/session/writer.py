@@ -353,11 +353,18 @@ class SessionWriter:
         ``offset`` (the rows are in log order: the first is the oldest)."""
         return bool(self.pending) and self.pending[0][1] <= offset
 
-    def publish_rewrite(self, shift: Callable[[int], int], evict: EvictSpec, marker: CapRewriteMarker) -> None:
+    def publish_rewrite(
+        self,
+        shift: Callable[[int], int],
+        evict: EvictSpec,
+        marker: CapRewriteMarker,
+        after: list[Callable[[], None]],
+    ) -> None:
         """After a cap rewrite replaced the log: move every offset not yet in the index (rows and
         turns not handed over, the open turn) by ``shift`` to the rewritten log's, and hand them
         to the publisher with the rewrite itself, which the index applies first, in the same
-        transaction, with a synced WAL; the marker is removed once that is durable."""
+        transaction, with a synced WAL; the marker is removed once that is durable, and then
+        ``after`` runs (see ``Batch.after``)."""
         state = self.state
         moved = []
         for turn in state.dirty.values():
@@ -380,6 +387,7 @@ class SessionWriter:
                 evict=evict,
                 durable=True,
                 clear_marker=marker,
+                after=after,
             )
         )
         state.dirty.clear()
