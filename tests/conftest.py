@@ -38,3 +38,7 @@ def fault() -> Iterator[object]:
         yield fault_points
     finally:
         fault_points.disarm_all()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: takes more than a few seconds (real subprocesses, big stores)")

@@ -262,6 +262,7 @@ def crash_many_times(tmp_path: Path, durability: str, kills: int, max_events: in
 # Tests
 
 
+@pytest.mark.slow
 def test_sigkilled_turn_writer_loses_no_acknowledged_turn(tmp_path):
     """durability="turn": across 20 SIGKILLs at random moments and restarts, every turn whose
     closing append returned is in the log and indexed as one closed turn with exactly its events;
@@ -270,12 +271,14 @@ def test_sigkilled_turn_writer_loses_no_acknowledged_turn(tmp_path):
     crash_many_times(tmp_path, "turn", kills=20)
 
 
+@pytest.mark.slow
 def test_sigkilled_event_writer_loses_no_acknowledged_event(tmp_path):
     """durability="event": the same across 15 SIGKILLs, with every append acknowledged as soon as
     it returned."""
     crash_many_times(tmp_path, "event", kills=15)
 
 
+@pytest.mark.slow
 def test_sigkilled_writer_during_cap_rewrites(tmp_path):
     """durability="turn" with max_events=30, so the writer is often killed inside a cap rewrite
     (summary hook, intent marker, log replace, index eviction): every acknowledged event newer
@@ -298,6 +301,7 @@ for n in range(3):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["cap.marker", "cap.synced"])
 def test_cap_rewrite_killed_after_its_summary_does_not_renumber_turns_on_rebuild(tmp_path, point):
     """A writer killed inside its first cap rewrite, after the eviction summary was written (and,
@@ -347,6 +351,7 @@ for n in range(3):
 """
 
 
+@pytest.mark.slow
 def test_reopen_after_a_cap_rewrite_killed_mid_copy_leaves_no_copy_of_the_log_behind(tmp_path):
     """A writer killed while copying the log for a cap rewrite leaves a temporary
     ``.events.jsonl.cap-*`` file, which can be as big as the log itself. The next open holds the
@@ -401,6 +406,7 @@ time.sleep(5)
 REWRITE_STEPS = ["cap.copy", "cap.marker", "cap.synced", "cap.replaced", "index.evict", "index.sync", "cap.unmark"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grow", ["", "grow"])
 @pytest.mark.parametrize("point", REWRITE_STEPS)
 def test_a_writer_killed_at_any_step_of_a_cap_rewrite_leaves_turns_vtcode_numbers_right(tmp_path, point, grow):
@@ -456,6 +462,7 @@ TURN_STARTED_EVENT = {"type": "turn.started"}
 TURN_COMPLETED_EVENT = {"type": "turn.completed", "usage": {}}
 
 
+@pytest.mark.slow
 def test_a_cap_rewrite_makes_each_step_durable_before_the_next(tmp_path):
     """The syscalls of a cap rewrite, as strace sees them: the log's copy, the summary's line, the
     marker and manifest.json's next version are synced before the copy replaces the log; the

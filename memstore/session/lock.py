@@ -74,7 +74,12 @@ class LivenessLock:
                 self.holder_elsewhere = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
                 if not self.holder_elsewhere:
                     os.close(fd)
-                    logger.warning("cannot flock %s (%s): the session stays unlocked", self.path, exc)
+                    logger.warning(
+                        "cannot flock %s (%s): the session stays unlocked, so another process "
+                        "opening it is not kept out, and retention cannot tell it is live",
+                        self.path,
+                        exc,
+                    )
                     return False
                 if attempt == _ATTEMPTS - 1:
                     os.close(fd)
