@@ -77,7 +77,6 @@ __all__ = [
     "EvictionHook",
     "HookRunning",
     "cap_low_water",
-    "cap_slack",
     "log_head",
     "plan_cap_eviction",
     "write_eviction_summary",
@@ -110,15 +109,6 @@ def cap_low_water(max_events: int) -> int:
     Below a cap of 10 there is no headroom, and eviction is exactly VT Code's.
     """
     return max_events - max_events // 10
-
-
-def cap_slack(max_events: int) -> int:
-    """How far past the cap a session may go while its index catches up with what was written
-    (the previous rewrite, usually), before the append that crosses it waits for the index:
-    half the cap's headroom (see :func:`cap_low_water`), so 500 events past a cap of 10,000, and
-    none below a cap of 20: a small cap is enforced at the append that crosses it, as VT Code
-    does."""
-    return (max_events - cap_low_water(max_events)) // 2
 
 
 def plan_cap_eviction(
@@ -267,11 +257,6 @@ class CapPolicy:
         manifest = state.manifest
         if manifest.event_count < self.retry_at:
             return  # the eviction hook failed at the last crossing: wait for the next one
-        if self.publisher.busy and manifest.event_count <= max_events + cap_slack(max_events):
-            # The index is still being updated (typically with the previous rewrite, whose
-            # commit syncs the WAL): rather than make this append wait for it, a later one
-            # rewrites, once it is done or the slack is used up.
-            return
         if not self._views_caught_up():  # the turns handed to the publisher are in the index now
             return
         open_turn = state.open_turn.number if state.open_turn is not None else None

@@ -233,12 +233,6 @@ class Publisher:
         self.drain()  # raises if publishing failed
 
     @property
-    def busy(self) -> bool:
-        """Whether a batch is being committed or waits to be (a :meth:`drain` would wait)."""
-        with self._cond:
-            return self._busy or self._pending is not None
-
-    @property
     def failing(self) -> bool:
         """Whether a failed batch waits to be tried again (at the next submit or drain)."""
         with self._cond:
