@@ -15,7 +15,7 @@ from decimal import Decimal
 
 import orjson
 import pytest
-from conftest import (
+from mcp_support import (
     LEDGER,
     LEDGER_CWD,
     LONG_OUTPUT,
