@@ -54,3 +54,26 @@ def test_rows_pending_at_a_cap_rewrite_reach_the_index_at_the_rewritten_offsets(
     assert all(row[1] == 0 or data[row[1] - 1 : row[1]] == b"\n" for row in events)
     memstore.rebuild(tmp_path, "s", refresh=False)
     assert _index_rows(tmp_path, "s") == before
+
+
+def test_the_replaced_logs_are_closed_after_each_rewrite(tmp_path):
+    """The publisher closes each replaced log once the rewrite's index commit is done (off the
+    agent's path): after many rewrites and a flush, no descriptor of this process points at a
+    replaced (deleted) ``events.jsonl``, so their blocks are freed."""
+    import os
+
+    log = memstore.open_session(tmp_path, "s", max_events=20)
+    _append_turns(log, 1, 60)
+    log.flush()
+    summaries = memstore.session_directory(tmp_path, "s") / "derived" / "eviction-summaries.jsonl"
+    assert len(summaries.read_bytes().splitlines()) >= 10
+    fd_dir = f"/proc/{os.getpid()}/fd"
+    targets = []
+    for name in os.listdir(fd_dir):
+        try:
+            targets.append(os.readlink(os.path.join(fd_dir, name)))
+        except OSError:
+            continue  # closed meanwhile
+    assert not [t for t in targets if "events.jsonl" in t and t.endswith("(deleted)")], targets
+    assert len([t for t in targets if t.endswith("/sessions/s/events.jsonl")]) == 2  # the live log's two
+    log.close()
