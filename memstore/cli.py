@@ -555,7 +555,7 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
         raise click.UsageError("name at least one SESSION, or give --all")
     _require_store(root)
     if rebuild_all:
-        sessions = tuple(session_ids(root))
+        sessions = tuple(session_ids(root, include_legacy=True))
         if not sessions:
             if as_json:
                 _echo_json([])

@@ -43,6 +43,8 @@ POINTS: dict[str, str] = {
     "(path: the session directory)",
     "lock.flock": "an open is about to flock the session's lock file (path: session.lock); raise OSError "
     "(ENOLCK, EOPNOTSUPP) to play a filesystem without flock",
+    "trash.moved": "a session is in the trash, its removal not yet recorded (path: the .pending entry)",
+    "trash.recorded": "a removal was recorded; its trash entry is about to lose .pending (path: the entry)",
     "registry.create": "a session's writer was created, under the registry's lock (key: its real path)",
 }
 

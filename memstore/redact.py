@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
-from .errors import MemstoreError, StoreIOError
+from .errors import MemstoreError
+from .fsio import read_no_follow
 
 log = logging.getLogger(__name__)
 
@@ -115,14 +116,13 @@ def load_config(root: Union[os.PathLike, str]) -> RedactConfig:
     ``<root>/config.toml``. A missing file, or a file without that table, gives the defaults; a
     malformed one raises :class:`RedactConfigError` naming the file, and an unreadable one
     :class:`~memstore.errors.StoreIOError`. Nothing is ever silently ignored: an unknown key is an
-    error, so a misspelt ``alow`` cannot quietly disable an allowlist."""
+    error, so a misspelt ``alow`` cannot quietly disable an allowlist. The file is read as the
+    store's other files are: never through a symlink, never blocking (a symlink, a FIFO or a
+    directory there is an :class:`~memstore.errors.UnsafePathError` naming it)."""
     path = Path(root) / CONFIG_FILE
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    data = read_no_follow(path)
+    if data is None:
         return RedactConfig()
-    except OSError as exc:
-        raise StoreIOError.from_os_error("read", path, exc) from exc
     toml = _toml_module()
     if toml is None:
         raise RedactConfigError(path, "reading TOML needs Python 3.11 (tomllib) or the tomli package")

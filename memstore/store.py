@@ -220,7 +220,9 @@ class Store:
 
     def rebuild(self, session_id: Optional[str] = None, *, jobs: int = 1, refresh: bool = True):
         """Regenerate views from the logs: one session's (returning its manifest) or, with no
-        ``session_id``, every session's (returning their manifests). See :func:`memstore.rebuild`."""
+        ``session_id``, every session's, returning a :class:`~memstore.maintenance.RebuildReport`
+        (each session rebuilt, skipped with its reason, or failed with its error; iterating over
+        it gives the manifests rebuilt). See :func:`memstore.rebuild`."""
         from .maintenance import rebuild
 
         return rebuild(self.path, session_id, refresh=refresh, jobs=jobs)

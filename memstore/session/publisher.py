@@ -25,11 +25,11 @@ from typing import Optional
 
 from .. import faults
 from ..errors import StoreIOError
-from ..fsio import atomic_write, fsync_dir
+from ..fsio import fsync_dir
 from . import registry
 from .index import EvictSpec
 from .indexslot import IndexSlot
-from .manifest import CapRewriteMarker, StagedFile, clear_marker, summary_cache
+from .manifest import CapRewriteMarker, StagedFile, clear_marker, publish_manifest, summary_cache
 from .tuning import TUNING
 
 logger = logging.getLogger("memstore")
@@ -203,8 +203,7 @@ class Publisher:
                 self.on_commit()
         if batch.manifest_json is not None and batch.manifest_json != self.published:
             faults.check("manifest.publish", path=self.manifest_path, data=batch.manifest_json)
-            atomic_write(self.manifest_path, batch.manifest_json, durable=batch.durable)
-            summary_cache.invalidate(self.manifest_path)
+            publish_manifest(self.manifest_path, batch.manifest_json, durable=batch.durable)
             self.published = batch.manifest_json
         elif batch.durable and batch.manifest_json is not None:
             # Already in place (published from the writer's thread): only its sync is left.
