@@ -46,6 +46,8 @@ POINTS: dict[str, str] = {
     "trash.moved": "a session is in the trash, its removal not yet recorded (path: the .pending entry)",
     "trash.recorded": "a removal was recorded; its trash entry is about to lose .pending (path: the entry)",
     "registry.create": "a session's writer was created, under the registry's lock (key: its real path)",
+    "scrub.written": "a scrub wrote and synced its copy of a file, not yet renamed over it (path: the temp file)",
+    "scrub.replaced": "a scrub renamed its copy over the log, before syncing the directory (path: the log)",
 }
 
 _armed: dict[str, Action] = {}

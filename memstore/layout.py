@@ -43,6 +43,7 @@ GC_LOG_FILE = "gc-log.jsonl"
 STORE_IDENTITY_FILE = "store.json"  # the store's id and label (memstore.identity)
 TOMBSTONES_FILE = "tombstones.jsonl"  # sessions removed on purpose, which an import must not recreate
 IMPORT_VERSIONS_FILE = "import-versions.json"  # the agent versions imports have seen in this store
+CONFIG_FILE = "config.toml"  # the store's settings (its [redact] table: memstore.redact)
 LOCKS_DIR = "locks"
 TRASH_DIR = ".trash"
 
@@ -159,6 +160,11 @@ def gc_log_path(root: os.PathLike | str) -> Path:
 def store_identity_path(root: os.PathLike | str) -> Path:
     """The store's identity: its id and label (see :mod:`memstore.identity`)."""
     return Path(root) / STORE_IDENTITY_FILE
+
+
+def config_path(root: os.PathLike | str) -> Path:
+    """The store's settings file (see :func:`memstore.redact.load_config`)."""
+    return Path(root) / CONFIG_FILE
 
 
 def tombstones_path(root: os.PathLike | str) -> Path:

@@ -17,6 +17,7 @@ import time
 from typing import Optional, Protocol
 
 from .. import faults
+from ..store_redaction import StoreRedaction
 from . import registry
 from .index import BatchRecord, derived_tables
 from .indexslot import IndexSlot
@@ -46,6 +47,11 @@ class DeriveSource(Protocol):
     @property
     def active(self) -> float:
         """``time.monotonic()`` when the agent last wrote."""
+
+    @property
+    def redaction(self) -> Optional[StoreRedaction]:
+        """The store's redaction: every event is redacted before a derived table sees it
+        (``None``: derived as written)."""
 
     def live_generation(self) -> Optional[int]:
         """The generation of the log and index (it changes when a cap rewrite or a rebuild
@@ -101,9 +107,12 @@ def derive_batch(
     finally:
         lock.release()
     records = []
+    redaction = source.redaction
     for seq, offset, length, turn, ts in taken:
         record = BatchRecord(seq, turn, ts, offset, length, line=data[offset - start : offset - start + length])
-        _ = record.event  # decode here, outside the session's lock
+        _ = record.event  # decode (and redact) here, outside the session's lock
+        if redaction is not None:
+            record = BatchRecord(seq, turn, ts, offset, length, event=redaction.redact_event(record.event))
         records.append(record)
     lock = source.lock
     if not _acquire(lock, stop):

@@ -21,6 +21,7 @@ from ..errors import SessionBusyError, SessionClosedError, StoreIOError
 from ..events import Record
 from ..fsio import ensure_private_dir, fsync_dir
 from ..layout import EVENTS_FILE, session_directory, sessions_root
+from ..store_redaction import StoreRedaction, store_redaction
 from . import registry
 from .cap import CapPlan, EvictionHook, cap_low_water, plan_cap_eviction, write_eviction_summary
 from .deriver import derive_all
@@ -84,6 +85,11 @@ class SessionLog:
     @property
     def index_path(self) -> Path:
         return self._writer.index_path
+
+    @property
+    def redaction(self) -> Optional[StoreRedaction]:
+        """The store's redaction (what derived views redact with; see ``store_redaction``)."""
+        return self._writer.redaction
 
     def append(self, event: dict, *, ts: Optional[str] = None) -> int:
         """Append one event (the inner ``{"type": ...}`` object); return its sequence number.
@@ -226,6 +232,7 @@ def _open(
     # Absolute, so that a later os.chdir() cannot redirect an open handle to another store.
     root = Path(root).absolute()
     directory = session_directory(root, session_id)  # refuses a bad id before creating anything
+    redaction = store_redaction(root)  # a malformed config.toml refuses before anything is created
     _create_root(root)
     ensure_private_dir(sessions_root(root))
     key = os.path.realpath(directory)
@@ -238,7 +245,7 @@ def _open(
                 raise
             gone += 1  # removed by retention between two steps of its creation: again
             continue
-        shared, fresh = registry.acquire(key, lambda: SessionWriter(session_id, directory, key))
+        shared, fresh = registry.acquire(key, lambda: SessionWriter(session_id, directory, key, redaction))
         if fresh:
             with shared.lock:
                 try:
