@@ -192,7 +192,8 @@ class Deriver:
         """Stop after the current batch (which is either committed or not started)."""
         self._stop.set()
         self._wake.set()
-        thread, self._thread = self._thread, None
+        with self._starting:  # a start() in progress (the publisher's wake) has started its thread
+            thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join()
         faults.check("deriver.stopped", path=self.source.log.dir)

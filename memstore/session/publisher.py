@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,11 @@ class Publisher:
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
         self.published: Optional[bytes] = None  # the manifest last written
+        # The newest manifest not written yet because the last one was written less than
+        # TUNING.manifest_interval_seconds ago (at ``_manifest_at``, time.monotonic()): the
+        # thread writes it once due, and drain() at once.
+        self._deferred: Optional[bytes] = None
+        self._manifest_at = 0.0
         # Called (in the committing thread) after each commit of event rows: the deriver's wake.
         self.on_commit: Optional[Callable[[], None]] = None
 
@@ -138,15 +144,27 @@ class Publisher:
             with self._cond:
                 self._pending, self._held, self._error = batch, True, exc
 
+    def _deferred_wait(self) -> Optional[float]:
+        """Seconds until the deferred manifest is due (``None``: there is none). Under ``_cond``."""
+        if self._deferred is None:
+            return None
+        return self._manifest_at + TUNING.manifest_interval_seconds - time.monotonic()
+
     def _run(self) -> None:
         registry.mark_background_thread()
         while True:
             with self._cond:
                 while (self._pending is None or self._held) and not self._stopping:
-                    self._cond.wait()
+                    wait = self._deferred_wait()
+                    if wait is not None and wait <= 0:
+                        break
+                    self._cond.wait(wait)
                 if self._pending is None or self._held:
-                    return
-                batch, self._pending = self._pending, None
+                    if self._stopping or self._deferred is None:
+                        return
+                    batch, self._deferred = Batch(manifest_json=self._deferred), None  # it is due
+                else:
+                    batch, self._pending = self._pending, None
                 self._busy = True
             try:
                 self._publish(batch)
@@ -201,10 +219,23 @@ class Publisher:
             batch.rows, batch.lines, batch.turns, batch.manifest_row, batch.evict = [], None, {}, None, None
             if had_rows and self.on_commit is not None:
                 self.on_commit()
-        if batch.manifest_json is not None and batch.manifest_json != self.published:
+        now = time.monotonic()
+        if (
+            batch.manifest_json is not None
+            and batch.manifest_json != self.published
+            and not batch.durable
+            and threading.current_thread() is self._thread
+            and now - self._manifest_at < TUNING.manifest_interval_seconds
+        ):
+            with self._cond:
+                self._deferred = batch.manifest_json  # the newest wins; written once due
+        elif batch.manifest_json is not None and batch.manifest_json != self.published:
             faults.check("manifest.publish", path=self.manifest_path, data=batch.manifest_json)
             publish_manifest(self.manifest_path, batch.manifest_json, durable=batch.durable)
             self.published = batch.manifest_json
+            with self._cond:
+                self._manifest_at = now
+                self._deferred = None  # older than what was just written
         elif batch.durable and batch.manifest_json is not None:
             # Already in place (published from the writer's thread): only its sync is left.
             faults.check("manifest.sync", path=self.manifest_path)
@@ -220,6 +251,8 @@ class Publisher:
         """Rename a synced temp file holding ``manifest_json`` over manifest.json (a cap
         rewrite's, from the writer's thread while this publisher is idle; the caller syncs the
         directory)."""
+        with self._cond:
+            self._deferred = None  # older than the rewrite's (drained before it, normally)
         staged.install()
         summary_cache.invalidate(self.manifest_path)
         self.published = manifest_json
@@ -246,6 +279,11 @@ class Publisher:
             thread = self._thread
             if sys.is_finalizing() or thread is None or not thread.is_alive():
                 batch, self._pending = self._pending, None
+                if self._deferred is not None:
+                    batch = batch or Batch()
+                    if batch.manifest_json is None:
+                        batch.manifest_json = self._deferred
+                    self._deferred = None
                 if batch is not None:
                     # No thread to hand it to (the interpreter is shutting down): publish here.
                     try:
@@ -260,6 +298,23 @@ class Publisher:
             if self._held:
                 assert self._error is not None
                 raise self._error
+            deferred, self._deferred = self._deferred, None
+            if deferred is None:
+                return
+            self._busy = True
+        # The manifest the thread held back (see TUNING.manifest_interval_seconds): written now.
+        try:
+            self._publish(Batch(manifest_json=deferred))
+        except BaseException as exc:
+            with self._cond:
+                if self._pending is None:
+                    self._pending = Batch(manifest_json=deferred)
+                self._held, self._error = True, exc
+            raise
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
 
     def stop(self) -> None:
         """Drain, then end the thread."""
@@ -281,6 +336,7 @@ class Publisher:
         self._thread = None
         self._pending = None
         self._busy = False
+        self._deferred = None
 
 
 def sync_in_place(path: Path) -> None:

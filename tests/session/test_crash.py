@@ -123,7 +123,9 @@ def run_and_kill(root: Path, durability: str, max_events: int, rng: random.Rando
     acknowledged: one tuple of seqs per acknowledgement line it completed."""
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(root), SESSION_ID, durability, str(rng.randrange(2**32)), str(max_events)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=support.writer_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=support.writer_env(),
     )
     lines: list[bytes] = []
     ready = threading.Event()
@@ -201,7 +203,9 @@ def crash_many_times(tmp_path: Path, durability: str, kills: int, max_events: in
         except orjson.JSONDecodeError:
             raise AssertionError(f"{what}: line {number} is not JSON: {line[:120]!r}") from None
         assert isinstance(envelope.get("seq"), int), f"{what}: line {number} has no seq: {line[:120]!r}"
-    assert len(records) == len(lines) == event_count, f"{what}: {len(records)} records, {len(lines)} lines, event_count {event_count}"
+    assert len(records) == len(lines) == event_count, (
+        f"{what}: {len(records)} records, {len(lines)} lines, event_count {event_count}"
+    )
     seqs = [r.seq for r in records]
     assert all(a < b for a, b in zip(seqs, seqs[1:])), f"{what}: seqs in the log are not strictly increasing"
 
@@ -221,9 +225,11 @@ def crash_many_times(tmp_path: Path, durability: str, kills: int, max_events: in
                 continue  # evicted by the cap
             turn = by_last_seq.get(ack[-1])
             assert turn is not None, f"{what}: no turn ends at acknowledged seq {ack[-1]}"
-            assert (turn.first_seq, turn.event_count, turn.status in ("completed", "failed")) == (ack[0], len(ack), True), (
-                f"{what}: acknowledged turn {ack} is indexed as {turn}"
-            )
+            assert (turn.first_seq, turn.event_count, turn.status in ("completed", "failed")) == (
+                ack[0],
+                len(ack),
+                True,
+            ), f"{what}: acknowledged turn {ack} is indexed as {turn}"
 
     # The counters, the index and a fresh rebuild agree with the log.
     closed, in_turn = closed_turns([r.event for r in records])
@@ -301,8 +307,12 @@ def test_cap_rewrite_killed_after_its_summary_does_not_renumber_turns_on_rebuild
     session does, not take the retained turn base of a marker or summary of a rewrite that never
     happened; VT Code's view agrees."""
     root = tmp_path / "store"
-    proc = subprocess.run([sys.executable, "-c", KILLED_INSIDE_CAP_REWRITE, str(root), SESSION_ID, point],
-                          capture_output=True, timeout=60, env=support.writer_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_INSIDE_CAP_REWRITE, str(root), SESSION_ID, point],
+        capture_output=True,
+        timeout=60,
+        env=support.writer_env(),
+    )
     assert proc.returncode == -signal.SIGKILL, f"writer was not killed inside the cap rewrite: {proc.stderr.decode()}"
     sdir = session_dir(root)
     assert (sdir / "derived" / "eviction-summaries.jsonl").read_bytes(), "the summary was not written before the kill"
@@ -347,8 +357,12 @@ def test_reopen_after_a_cap_rewrite_killed_mid_copy_leaves_no_copy_of_the_log_be
     session lock, so no writer can still own it: the log must be intact and the copy gone,
     or every crash during a rewrite leaks another copy of the log."""
     root = tmp_path / "store"
-    proc = subprocess.run([sys.executable, "-c", KILLED_WHILE_COPYING_THE_LOG, str(root), SESSION_ID],
-                          capture_output=True, timeout=60, env=support.writer_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WHILE_COPYING_THE_LOG, str(root), SESSION_ID],
+        capture_output=True,
+        timeout=60,
+        env=support.writer_env(),
+    )
     assert proc.returncode == -signal.SIGKILL, f"writer was not killed inside the cap rewrite: {proc.stderr.decode()}"
     sdir = session_dir(root)
     assert list(sdir.glob(".events.jsonl.cap-*")), "the kill did not leave the temporary copy this test is about"
@@ -406,8 +420,12 @@ def test_a_writer_killed_at_any_step_of_a_cap_rewrite_leaves_turns_vtcode_number
     if grow and point.startswith("cap.") and point not in ("cap.unmark",):
         pytest.skip("a step of the writer's own thread: nothing is appended after it")
     root = tmp_path / "store"
-    proc = subprocess.run([sys.executable, "-c", KILLED_AT_A_REWRITE_STEP, str(root), SESSION_ID, point, grow],
-                          capture_output=True, timeout=120, env=support.writer_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_A_REWRITE_STEP, str(root), SESSION_ID, point, grow],
+        capture_output=True,
+        timeout=120,
+        env=support.writer_env(),
+    )
     assert proc.returncode == -signal.SIGKILL, f"not killed at {point}: {proc.stderr.decode()[-2000:]}"
     acked = [int(line.split()[1]) for line in proc.stdout.decode().splitlines() if line.startswith("ack")]
     sdir = session_dir(root)
@@ -440,8 +458,13 @@ def test_a_cap_rewrite_reaches_its_steps_in_order_and_removes_the_marker_last(tm
         log.append(TURN_STARTED_EVENT)
         log.append(TURN_COMPLETED_EVENT)
     log.flush()
-    assert seen == [("cap.marker", False), ("cap.synced", True), ("cap.replaced", True), ("index.sync", True),
-                    ("cap.unmark", True)], seen
+    assert seen == [
+        ("cap.marker", False),
+        ("cap.synced", True),
+        ("cap.replaced", True),
+        ("index.sync", True),
+        ("cap.unmark", True),
+    ], seen
     assert not marker.exists()
     log.close()
 
@@ -459,29 +482,50 @@ def test_a_cap_rewrite_makes_each_step_durable_before_the_next(tmp_path):
     if strace is None:
         pytest.skip("strace is not installed")
     root = tmp_path / "store"
-    script = ("import sys, memstore\n"
-              "log = memstore.open_session(sys.argv[1], 's', max_events=6)\n"
-              "for n in range(4):\n"
-              "    log.append({'type': 'turn.started'})\n"
-              "    log.append({'type': 'turn.completed', 'usage': {}})\n"
-              "log.close()\n")
+    script = (
+        "import sys, memstore\n"
+        "log = memstore.open_session(sys.argv[1], 's', max_events=6)\n"
+        "for n in range(4):\n"
+        "    log.append({'type': 'turn.started'})\n"
+        "    log.append({'type': 'turn.completed', 'usage': {}})\n"
+        "log.close()\n"
+    )
     trace = tmp_path / "trace"
-    proc = subprocess.run([strace, "-f", "-y", "-qq", "-e", "trace=fsync,fdatasync,rename,renameat,renameat2,unlink,"
-                           "unlinkat,openat", "-o", str(trace), sys.executable, "-c", script, str(root)],
-                          capture_output=True, timeout=120, env=support.writer_env())
+    proc = subprocess.run(
+        [
+            strace,
+            "-f",
+            "-y",
+            "-qq",
+            "-e",
+            "trace=fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat,openat",
+            "-o",
+            str(trace),
+            sys.executable,
+            "-c",
+            script,
+            str(root),
+        ],
+        capture_output=True,
+        timeout=120,
+        env=support.writer_env(),
+    )
     if proc.returncode != 0 and b"ptrace" in proc.stderr:
         pytest.skip(f"strace cannot trace here: {proc.stderr.decode()[:200]}")
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     # "PID call(args) = result": calls in the order they began (a call another thread interrupts
     # is printed "<unfinished ...>" and resumed later; every order checked is within one thread).
-    calls = [line.split(None, 1)[1] for line in trace.read_text().splitlines()
-             if " " in line and not line.split(None, 1)[1].startswith("<...")]
+    calls = [
+        line.split(None, 1)[1]
+        for line in trace.read_text().splitlines()
+        if " " in line and not line.split(None, 1)[1].startswith("<...")
+    ]
 
     def first(predicate, after: int = 0) -> int:
         for i in range(after, len(calls)):
             if predicate(calls[i]):
                 return i
-        raise AssertionError(f"no such call after #{after}:\n" + "\n".join(calls[after:after + 60]))
+        raise AssertionError(f"no such call after #{after}:\n" + "\n".join(calls[after : after + 60]))
 
     def synced(name: str, exact: bool = False):
         def match(call: str) -> bool:
@@ -489,12 +533,14 @@ def test_a_cap_rewrite_makes_each_step_durable_before_the_next(tmp_path):
                 return False
             path = call.split("<", 1)[1].split(">", 1)[0]
             return path.endswith(name) if exact else name in path
+
         return match
 
     def renamed(source: str, target: str):
         def match(call: str) -> bool:
             names = re.findall(r'"([^"]*)"', call)
             return call.startswith("rename") and len(names) >= 2 and source in names[-2] and names[-1].endswith(target)
+
         return match
 
     directory = str(memstore.session_directory(root, "s"))

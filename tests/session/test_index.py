@@ -21,6 +21,7 @@ def message(text: str) -> dict:
 def word_table():
     """A derived table of the words of agent messages, registered for the test."""
     calls = {"batch": 0, "evict": [], "reset": 0}
+
     def create(db) -> None:
         db["words"].create({"seq": int, "turn": int, "word": str})
 
@@ -100,17 +101,20 @@ def test_an_index_without_a_new_derived_table_is_rebuilt(tmp_path):
         log.append(TURN_STARTED)
         log.append(message("written before the table existed"))
         log.append(TURN_COMPLETED)
+
     def create(db):
         db["late"].create({"seq": int, "text": str})
 
     migrations = MigrationSet("test.late", (("create_late", create),))
 
     def on_batch(conn, records):
-        conn.executemany("INSERT INTO late VALUES (?, ?)",
-                         [(r.seq, (r.event.get("item") or {}).get("text")) for r in records])
+        conn.executemany(
+            "INSERT INTO late VALUES (?, ?)", [(r.seq, (r.event.get("item") or {}).get("text")) for r in records]
+        )
 
-    register_derived_table(DerivedTable("late", migrations, on_batch, lambda c, s: None,
-                                        lambda c: c.execute("DELETE FROM late")))
+    register_derived_table(
+        DerivedTable("late", migrations, on_batch, lambda c, s: None, lambda c: c.execute("DELETE FROM late"))
+    )
     try:
         with memstore.open_session(tmp_path, "s") as log:
             assert log.turn_count == 1
@@ -182,23 +186,58 @@ def test_the_ddl_of_the_session_tables_is_what_sqlite_utils_creates():
 
     def with_sqlite_utils(db) -> None:
         db["manifest"].create(
-            {"id": int, "session_id": str, "schema_version": int, "created_at": str, "updated_at": str,
-             "turn_count": int, "event_count": int, "status": str, "in_turn": int, "persisted_file_len": int,
-             "retained_turn_base": int, "next_seq": int, "generation": int, "source": str, "tail": bytes},
-            pk="id", not_null={"session_id", "created_at", "updated_at", "status", "tail"})
+            {
+                "id": int,
+                "session_id": str,
+                "schema_version": int,
+                "created_at": str,
+                "updated_at": str,
+                "turn_count": int,
+                "event_count": int,
+                "status": str,
+                "in_turn": int,
+                "persisted_file_len": int,
+                "retained_turn_base": int,
+                "next_seq": int,
+                "generation": int,
+                "source": str,
+                "tail": bytes,
+            },
+            pk="id",
+            not_null={"session_id", "created_at", "updated_at", "status", "tail"},
+        )
         db["turns"].create(
-            {"number": int, "status": str, "start_offset": int, "end_offset": int, "event_count": int,
-             "first_seq": int, "last_seq": int, "started_at": str, "ended_at": str, "input_tokens": int,
-             "cached_input_tokens": int, "cache_creation_tokens": int, "output_tokens": int, "error": str,
-             "model": str},
-            pk="number", not_null={"status", "start_offset", "end_offset", "event_count"})
-        db["events"].create({"seq": int, "offset": int, "length": int, "turn": int, "ts": str, "type": str},
-                            pk="seq", not_null={"offset", "length", "type"})
+            {
+                "number": int,
+                "status": str,
+                "start_offset": int,
+                "end_offset": int,
+                "event_count": int,
+                "first_seq": int,
+                "last_seq": int,
+                "started_at": str,
+                "ended_at": str,
+                "input_tokens": int,
+                "cached_input_tokens": int,
+                "cache_creation_tokens": int,
+                "output_tokens": int,
+                "error": str,
+                "model": str,
+            },
+            pk="number",
+            not_null={"status", "start_offset", "end_offset", "event_count"},
+        )
+        db["events"].create(
+            {"seq": int, "offset": int, "length": int, "turn": int, "ts": str, "type": str},
+            pk="seq",
+            not_null={"offset", "length", "type"},
+        )
         db["derived_state"].create({"id": int, "seq": int}, pk="id", not_null={"seq"})
 
     def details_with_sqlite_utils(db) -> None:
         db["event_details"].create(
-            {"seq": int, "item_type": str, "item_id": str, "name": str, "status": str, "exit_code": int}, pk="seq")
+            {"seq": int, "item_type": str, "item_id": str, "name": str, "status": str, "exit_code": int}, pk="seq"
+        )
 
     plain = sqlite3.connect(":memory:", isolation_level=None)
     LOG_MIGRATIONS.apply(plain)
@@ -221,16 +260,20 @@ def test_ddl_and_sqlite_utils_steps_migrate_an_old_index_in_order(tmp_path):
     conn = sqlite3.connect(path, isolation_level=None)
     first = MigrationSet("test.old", (("one", DDL(('CREATE TABLE "one" ("x" INTEGER)',))),))
     first.apply(conn)
-    both = MigrationSet("test.old", (
-        ("one", DDL(('CREATE TABLE "one" ("x" INTEGER)',))),
-        ("two", lambda db: db["two"].create({"y": str})),
-        ("three", DDL(('CREATE TABLE "three" ("z" INTEGER)', 'CREATE INDEX "three_z" ON "three" ("z")'))),
-    ))
+    both = MigrationSet(
+        "test.old",
+        (
+            ("one", DDL(('CREATE TABLE "one" ("x" INTEGER)',))),
+            ("two", lambda db: db["two"].create({"y": str})),
+            ("three", DDL(('CREATE TABLE "three" ("z" INTEGER)', 'CREATE INDEX "three_z" ON "three" ("z")'))),
+        ),
+    )
     assert both.pending(conn) == ["two", "three"]
     both.apply(conn)
     assert both.pending(conn) == []
-    assert conn.execute("SELECT name FROM _sqlite_migrations WHERE migration_set = 'test.old' ORDER BY id").fetchall() \
-        == [("one",), ("two",), ("three",)]
+    assert conn.execute(
+        "SELECT name FROM _sqlite_migrations WHERE migration_set = 'test.old' ORDER BY id"
+    ).fetchall() == [("one",), ("two",), ("three",)]
     broken = MigrationSet("test.old", (("four", DDL(('CREATE TABLE "four" ("a")', 'CREATE TABLE "one" ("x")'))),))
     with pytest.raises(sqlite3.OperationalError):
         broken.apply(conn)

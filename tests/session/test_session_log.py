@@ -30,8 +30,16 @@ TURN_COMPLETED = {"type": "turn.completed", "usage": USAGE}
 
 
 def thread_completed(subtype="success", outcome="completed", num_turns=1):
-    return {"type": "thread.completed", "thread_id": "run-1", "session_id": "run-1", "subtype": subtype,
-            "outcome_code": outcome, "usage": USAGE, "total_cost_usd": 0.0123, "num_turns": num_turns}
+    return {
+        "type": "thread.completed",
+        "thread_id": "run-1",
+        "session_id": "run-1",
+        "subtype": subtype,
+        "outcome_code": outcome,
+        "usage": USAGE,
+        "total_cost_usd": 0.0123,
+        "num_turns": num_turns,
+    }
 
 
 def sample_turn(log):
@@ -249,12 +257,34 @@ def test_legacy_manifest_uses_valid_index_base_when_scanning(tmp_path):
     (d / "index").mkdir(parents=True)
     data = _vtcode_line(TURN_STARTED) + _vtcode_line(TURN_COMPLETED)
     (d / "events.jsonl").write_bytes(data)
-    (d / "manifest.json").write_text(json.dumps({
-        "session_id": "s", "schema_version": 1, "created_at": "2026-09-01T10:00:00+00:00",
-        "updated_at": "2026-09-01T10:00:00+00:00", "turn_count": 3, "event_count": 2, "status": "active"}))
-    (d / "index" / "turns.json").write_text(json.dumps({"entries": [
-        {"turn_number": 3, "start_offset": 0, "end_offset": len(data), "event_count": 2,
-         "ts": "2026-09-01T10:00:00+00:00"}]}))
+    (d / "manifest.json").write_text(
+        json.dumps(
+            {
+                "session_id": "s",
+                "schema_version": 1,
+                "created_at": "2026-09-01T10:00:00+00:00",
+                "updated_at": "2026-09-01T10:00:00+00:00",
+                "turn_count": 3,
+                "event_count": 2,
+                "status": "active",
+            }
+        )
+    )
+    (d / "index" / "turns.json").write_text(
+        json.dumps(
+            {
+                "entries": [
+                    {
+                        "turn_number": 3,
+                        "start_offset": 0,
+                        "end_offset": len(data),
+                        "event_count": 2,
+                        "ts": "2026-09-01T10:00:00+00:00",
+                    }
+                ]
+            }
+        )
+    )
     with memstore.open_session(tmp_path, "s") as log:
         assert log.turn_count == 3
         for missing in (1, 2):
@@ -267,11 +297,23 @@ def test_legacy_manifest_uses_valid_index_base_when_scanning(tmp_path):
 def test_vtcode_lines_without_seq_or_ts_are_accepted(tmp_path):
     d = session_dir(tmp_path)
     d.mkdir(parents=True)
-    item = {"id": "tool_1", "type": "tool_invocation", "tool_name": "read_file",
-            "arguments": {"path": "README.md"}, "tool_call_id": "call_0", "status": "completed",
-            "outcome": "success", "future_key": [1, 2]}
-    lines = [THREAD_STARTED, TURN_STARTED, {"type": "item.completed", "item": item},
-             {"type": "matrix.updated", "snapshot": {"x": 1}}, TURN_COMPLETED]
+    item = {
+        "id": "tool_1",
+        "type": "tool_invocation",
+        "tool_name": "read_file",
+        "arguments": {"path": "README.md"},
+        "tool_call_id": "call_0",
+        "status": "completed",
+        "outcome": "success",
+        "future_key": [1, 2],
+    }
+    lines = [
+        THREAD_STARTED,
+        TURN_STARTED,
+        {"type": "item.completed", "item": item},
+        {"type": "matrix.updated", "snapshot": {"x": 1}},
+        TURN_COMPLETED,
+    ]
     (d / "events.jsonl").write_bytes(b"".join(_vtcode_line(e) for e in lines))
     with memstore.open_session(tmp_path, "s") as log:
         assert list(log.iter_events()) == lines
@@ -281,8 +323,11 @@ def test_vtcode_lines_without_seq_or_ts_are_accepted(tmp_path):
         records = list(log.iter_records())
         assert [r.seq for r in records] == [1, 2, 3, 4, 5, 6]  # every record has a seq
     memstore.rebuild(tmp_path, "s", refresh=False)  # derives event_details (else done when the agent rests)
-    row = db(tmp_path).execute("SELECT name, status, turn FROM events JOIN event_details USING (seq) "
-                               "WHERE type = 'item.completed'").fetchone()
+    row = (
+        db(tmp_path)
+        .execute("SELECT name, status, turn FROM events JOIN event_details USING (seq) WHERE type = 'item.completed'")
+        .fetchone()
+    )
     assert row == ("read_file", "completed", 1)
 
 
@@ -297,10 +342,26 @@ def test_a_line_without_a_string_schema_version_is_skipped_as_vtcode_skips_it(tm
     d = session_dir(tmp_path)
     d.mkdir(parents=True)
     unversioned = json.dumps({"event": TURN_STARTED}).encode() + b"\n"
-    numbered = json.dumps({"schema_version": 18, "event": {"type": "item.completed", "item": {
-        "id": "x", "type": "agent_message", "text": "a number is not a version"}}}).encode() + b"\n"
-    data = (_vtcode_line(TURN_STARTED) + _vtcode_line(TURN_COMPLETED) + unversioned + numbered
-            + _vtcode_line(TURN_STARTED) + _vtcode_line(TURN_COMPLETED))
+    numbered = (
+        json.dumps(
+            {
+                "schema_version": 18,
+                "event": {
+                    "type": "item.completed",
+                    "item": {"id": "x", "type": "agent_message", "text": "a number is not a version"},
+                },
+            }
+        ).encode()
+        + b"\n"
+    )
+    data = (
+        _vtcode_line(TURN_STARTED)
+        + _vtcode_line(TURN_COMPLETED)
+        + unversioned
+        + numbered
+        + _vtcode_line(TURN_STARTED)
+        + _vtcode_line(TURN_COMPLETED)
+    )
     (d / "events.jsonl").write_bytes(data)
     vt = vtcode_view.open_view(d)
     assert (vt.numbers(), vt.turn_count, vt.event_count) == ([1, 2], 2, 4)
@@ -343,28 +404,33 @@ def test_scan_skips_malformed_lifecycle_payloads(tmp_path):
 
 def test_malformed_lifecycle_events_are_refused_on_append(tmp_path):
     with memstore.open_session(tmp_path, "s") as log:
-        for bad in ({"type": "thread.started", "thread_id": 123},
-                    {"type": "turn.started", "token_breakdown": "invalid"},
-                    {"type": "turn.completed", "usage": "invalid"},
-                    {"type": "turn.completed"},
-                    {"type": "turn.failed"},
-                    {"type": "thread.completed", "thread_id": "t"}):
+        for bad in (
+            {"type": "thread.started", "thread_id": 123},
+            {"type": "turn.started", "token_breakdown": "invalid"},
+            {"type": "turn.completed", "usage": "invalid"},
+            {"type": "turn.completed"},
+            {"type": "turn.failed"},
+            {"type": "thread.completed", "thread_id": "t"},
+        ):
             with pytest.raises(memstore.InvalidEvent):
                 log.append(bad)
         assert log.event_count == 0
     assert log_lines(tmp_path) == []
 
 
-@pytest.mark.parametrize("bad", [
-    "turn.started",
-    ["type", "x"],
-    {},
-    {"type": 5},
-    {"type": ""},
-    {"type": "x", "payload": {1, 2}},
-    {"type": "x", 1: "non-string key"},
-    {"type": "x", "n": 2**70},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "turn.started",
+        ["type", "x"],
+        {},
+        {"type": 5},
+        {"type": ""},
+        {"type": "x", "payload": {1, 2}},
+        {"type": "x", 1: "non-string key"},
+        {"type": "x", "n": 2**70},
+    ],
+)
 def test_invalid_events_raise_and_write_nothing(tmp_path, bad):
     with memstore.open_session(tmp_path, "s") as log:
         log.append(TURN_STARTED)
@@ -405,20 +471,38 @@ def test_seq_never_repeats_after_a_full_cap_rewrite_and_index_loss(tmp_path):
 
 
 def test_encoded_envelope_matches_compact_json(tmp_path):
-    event = {"type": "item.completed", "item": {"id": "x", "type": "agent_message",
-                                                "text": "naïve “quotes” \u0001 tab\t line\n / \\ 日本"}}
+    event = {
+        "type": "item.completed",
+        "item": {"id": "x", "type": "agent_message", "text": "naïve “quotes” \u0001 tab\t line\n / \\ 日本"},
+    }
     line = ev.encode_record(7, "2026-11-30T08:30:29.123Z", event)
-    expected = json.dumps({"schema_version": ev.SCHEMA_VERSION, "seq": 7, "ts": "2026-11-30T08:30:29.123Z",
-                           "event": event}, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    expected = (
+        json.dumps(
+            {"schema_version": ev.SCHEMA_VERSION, "seq": 7, "ts": "2026-11-30T08:30:29.123Z", "event": event},
+            separators=(",", ":"),
+            ensure_ascii=False,
+        ).encode()
+        + b"\n"
+    )
     assert line == expected
 
 
 def test_turns_record_status_usage_and_interruptions(tmp_path):
     with memstore.open_session(tmp_path, "s") as log:
         log.append(TURN_STARTED)
-        log.append({"type": "item.completed", "item": {"id": "c", "type": "command_execution",
-                                                       "command": "cargo test", "aggregated_output": "boom",
-                                                       "exit_code": 101, "status": "failed"}})
+        log.append(
+            {
+                "type": "item.completed",
+                "item": {
+                    "id": "c",
+                    "type": "command_execution",
+                    "command": "cargo test",
+                    "aggregated_output": "boom",
+                    "exit_code": 101,
+                    "status": "failed",
+                },
+            }
+        )
         log.append({"type": "turn.failed", "message": "tests failed", "usage": {"input_tokens": 5}})
         log.append(TURN_STARTED)
         log.append(TURN_STARTED)  # the previous turn never closed
@@ -426,14 +510,23 @@ def test_turns_record_status_usage_and_interruptions(tmp_path):
         log.append(TURN_STARTED)
         turns = log.turns()
     assert [(t.number, t.status, t.event_count) for t in turns] == [
-        (1, "failed", 3), (2, "interrupted", 1), (3, "completed", 2), (4, "open", 1)]
+        (1, "failed", 3),
+        (2, "interrupted", 1),
+        (3, "completed", 2),
+        (4, "open", 1),
+    ]
     assert turns[0].error == "tests failed" and turns[0].input_tokens == 5
     assert turns[2].input_tokens == 1200 and turns[2].output_tokens == 150
     assert turns[0].first_seq == 1 and turns[0].last_seq == 3
     memstore.rebuild(tmp_path, "s", refresh=False)  # derives event_details (else done when the agent rests)
-    row = db(tmp_path).execute(
-        "SELECT name, exit_code, status, item_type FROM events JOIN event_details USING (seq) "
-        "WHERE type = 'item.completed'").fetchone()
+    row = (
+        db(tmp_path)
+        .execute(
+            "SELECT name, exit_code, status, item_type FROM events JOIN event_details USING (seq) "
+            "WHERE type = 'item.completed'"
+        )
+        .fetchone()
+    )
     assert row == ("cargo test", 101, "failed", "command_execution")
 
 
@@ -489,8 +582,12 @@ def test_eviction_summary_facts_are_bounded(tmp_path):
     with memstore.open_session(tmp_path, "s", max_events=8) as log:
         log.append(TURN_STARTED)
         for i in range(7):
-            log.append({"type": "item.completed", "item": {"id": str(i), "type": "agent_message",
-                                                           "text": f"fact {i}  " + "x" * 300}})
+            log.append(
+                {
+                    "type": "item.completed",
+                    "item": {"id": str(i), "type": "agent_message", "text": f"fact {i}  " + "x" * 300},
+                }
+            )
         log.append(TURN_COMPLETED)
         log.append(TURN_STARTED)
     (summary_path,) = (session_dir(tmp_path) / "derived").glob("eviction-summary-*.json")
@@ -501,8 +598,13 @@ def test_eviction_summary_facts_are_bounded(tmp_path):
 
 
 def _vtcode_summary(n: int) -> dict:
-    return {"session_id": "s", "evicted_event_count": 2 + n, "event_types": {"turn.completed": 1, "turn.started": 1},
-            "created_at": f"2026-09-01T10:{n:02d}:00+00:00", "grounded_facts": [f"VT Code fact number {n}"]}
+    return {
+        "session_id": "s",
+        "evicted_event_count": 2 + n,
+        "event_types": {"turn.completed": 1, "turn.started": 1},
+        "created_at": f"2026-09-01T10:{n:02d}:00+00:00",
+        "grounded_facts": [f"VT Code fact number {n}"],
+    }
 
 
 def test_eviction_summaries_vtcode_wrote_survive_memstore_cap_rewrites(tmp_path):
@@ -528,8 +630,11 @@ def test_eviction_summaries_vtcode_wrote_survive_memstore_cap_rewrites(tmp_path)
             two_event_turn(log, text=f"memstore fact {n}")
     names = sorted(p.name for p in (d / "derived").glob("eviction-summary-*.json"))
     lines = [json.loads(line) for line in (d / "derived" / "eviction-summaries.jsonl").read_bytes().splitlines()]
-    carried = {line["carried_from"]: {k: v for k, v in line.items() if k != "carried_from"}
-               for line in lines if "carried_from" in line}
+    carried = {
+        line["carried_from"]: {k: v for k, v in line.items() if k != "carried_from"}
+        for line in lines
+        if "carried_from" in line
+    }
     own = [line for line in lines if "carried_from" not in line]
     assert broken.name in names  # not a summary: left where it is
     assert len(names) == 11
@@ -561,14 +666,20 @@ def test_the_default_summary_equals_the_summary_of_the_evicted_events(tmp_path):
     def message(text):
         return {"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": text}}
 
-    turn1 = [line(TURN_STARTED), line(message("Fixed   the build")),
-             b'{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"e","type":'
-             b'"\\u0061gent_message","text":"spelled with escapes \\u001b[0m"}}}\n',
-             line({"type": "item.completed", "item": {"id": "t", "type": "tool_output", "output": "agent_message"}}),
-             line(message("not a record"), version=None),
-             b'{"schema_version": "0.18.0", "event": {"broken\n',
-             line(message("FIXED THE BUILD")), line(TURN_COMPLETED)]
-    turn2 = [line(TURN_STARTED)] + [line(message(f"fact {n} " + "word " * n)) for n in range(2)] + [line(TURN_COMPLETED)]
+    turn1 = [
+        line(TURN_STARTED),
+        line(message("Fixed   the build")),
+        b'{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"e","type":'
+        b'"\\u0061gent_message","text":"spelled with escapes \\u001b[0m"}}}\n',
+        line({"type": "item.completed", "item": {"id": "t", "type": "tool_output", "output": "agent_message"}}),
+        line(message("not a record"), version=None),
+        b'{"schema_version": "0.18.0", "event": {"broken\n',
+        line(message("FIXED THE BUILD")),
+        line(TURN_COMPLETED),
+    ]
+    turn2 = (
+        [line(TURN_STARTED)] + [line(message(f"fact {n} " + "word " * n)) for n in range(2)] + [line(TURN_COMPLETED)]
+    )
     turn3 = [line(TURN_STARTED), line(message("kept")), line(TURN_COMPLETED)]
     data = b"".join(turn1 + turn2 + turn3)
     captured: list[list[dict]] = []
@@ -703,7 +814,7 @@ def test_pending_cap_rewrite_recovers(tmp_path, index_state):
             two_event_turn(log)
     d = session_dir(tmp_path)
     data = (d / "events.jsonl").read_bytes()
-    rest = data[len(_first_lines(data, 2)):]
+    rest = data[len(_first_lines(data, 2)) :]
     (d / "events.jsonl").write_bytes(rest)
     marker = d / "index" / "pending-cap-rewrite.json"
     marker.write_text(json.dumps({"previous_file_len": len(data), "new_file_len": len(rest), "retained_turn_base": 2}))
@@ -794,8 +905,12 @@ log.close()
 
 def test_another_process_holding_the_session(tmp_path):
     repo = str(Path(memstore.__file__).resolve().parent.parent)
-    child = subprocess.Popen([sys.executable, "-c", CHILD_HOLDS_SESSION.format(repo=repo, root=str(tmp_path))],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_HOLDS_SESSION.format(repo=repo, root=str(tmp_path))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "ready"
         assert memstore.is_live(session_dir(tmp_path))
@@ -837,13 +952,16 @@ def test_existing_directories_are_made_private(tmp_path):
 # Hostile ids and symlinks
 
 
-@pytest.mark.parametrize("sid, sanitized, prefix", [
-    ("../outside", "_outside", "_outside~"),
-    ("a/b\\c", "a_b_c", "a_b_c~"),
-    ("...hidden", "hidden", "hidden~"),
-    ("séance", "s_ance", "s_ance~"),
-    ("ok-id_1.2", "ok-id_1.2", None),
-])
+@pytest.mark.parametrize(
+    "sid, sanitized, prefix",
+    [
+        ("../outside", "_outside", "_outside~"),
+        ("a/b\\c", "a_b_c", "a_b_c~"),
+        ("...hidden", "hidden", "hidden~"),
+        ("séance", "s_ance", "s_ance~"),
+        ("ok-id_1.2", "ok-id_1.2", None),
+    ],
+)
 def test_session_ids_map_to_directories_inside_the_store(tmp_path, sid, sanitized, prefix):
     assert memstore.sanitize_session_id(sid) == sanitized  # VT Code's sanitizer, unchanged
     with memstore.open_session(tmp_path, sid) as log:
@@ -912,12 +1030,15 @@ def test_store_root_behind_a_symlink_is_allowed(tmp_path):
 # Torn tails
 
 
-@pytest.mark.parametrize("tail", [
-    b'{"schema_version":"0.18.0","seq":9,"ts":"2026',  # a partial line
-    b"\x00" * 4096,  # a run of NUL bytes (delayed allocation after a crash)
-    b'{"schema_version":"0.18.0","se\x00\x00\x00\n\x00\x00',  # garbage lines, then NULs
-    b"\xff\xfe garbage \n",  # a complete line that is not JSON
-])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b'{"schema_version":"0.18.0","seq":9,"ts":"2026',  # a partial line
+        b"\x00" * 4096,  # a run of NUL bytes (delayed allocation after a crash)
+        b'{"schema_version":"0.18.0","se\x00\x00\x00\n\x00\x00',  # garbage lines, then NULs
+        b"\xff\xfe garbage \n",  # a complete line that is not JSON
+    ],
+)
 def test_torn_tail_is_cut_kept_and_never_welded(tmp_path, tail):
     with memstore.open_session(tmp_path, "s") as log:
         two_event_turn(log)
@@ -1034,8 +1155,12 @@ print("size", log.events_path.stat().st_size, size)
 
 def test_short_write_on_a_full_file_truncates_back_and_fails_closed(tmp_path):
     repo = str(Path(memstore.__file__).resolve().parent.parent)
-    out = subprocess.run([sys.executable, "-c", CHILD_FILE_SIZE_LIMIT.format(repo=repo, root=str(tmp_path))],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD_FILE_SIZE_LIMIT.format(repo=repo, root=str(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("write-error ") and lines[0].endswith("events.jsonl write")
@@ -1170,8 +1295,12 @@ def test_cap_planning():
 
 
 def test_parse_ts_accepts_reference_formats():
-    for text in ("2026-09-01T10:00:00Z", "2026-09-01T10:00:00+00:00", "2026-09-01T10:00:00.123456789+00:00",
-                 "2026-11-30T08:30:29.123Z"):
+    for text in (
+        "2026-09-01T10:00:00Z",
+        "2026-09-01T10:00:00+00:00",
+        "2026-09-01T10:00:00.123456789+00:00",
+        "2026-11-30T08:30:29.123Z",
+    ):
         assert ev.parse_ts(text) is not None, text
     assert ev.parse_ts("yesterday") is None
     assert ev.parse_ts(None) is None
