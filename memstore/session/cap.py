@@ -306,7 +306,7 @@ class CapPolicy:
             cut + skip,
             head,
             marker,
-            summary.to_dict() if summary is not None else None,
+            self._summary_record(summary),
             manifest_json,
             max_events,
             manifest.event_count,
@@ -365,6 +365,16 @@ class CapPolicy:
                 hook(self.session_dir, session_id, _events(log.records(0, cut)))
             except Exception as exc:
                 self._summary_failed(exc, event_count, max_events)
+
+    def _summary_record(self, summary: Optional[EvictionSummary]) -> Optional[dict]:
+        """The summary as it is written: a derived view, so its grounded facts pass through the
+        store's redaction like the index's chunks (a secret an evicted message quoted is not
+        kept in ``derived/`` after its line left the log)."""
+        if summary is None:
+            return None
+        record = summary.to_dict()
+        redaction = self.writer.redaction
+        return redaction.redact_event(record) if redaction is not None else record
 
     def _summary_failed(self, exc: Exception, event_count: int, max_events: int) -> None:
         retry_at = self._hook_failed(event_count, max_events)

@@ -104,3 +104,22 @@ def test_the_cap_summary_keeps_the_newest_five_facts_of_many(tmp_path, monkeypat
     assert written["grounded_facts"] == want["grounded_facts"] and len(want["grounded_facts"]) == 5
     assert written["event_types"] == want["event_types"]
     assert written["evicted_event_count"] == want["evicted_event_count"]
+
+
+def test_an_evicted_secret_is_redacted_in_the_eviction_summary(tmp_path):
+    """The eviction summary is a derived view: a secret quoted by an evicted agent message is
+    replaced by its marker in ``derived/`` as in the index, and the fact is kept around it."""
+    token = "ghp_" + "R8mK2vQ9xLp4Tz7Wc1Nb6Hd3Fs5Gj0Ya2UeK"
+    with memstore.open_session(tmp_path, "s", max_events=3) as log:
+        log.append({"type": "turn.started"})
+        log.append({"type": "item.completed",
+                    "item": {"id": "m", "type": "agent_message", "text": f"Exported GITHUB_TOKEN={token} for the CI job."}})
+        log.append({"type": "turn.completed", "usage": {}})
+        log.append({"type": "turn.started"})
+    derived = tmp_path / "sessions" / "s" / "derived"
+    files = sorted(derived.glob("eviction-summar*"))
+    assert files, "the cap wrote no summary"
+    for path in files:
+        text = path.read_text()
+        assert token not in text
+        assert "[REDACTED:" in text and "for the CI job." in text
