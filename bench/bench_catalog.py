@@ -63,8 +63,21 @@ import memstore  # noqa: E402
 
 STORE_VERSION = 2  # bump when the sessions written (or their index layout) change
 MODELS = ("gpt-5", "gpt-5-codex", "claude-sonnet-4-5", "claude-opus-4-1", "o4-mini")
-CHUNK_COLUMNS = ("id", "chunk_id", "session_id", "seq", "turn", "part", "source", "kind", "path", "start_line",
-                 "end_line", "created_at", "text")
+CHUNK_COLUMNS = (
+    "id",
+    "chunk_id",
+    "session_id",
+    "seq",
+    "turn",
+    "part",
+    "source",
+    "kind",
+    "path",
+    "start_line",
+    "end_line",
+    "created_at",
+    "text",
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -94,13 +107,30 @@ def session_events(number: int, seed: int) -> list[tuple[dict, str]]:
             command, output, code = text.test_run(fail=r.random() < 0.3)
         else:
             command, output, code = f"tail -n 80 logs/{project.package}.log", text.log_lines(r.randint(5, 60)), 0
-        add({"type": "item.completed", "item": {"id": f"c{turn}", "type": "command_execution", "command": command,
-                                                "aggregated_output": output, "exit_code": code,
-                                                "status": "completed" if code == 0 else "failed"}})
+        add(
+            {
+                "type": "item.completed",
+                "item": {
+                    "id": f"c{turn}",
+                    "type": "command_execution",
+                    "command": command,
+                    "aggregated_output": output,
+                    "exit_code": code,
+                    "status": "completed" if code == 0 else "failed",
+                },
+            }
+        )
         add({"type": "item.completed", "item": {"id": f"m{turn}", "type": "agent_message", "text": text.answer()}})
-        add({"type": "turn.completed", "usage": {"input_tokens": r.randint(2_000, 90_000),
-                                                 "cached_input_tokens": r.randint(0, 1_500),
-                                                 "output_tokens": r.randint(100, 2_000)}})
+        add(
+            {
+                "type": "turn.completed",
+                "usage": {
+                    "input_tokens": r.randint(2_000, 90_000),
+                    "cached_input_tokens": r.randint(0, 1_500),
+                    "output_tokens": r.randint(100, 2_000),
+                },
+            }
+        )
     return out
 
 
@@ -187,8 +217,9 @@ def run_child(code: str, args: list[str], result: Path) -> tuple[dict, float]:
     result.unlink(missing_ok=True)
     log_path = result.with_suffix(".log")
     with open(log_path, "wb") as log:
-        child = subprocess.Popen([sys.executable, "-c", code, str(ROOT), *args, str(result)], stdout=log,
-                                 stderr=subprocess.STDOUT)
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, str(ROOT), *args, str(result)], stdout=log, stderr=subprocess.STDOUT
+        )
         _pid, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4: tell Popen
     if child.returncode != 0:
@@ -221,8 +252,14 @@ def make_queries(n: int, seed: int) -> list[str]:
     """2-3 term queries as people type them: a common technical word with rarer ones."""
     r = random.Random(seed)
     common = T.TECHNICAL[:120]
-    rare = list(dict.fromkeys(list(V.ID_NOUNS) + list(V.ID_VERBS) + T.TECHNICAL[120:]
-                              + ["KeyError", "TypeError", "panicked", "unwrap", "deadline", "flaky", "assert"]))
+    rare = list(
+        dict.fromkeys(
+            list(V.ID_NOUNS)
+            + list(V.ID_VERBS)
+            + T.TECHNICAL[120:]
+            + ["KeyError", "TypeError", "panicked", "unwrap", "deadline", "flaky", "assert"]
+        )
+    )
     queries = []
     for _ in range(n):
         terms = [r.choice(common)] + r.sample(rare, r.randint(1, 2))
@@ -236,9 +273,11 @@ def fts_search(conn: sqlite3.Connection, query: str, k: int = 6) -> list[tuple]:
     if not tokens:
         return []
     match = " OR ".join(f'"{t}"' for t in tokens)
-    return conn.execute("SELECT id, chunk_id, session_id, text FROM chunks WHERE rowid IN "
-                        "(SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts) LIMIT ?)",
-                        (match, k)).fetchall()
+    return conn.execute(
+        "SELECT id, chunk_id, session_id, text FROM chunks WHERE rowid IN "
+        "(SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts) LIMIT ?)",
+        (match, k),
+    ).fetchall()
 
 
 def p95(xs: list[float]) -> float:
@@ -262,20 +301,35 @@ def measure(sessions: int, args: argparse.Namespace) -> dict[str, Any]:
     print("  catalog from scratch vs floor B ...", flush=True)
     builds, floors = [], []
     for rep in range(args.reps):
-        for side in (("memstore", "floor") if rep % 2 == 0 else ("floor", "memstore")):
+        for side in ("memstore", "floor") if rep % 2 == 0 else ("floor", "memstore"):
             if side == "memstore":
                 builds.append(run_child(CHILD_BUILD, [str(store)], workdir / "build.result.json"))
                 if builds[-1][0]["errors"]:
                     raise RuntimeError(f"the build left sessions out: {builds[-1][0]['errors']}")
             elif (store / "catalog.db").exists():
-                floors.append(run_child(CHILD_FLOOR_B, [str(store / "catalog.db"), str(fts_db),
-                                                        json.dumps(CHUNK_COLUMNS)], workdir / "floor.result.json"))
+                floors.append(
+                    run_child(
+                        CHILD_FLOOR_B,
+                        [str(store / "catalog.db"), str(fts_db), json.dumps(CHUNK_COLUMNS)],
+                        workdir / "floor.result.json",
+                    )
+                )
     if len(floors) < len(builds):  # the first rep's floor ran before any catalog existed
-        floors.append(run_child(CHILD_FLOOR_B, [str(store / "catalog.db"), str(fts_db), json.dumps(CHUNK_COLUMNS)],
-                                workdir / "floor.result.json"))
-    fig.update(build_s=statistics.median(b[0]["seconds"] for b in builds), build_rss_mb=max(b[1] for b in builds),
-               floor_b_s=statistics.median(f[0]["seconds"] for f in floors), floor_b_rss_mb=max(f[1] for f in floors),
-               chunks=floors[-1][0]["rows"], text_mb=floors[-1][0]["text_bytes"] / 1e6)
+        floors.append(
+            run_child(
+                CHILD_FLOOR_B,
+                [str(store / "catalog.db"), str(fts_db), json.dumps(CHUNK_COLUMNS)],
+                workdir / "floor.result.json",
+            )
+        )
+    fig.update(
+        build_s=statistics.median(b[0]["seconds"] for b in builds),
+        build_rss_mb=max(b[1] for b in builds),
+        floor_b_s=statistics.median(f[0]["seconds"] for f in floors),
+        floor_b_rss_mb=max(f[1] for f in floors),
+        chunks=floors[-1][0]["rows"],
+        text_mb=floors[-1][0]["text_bytes"] / 1e6,
+    )
 
     print("  refresh with nothing changed ...", flush=True)
     times: dict[str, list[float]] = {k: [] for k in ("full", "sweep", "feed", "search", "floor")}
@@ -301,12 +355,20 @@ def measure(sessions: int, args: argparse.Namespace) -> dict[str, Any]:
         one, full_one, recopied = [], [], 0
         r = random.Random(args.seed)
         for rep in range(args.noop_reps):
-            for side in (("feed", "full") if rep % 2 == 0 else ("full", "feed")):
+            for side in ("feed", "full") if rep % 2 == 0 else ("full", "feed"):
                 number = r.randrange(sessions)
                 with memstore.open_session(store, f"bench-{number:06d}", durability="none") as log:
                     log.append({"type": "turn.started"})
-                    log.append({"type": "item.completed", "item": {"id": f"x{rep}", "type": "agent_message",
-                                                                  "text": f"follow-up {rep}: the deadline holds"}})
+                    log.append(
+                        {
+                            "type": "item.completed",
+                            "item": {
+                                "id": f"x{rep}",
+                                "type": "agent_message",
+                                "text": f"follow-up {rep}: the deadline holds",
+                            },
+                        }
+                    )
                     log.append({"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 5}})
                 started = time.perf_counter()
                 if side == "feed":
@@ -335,7 +397,10 @@ def measure(sessions: int, args: argparse.Namespace) -> dict[str, Any]:
 def search_figures(store: Path, fts_db: Path, queries: list[str], reps: int) -> dict[str, Any]:
     fts = sqlite3.connect(f"file:{fts_db}?mode=ro", uri=True)
     warm = memstore.Store(store)
-    sides: dict[str, Callable[[str], Any]] = {"memstore": lambda q: warm.search(q), "fts5": lambda q: fts_search(fts, q)}
+    sides: dict[str, Callable[[str], Any]] = {
+        "memstore": lambda q: warm.search(q),
+        "fts5": lambda q: fts_search(fts, q),
+    }
     try:
         for q in queries[:5]:  # every side's caches warmed alike
             for fn in sides.values():
@@ -344,7 +409,7 @@ def search_figures(store: Path, fts_db: Path, queries: list[str], reps: int) -> 
         names = list(sides)
         for rep in range(reps):
             for qi, q in enumerate(queries):
-                for side in names[rep % 2:] + names[:rep % 2]:
+                for side in names[rep % 2 :] + names[: rep % 2]:
                     started = time.perf_counter()
                     sides[side](q)
                     times[side][qi].append(time.perf_counter() - started)
@@ -377,36 +442,60 @@ def print_size(f: dict[str, Any]) -> None:
     n = f["sessions"]
     print(f"\n  -- {n:,} sessions, {f['chunks']:,} chunks ({f['text_mb']:,.0f} MB of text)")
     print(f"  {'':50s} {'memstore':>14s} {'floor':>16s}   ratio (floor / memstore)")
-    row("catalog from scratch vs insert_all+FTS5 (B)", fmt(f["build_s"]), fmt(f["floor_b_s"]) + " B",
-        f"{f['floor_b_s'] / f['build_s']:.3f}x")
+    row(
+        "catalog from scratch vs insert_all+FTS5 (B)",
+        fmt(f["build_s"]),
+        fmt(f["floor_b_s"]) + " B",
+        f"{f['floor_b_s'] / f['build_s']:.3f}x",
+    )
     row("  per session", fmt(f["build_s"] / n), fmt(f["floor_b_s"] / n), "")
     row("  peak RSS", f"{f['build_rss_mb']:8,.0f} MB", f"{f['floor_b_rss_mb']:8,.0f} MB", "")
-    for key, label in (("full", "refresh, nothing changed: full check"), ("sweep", "  feed + sweep now"),
-                       ("feed", "  feed alone"), ("search", "  before a search (ensure_current)")):
-        row(label + " vs list+stat", fmt(f[f"noop_{key}_s"]), fmt(f["noop_floor_s"]),
-            f"{f['noop_floor_s'] / f[f'noop_{key}_s']:.3f}x")
-    row("one session written: search's refresh vs full check", fmt(f["one_feed_s"]), fmt(f["one_full_s"]),
-        f"{f['one_full_s'] / f['one_feed_s']:.1f}x")
+    for key, label in (
+        ("full", "refresh, nothing changed: full check"),
+        ("sweep", "  feed + sweep now"),
+        ("feed", "  feed alone"),
+        ("search", "  before a search (ensure_current)"),
+    ):
+        row(
+            label + " vs list+stat",
+            fmt(f[f"noop_{key}_s"]),
+            fmt(f["noop_floor_s"]),
+            f"{f['noop_floor_s'] / f[f'noop_{key}_s']:.3f}x",
+        )
+    row(
+        "one session written: search's refresh vs full check",
+        fmt(f["one_feed_s"]),
+        fmt(f["one_full_s"]),
+        f"{f['one_full_s'] / f['one_feed_s']:.1f}x",
+    )
     if f.get("one_full_recopied"):
         print(f"  {'':4s}(the full check copied {f['one_full_recopied']} of those sessions whole, not grown)")
     for p in ("p50", "p95"):
-        row(f"Store.search {p} vs FTS5 bm25() (ratio FTS5/ours)", fmt(f[f"memstore_{p}_s"]),
-            fmt(f[f"fts5_{p}_s"]) + " F", f"{f[f'fts5_{p}_s'] / f[f'memstore_{p}_s']:.2f}x")
+        row(
+            f"Store.search {p} vs FTS5 bm25() (ratio FTS5/ours)",
+            fmt(f[f"memstore_{p}_s"]),
+            fmt(f[f"fts5_{p}_s"]) + " F",
+            f"{f[f'fts5_{p}_s'] / f[f'memstore_{p}_s']:.2f}x",
+        )
 
 
 def print_growth(results: list[dict[str, Any]]) -> None:
     if len(results) < 2:
         return
     a, b = results[0], results[-1]
-    print(f"\n== growth from {a['sessions']:,} to {b['sessions']:,} sessions (larger / smaller; "
-          f"{b['chunks'] / a['chunks']:.1f}x the chunks)")
-    for label, key, per in (("catalog from scratch per session", "build_s", "sessions"),
-                            ("refresh, nothing changed: full check", "noop_full_s", None),
-                            ("refresh, nothing changed: feed alone", "noop_feed_s", None),
-                            ("before a search, nothing changed", "noop_search_s", None),
-                            ("one session written: search's refresh", "one_feed_s", None),
-                            ("Store.search p50", "memstore_p50_s", None),
-                            ("FTS5 bm25() p50", "fts5_p50_s", None)):
+    print(
+        f"\n== growth from {a['sessions']:,} to {b['sessions']:,} sessions (larger / smaller; "
+        f"{b['chunks'] / a['chunks']:.1f}x the chunks)"
+    )
+    for label, key, per in (
+        ("catalog from scratch per session", "build_s", "sessions"),
+        ("refresh, nothing changed: full check", "noop_full_s", None),
+        ("refresh, nothing changed: feed alone", "noop_feed_s", None),
+        ("before a search, nothing changed", "noop_search_s", None),
+        ("one session written: search's refresh", "one_feed_s", None),
+        ("Store.search p50", "memstore_p50_s", None),
+        ("FTS5 bm25() p50", "fts5_p50_s", None),
+    ):
         x = a[key] / (a[per] if per else 1)
         y = b[key] / (b[per] if per else 1)
         print(f"  {label:44s} {y / x:8.2f}x")
@@ -416,8 +505,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=None, help="comma-separated store sizes (default 1000,10000)")
     parser.add_argument("--quick", action="store_true", help="200 sessions, few repetitions")
-    parser.add_argument("--workdir", type=Path,
-                        default=Path(os.environ.get("TMPDIR", "/tmp")) / "memstore-bench-catalog")
+    parser.add_argument(
+        "--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "memstore-bench-catalog"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write every figure to this file")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes writing the stores")

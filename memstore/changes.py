@@ -1,9 +1,10 @@
 """The store's change feed: which session directories changed since the catalog last looked.
 
 memstore's own writers record what they change in ``<root>/changes/``: one empty marker file
-per changed session directory, named as the directory. A writer creates it after it published
-the session's manifest (the manifest is the last thing a write point publishes); retention and
-importers create it after they removed a session or rewrote its manifest. Creating a marker is
+per changed session directory, named as the directory. A writer creates it after it committed
+a batch of the session's rows to its index and after it put a manifest in place (what a refresh
+reads is there by then); retention and importers create it after they removed, renamed or
+rewrote a session. Creating a marker is
 one ``open(O_CREAT)`` and one ``close``, never synced: it is a hint, and a marker lost to a
 crash is found by the catalog's sweep (see :mod:`memstore.catalog`), as every change a writer
 memstore does not control (VT Code appending to its own log) is.

@@ -8,8 +8,8 @@ transaction; a sweep of the sessions runs only when the last one (by any process
 in the catalog) is older than ``sweep_interval`` seconds.
 
 How fresh a search is: it sees every change memstore's own writers published before it began
-(a write point's manifest is published a moment after the write, by the session's background
-thread: ``flush()`` and ``close()`` wait for it), and every other change to the store (VT Code
+(a write point's rows reach the session's index, and the feed, a moment after the write, from
+the session's background thread: ``flush()`` and ``close()`` wait for it), and every other change to the store (VT Code
 appending to its own log, files copied in) within ``sweep_interval`` seconds.
 
 A store this process cannot write (a read-only copy, a read-only mount, another user's files)
