@@ -10,7 +10,7 @@ session ids and their directory names, and the one enumeration of session direct
     derived/eviction-summaries.jsonl  derived/eviction-summary-*.json
     derived/import-state.json  derived/set-aside.json  derived/audit-pack.json
   catalog.db  gc-log.jsonl  store.json  tombstones.jsonl  import-versions.json  config.toml
-  locks/<name>.lock  .trash/
+  locks/<name>.lock  .trash/  changes/
 ```
 
 A **legacy session** is a directory VT Code's own migration made: ``manifest.json`` and its
@@ -46,6 +46,7 @@ IMPORT_VERSIONS_FILE = "import-versions.json"  # the agent versions imports have
 CONFIG_FILE = "config.toml"  # the store's settings (its [redact] table: memstore.redact)
 LOCKS_DIR = "locks"
 TRASH_DIR = ".trash"
+CHANGES_DIR = "changes"  # changes/<session directory>: a session changed since the catalog looked
 
 # -- a session directory --------------------------------------------------------------------
 EVENTS_FILE = "events.jsonl"
@@ -185,6 +186,12 @@ def locks_dir(root: os.PathLike | str) -> Path:
 def trash_dir(root: os.PathLike | str) -> Path:
     """Where sessions being removed wait for their deletion."""
     return Path(root) / TRASH_DIR
+
+
+def changes_dir(root: os.PathLike | str) -> Path:
+    """The store's change feed: one empty marker per session directory changed since the
+    catalog last looked (see :mod:`memstore.changes`)."""
+    return Path(root) / CHANGES_DIR
 
 
 # -- paths of a session ---------------------------------------------------------------------
