@@ -98,7 +98,11 @@ def test_the_next_writer_rewrites_an_unusable_manifest_instead_of_refusing_the_s
     directory = _session(root, "s")
     _spoil(directory, kind, tmp_path)
     # Reading and listing never block on it nor follow it; the log answers.
-    assert _bounded(lambda: memstore.read_session(root, "s").manifest.turn_count) == 2
+    def turn_count() -> int:
+        with memstore.read_session(root, "s") as reader:
+            return reader.manifest.turn_count
+
+    assert _bounded(turn_count) == 2
     assert _bounded(lambda: list_sessions(root)) == []
 
     def append() -> None:
