@@ -4,6 +4,7 @@ session ids and their directory names, and the one enumeration of session direct
 ```
 <root>/
   sessions/<session directory>/
+  sessions/.import-<hex>/<area>/<session directory>/   (an import's staging area, see importers.staging)
     events.jsonl  events.jsonl.torn-*  manifest.json  session.lock  retention-pin.json
     index/session.db  index/pending-cap-rewrite.json
     derived/memory.json  derived/progress.json  derived/trajectory.jsonl  derived/goal/
@@ -38,6 +39,7 @@ TOMBSTONES_FILE = "tombstones.jsonl"  # sessions removed on purpose, which an im
 IMPORT_VERSIONS_FILE = "import-versions.json"  # the agent versions imports have seen in this store
 LOCKS_DIR = "locks"
 TRASH_DIR = ".trash"
+IMPORT_STAGING_PREFIX = ".import-"  # sessions/.import-<hex>/: new sessions an import writes before publishing them
 
 # -- a session directory --------------------------------------------------------------------
 EVENTS_FILE = "events.jsonl"
