@@ -12,16 +12,20 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple, Optional, Union
+from typing import NamedTuple, Optional, Union
 
+from ..locks import store_lock
 from ..tombstones import Tombstones
-from .drift import DRIFT_PREFIX, VersionStats, aggregate, load_versions, save_versions, warnings_for
 from .base import UNRECOGNIZED
-from .run import import_source
+from .drift import DRIFT_PREFIX, VersionStats, aggregate, load_versions, save_versions, warnings_for
+from .pipeline import run_import
+from .progress import ImportProgress, ProgressLine, ProgressMeter
 from .setaside import finish_interrupted_set_asides
-from .sources import SourceFile, discover, display_path
+from .sources import discover, display_path
+from .staging import sweep_abandoned
 
 logger = logging.getLogger("memstore")
 
@@ -115,6 +119,7 @@ def import_logs(
     *,
     settle_seconds: float = DEFAULT_SETTLE_SECONDS,
     progress: Optional[Callable[[int, int], None]] = None,
+    jobs: Optional[int] = None,
 ) -> ImportReport:
     """Import the agent logs under ``path`` into the store at ``root``.
 
@@ -123,7 +128,16 @@ def import_logs(
     (``codex exec --json`` streams), ``"claude"`` (Claude Code transcripts) or ``"auto"``
     (each file tells what it is). A source unmodified for ``settle_seconds`` is taken as
     finished: its last turn is closed and its session completed. ``progress(done, total)``
-    is called with byte counts as the import advances.
+    is called with byte counts as the import advances; if it also has a ``status`` method,
+    that gets an :class:`ImportProgress` (sessions and bytes done, rate, time left; see
+    :class:`ProgressLine`). ``jobs`` is the number of worker processes that parse the sources
+    (default: one per core, none for a small import; 1 imports in this process).
+
+    New sessions are written whole out of sight and published in batches, each made durable by
+    one file-system sync before its sessions appear in the store: a crash at any moment leaves
+    every session whole or absent, and the next import finishes the job (see
+    :mod:`memstore.importers.pipeline`). Concurrent imports into one store take turns (the
+    store's ``import`` lock).
 
     Bad input (unparsable lines, unknown line types, files that are no agent log) is counted in
     the report and skipped, never fatal. Sources are only read. No import removes an event a
@@ -150,20 +164,23 @@ def import_logs(
     tombstoned = tombstones.all()
     finish_interrupted_set_asides(root)
     files = discover(paths, root, problem)
-    meter = _Progress(progress)
+    meter = ProgressMeter(progress)
+    sizes = []
     for f in files:
         try:
-            meter.total += (os.stat if f.follow else os.lstat)(f.path).st_size
+            sizes.append((os.stat if f.follow else os.lstat)(f.path).st_size)
         except OSError:
-            pass
-    now = time.time()
+            sizes.append(0)
+    outcomes: list = []
+    if files:
+        with store_lock(root, "import"):
+            sweep_abandoned(root)
+            outcomes = run_import(
+                root, files, sizes, source, settle_seconds, time.time(), tombstones, tombstoned, meter, jobs
+            )
     named: set[str] = set()
     stats = []
-    for source_file in files:
-        meter.start_file(source_file)
-        outcome = import_source(root, source_file, source, settle_seconds, now, meter.advance, tombstones,
-                                tombstoned)
-        meter.end_file()
+    for source_file, outcome in zip(files, outcomes):
         if outcome is None:
             continue
         report.sources += 1
@@ -171,8 +188,11 @@ def import_logs(
         report.sessions_updated += outcome.updated
         report.sessions_regenerated += outcome.regenerated
         report.sessions_unchanged += outcome.unchanged
-        if outcome.session_id is not None and (outcome.created or outcome.updated or outcome.regenerated) \
-                and outcome.session_id not in named:
+        if (
+            outcome.session_id is not None
+            and (outcome.created or outcome.updated or outcome.regenerated)
+            and outcome.session_id not in named
+        ):
             named.add(outcome.session_id)
             report.sessions.append(outcome.session_id)
         report.events_appended += outcome.appended
@@ -183,8 +203,9 @@ def import_logs(
             report.set_aside.append(SetAside(*outcome.set_aside))
         if outcome.tombstoned is not None:
             stone = outcome.tombstoned
-            report.tombstoned.append(Tombstoned(display_path(source_file.path), stone.session_id, stone.reason.value,
-                                                stone.at))
+            report.tombstoned.append(
+                Tombstoned(display_path(source_file.path), stone.session_id, stone.reason.value, stone.at)
+            )
         report.lines_skipped += outcome.skipped_lines
         for line, reason in outcome.problems:
             problem(source_file.path, line, reason)
@@ -214,34 +235,16 @@ def import_logs(
     return report
 
 
-class _Progress:
-    """Byte progress over all sources: each file advances by at most its size (it may have
-    grown since it was measured), and by exactly its size once done."""
-
-    def __init__(self, callback: Optional[Callable[[int, int], None]]):
-        self.callback = callback
-        self.total = 0
-        self.done = 0
-        self.size = 0
-        self.counted = 0
-
-    def start_file(self, source: SourceFile) -> None:
-        try:
-            self.size = (os.stat if source.follow else os.lstat)(source.path).st_size
-        except OSError:
-            self.size = 0
-        self.counted = 0
-
-    def advance(self, n: int) -> None:
-        n = max(0, min(n, self.size - self.counted))
-        self.counted += n
-        self.done = min(self.done + n, self.total)
-        if self.callback is not None and n:
-            self.callback(self.done, self.total)
-
-    def end_file(self) -> None:
-        self.advance(self.size - self.counted)
-
-
-__all__ = ["import_logs", "ImportReport", "Problem", "SetAside", "Tombstoned", "VersionStats", "DRIFT_PREFIX",
-           "SOURCES", "DEFAULT_SETTLE_SECONDS"]
+__all__ = [
+    "import_logs",
+    "ImportReport",
+    "ImportProgress",
+    "ProgressLine",
+    "Problem",
+    "SetAside",
+    "Tombstoned",
+    "VersionStats",
+    "DRIFT_PREFIX",
+    "SOURCES",
+    "DEFAULT_SETTLE_SECONDS",
+]
