@@ -10,6 +10,7 @@ session ids and their directory names, and the one enumeration of session direct
     derived/memory.json  derived/progress.json  derived/trajectory.jsonl  derived/goal/
     derived/eviction-summaries.jsonl  derived/eviction-summary-*.json
     derived/import-state.json  derived/set-aside.json  derived/audit-pack.json
+    derived/origin.json  derived/store-imports.json   (sessions imported from another store)
   catalog.db  gc-log.jsonl  store.json  tombstones.jsonl  import-versions.json  locks/  .trash/
 ```
 
@@ -23,8 +24,9 @@ import logging
 import os
 import re
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 from .errors import InvalidSessionId, StoreIOError
 
@@ -58,6 +60,8 @@ GOAL_DIR = "goal"
 EVICTION_LOG = "eviction-summaries.jsonl"
 EVICTION_SUMMARY_PREFIX = "eviction-summary-"
 IMPORT_STATE_FILE = "import-state.json"
+ORIGIN_FILE = "origin.json"  # the store (machine) a session imported from another store came from
+STORE_IMPORTS_FILE = "store-imports.json"  # per source store: the log it was last imported from
 SET_ASIDE_FILE = "set-aside.json"  # in a session an import set aside: what it was and why
 PACK_FILE = "audit-pack.json"
 

@@ -204,8 +204,8 @@ def run_import(
 ) -> list[Optional[Outcome]]:
     """Import ``files`` (of ``sizes`` bytes) into the store at ``root``; return each source's
     outcome, in source order (``None`` for a file that is not a source to import). The caller
-    holds the store's ``import`` lock. A failure writing the store raises once what was already
-    staged is published."""
+    holds the store's ``import`` lock and calls ``meter.finish()`` once all is done. A failure
+    writing the store raises once what was already staged is published."""
     tasks, sessions = plan(files, sizes)
     meter.begin(sum(sizes), sessions)
     if jobs is None:
@@ -252,7 +252,6 @@ def run_import(
             outcomes_changed(batches.publish())
         finally:
             staging.close()
-    meter.finish()
     return outcomes
 
 

@@ -61,11 +61,17 @@ class ProgressMeter:
         self.bytes_done = 0
         self.sessions_total = 0
         self.sessions_done = 0
+        self._reserved = (0, 0)
+
+    def reserve(self, bytes_total: int, sessions_total: int) -> None:
+        """Work the import does besides what :meth:`begin` will be told (other stores' sessions),
+        counted in the totals from the start."""
+        self._reserved = (bytes_total, sessions_total)
 
     def begin(self, bytes_total: int, sessions_total: int) -> None:
-        """The import's size, once its sources are known."""
-        self.bytes_total = bytes_total
-        self.sessions_total = sessions_total
+        """The import's size, once its sources are known (plus what was reserved)."""
+        self.bytes_total = bytes_total + self._reserved[0]
+        self.sessions_total = sessions_total + self._reserved[1]
         self.started = self.clock()
         self._tell()
 
@@ -107,7 +113,9 @@ class ProgressLine:
     """A progress callback that draws an :class:`ImportProgress` on one line of ``stream``
     (standard error by default): redrawn in place at most every ``interval`` seconds on a
     terminal; elsewhere written as a new line at most every ``quiet_interval`` seconds. The
-    first and the last state are always drawn. Call :meth:`close` at the end."""
+    first and the last state are always drawn, except that with ``delay`` nothing is drawn
+    before that many seconds have passed (an import that ends sooner shows no line at all).
+    Call :meth:`close` at the end."""
 
     def __init__(
         self,
@@ -116,6 +124,7 @@ class ProgressLine:
         *,
         interval: float = 0.2,
         quiet_interval: float = 30.0,
+        delay: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.label = label
@@ -123,6 +132,7 @@ class ProgressLine:
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.interval = interval if self.tty else quiet_interval
         self.clock = clock
+        self.shown_from = clock() + delay
         self.last_drawn: Optional[float] = None
         self.latest: Optional[ImportProgress] = None
         self.latest_drawn = False
@@ -137,13 +147,16 @@ class ProgressLine:
         self.latest = progress
         self.latest_drawn = False
         now = self.clock()
+        if now < self.shown_from:
+            return
         if self.last_drawn is None or now - self.last_drawn >= self.interval:
             self._draw(progress)
             self.last_drawn = now
 
     def close(self) -> None:
-        """Draw the last state (if it was not) and end the line."""
-        if self.latest is not None:
+        """Draw the last state (if it was not) and end the line (nothing when no line was drawn
+        because the import ended within the delay)."""
+        if self.latest is not None and self.last_drawn is not None:
             if not self.latest_drawn:
                 self._draw(self.latest)
             if self.tty:

@@ -42,15 +42,17 @@ class NewSession:
     created, with ``index/`` and ``derived/``). ``append`` as on a :class:`SessionLog`, then
     ``finish`` once (or ``abandon``). ``directory``'s name is the session's directory name; when
     it is not the id itself (a hashed name), the log's first line names the session, as the
-    writer's does."""
+    writer's does. ``retained_turn_base`` above 1 writes a session whose first turns were
+    evicted (a copy of a capped session): the first line says so, as a cap rewrite's does."""
 
-    def __init__(self, directory: os.PathLike | str, session_id: str):
+    def __init__(self, directory: os.PathLike | str, session_id: str, *, retained_turn_base: int = 1):
         self.directory = Path(directory)
         self.session_id = session_id
         self.next_seq = 1
         self.length = 0
         self._buffer = bytearray()
-        self._head: Optional[dict] = log_head(session_id, 1) if self.directory.name != session_id else None
+        head_id = session_id if self.directory.name != session_id else None
+        self._head: Optional[dict] = log_head(head_id, retained_turn_base) or None
         try:
             os.mkdir(self.directory, DIR_MODE)
             os.mkdir(self.directory / INDEX_DIR, DIR_MODE)
@@ -67,14 +69,19 @@ class NewSession:
     def event_count(self) -> int:
         return self.next_seq - 1
 
-    def append(self, event: dict, *, ts: str) -> int:
-        """Append one event at time ``ts``; return its seq. Raises :class:`InvalidEvent`
-        (nothing written) for what ``SessionLog.append`` refuses."""
+    def append(self, event: dict, *, ts: str, seq: Optional[int] = None) -> int:
+        """Append one event at time ``ts``; return its seq: the next one, or ``seq`` when given
+        (a copy keeping another log's numbers; it must be past every seq written, and the line
+        carries it, so every rescan gives it again). Raises :class:`InvalidEvent` (nothing
+        written) for what ``SessionLog.append`` refuses."""
         if self._fd is None:
             raise MemstoreError(f"session {self.session_id!r}: append after finish or abandon")
         ev.check_event(event)
         ts = ev.normalize_ts(ts)
-        seq = self.next_seq
+        if seq is None:
+            seq = self.next_seq
+        elif seq < self.next_seq:
+            raise MemstoreError(f"session {self.session_id!r}: seq {seq} is not past {self.next_seq - 1}")
         if seq > ev.MAX_SEQ:
             raise MemstoreError(f"{self.events_path}: no sequence number is left; nothing was written")
         head, self._head = self._head, None
@@ -127,7 +134,7 @@ def build_views(directory: Path, session_id: str) -> Manifest:
                 # Published only after the caller's sync of the whole batch: SQLite's own
                 # syncs would buy nothing.
                 index.conn.execute("PRAGMA synchronous=OFF")
-            state = _rescan_state(log, session_id, 1, None, None)
+            state = _rescan_state(log, session_id, log.head().retained_turn_base or 1, None, None)
             scan(log, index, state, 0, reset=True, derive_lazy=True)
             if small:
                 _write_index(index, index_path)
