@@ -112,7 +112,7 @@ def scenario(name: str, files: dict, count: int, old: int, policy: memstore.Rete
             bare_walk(store)
             walks.append(time.perf_counter() - start)
             start = time.perf_counter()
-            report = memstore.apply_retention(store, policy)
+            report = memstore.apply_retention(store, policy, apply=True)
             runs.append(time.perf_counter() - start)
             removed.append(report.count)
     finally:

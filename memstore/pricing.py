@@ -368,16 +368,16 @@ def _find(model: str, hint: Optional[str], provider: Optional[str]) -> Union[tup
         if not _knows_provider(provider):
             return f"provider {provider!r} is not in the price table"
         try:
-            return snapshot.find_provider_model(model, None, provider, None)  # type: ignore[no-any-return]
+            return snapshot.find_provider_model(model, None, provider, None)
         except LookupError:
             return f"model {model!r} is not in the price table for provider {provider!r}"
     if hint is not None and _knows_provider(hint):
         try:
-            return snapshot.find_provider_model(model, None, hint, None)  # type: ignore[no-any-return]
+            return snapshot.find_provider_model(model, None, hint, None)
         except LookupError:
             pass
     try:
-        return snapshot.find_provider_model(model, None, None, None)  # type: ignore[no-any-return]
+        return snapshot.find_provider_model(model, None, None, None)
     except LookupError:
         return f"model {model!r} is not in the price table"
 

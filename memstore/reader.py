@@ -139,7 +139,8 @@ class SessionReader:
             except FileNotFoundError:
                 raise SessionNotFound(session_id or self.dir.name, self.log.path) from None
             self.end = self._complete_end()
-            if (saved is not None and covers_prefix(self.log, saved) and self.index.is_consistent(saved.manifest)
+            if (saved is not None and self.index is not None and covers_prefix(self.log, saved)
+                    and self.index.is_consistent(saved.manifest)
                     and not self.index.changed()):
                 break
             if attempt < _SNAPSHOT_ATTEMPTS - 1 and saved is not None:

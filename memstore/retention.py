@@ -6,13 +6,17 @@
 1. **The abandoned sweep.** An ``active`` session that nobody holds open and whose last event is
    older than ``max_age_days`` is marked ``completed`` (its ``manifest.json`` is rewritten under
    the session's own liveness lock; ``updated_at`` is kept, so step 4 removes it in the same
-   run). ``max_age_days == 0`` disables the sweep.
+   run). ``max_age_days == 0`` (no age limit) disables the sweep.
 2. **Empty shells** are removed: no closed turn, not active, and nothing in the log but
    ``thread.started`` / ``thread.completed`` (any other event, such as an imported
    ``memory.envelope`` or ``trajectory.record``, is content), and no data in ``derived/`` that
    no log produced (imported legacy data, or a progress ledger).
 3. **The count cap**: if more than ``max_sessions`` removable sessions remain, the oldest go.
-4. **The age cap**: the remaining sessions whose last event is older than ``max_age_days`` go.
+4. **The age cap**: the remaining sessions whose last event is older than ``max_age_days`` go;
+   ``max_age_days == 0`` means no age limit (nothing ages out).
+
+Nothing is removed unless the caller asks: ``apply_retention(root, policy)`` is a dry run that
+reports what a run would do, and ``apply=True`` removes (the CLI's ``--apply``).
 
 Only real directories directly under ``<root>/sessions`` are considered: never a symlink, never
 a path read from a manifest, never a session that is live (its ``session.lock`` is held),
@@ -46,7 +50,9 @@ before it is deleted::
 What differs from VT Code's ``retention.rs``: ages come from parsed event times, not string
 comparison; a session whose only content is imported data is not an empty shell; sessions whose
 manifest lags their log are judged by the log; removals are recorded; a pin that is not a
-regular file still pins; and a no-op removal is not counted.
+regular file still pins; a no-op removal is not counted; ``max_age_days=0`` is no age limit
+(VT Code ages out every session with it: 0 meant "no sweep" for one step and "everything is
+too old" for the next); and nothing is removed without ``apply=True``.
 """
 
 from __future__ import annotations
@@ -110,10 +116,11 @@ REASON_AGE_CAP = "age_cap"
 class RetentionPolicy:
     """How many removable sessions to keep and for how long (VT Code's defaults: 50, 30 days).
 
-    ``max_sessions=0`` keeps no removable session; ``max_age_days=0`` ages out everything older
-    than now and disables the abandoned sweep (as in VT Code). Imported sessions (Codex, Claude
-    Code logs) are kept and not counted unless ``include_imported`` (then each one removed is
-    tombstoned so that no import recreates it).
+    ``max_sessions=0`` keeps no removable session. ``max_age_days=0`` means no age limit: no
+    session is aged out and no idle active one is marked abandoned (to remove every completed
+    session, use ``max_sessions=0``). Imported sessions (Codex, Claude Code logs) are kept and
+    not counted unless ``include_imported`` (then each one removed is tombstoned so that no
+    import recreates it).
     """
 
     max_sessions: int = 50
@@ -189,21 +196,37 @@ class RetentionReport:
 
 
 def apply_retention(root: os.PathLike | str, policy: RetentionPolicy = RetentionPolicy(), *,
-                    dry_run: bool = False) -> RetentionReport:
-    """Apply ``policy`` to the store at ``root``: mark, remove and record (see the module
-    docstring); with ``dry_run=True`` only report what a run would do. Same as
+                    apply: Optional[bool] = None, dry_run: Optional[bool] = None) -> RetentionReport:
+    """What ``policy`` would remove from the store at ``root`` (a dry run), or with
+    ``apply=True`` mark, remove and record it (see the module docstring). Same as
     :func:`apply_retention_preserving` with no preserved session."""
-    return apply_retention_preserving(root, policy, None, dry_run=dry_run)
+    return apply_retention_preserving(root, policy, None, apply=apply, dry_run=dry_run)
+
+
+def _removes(apply: Optional[bool] = None, dry_run: Optional[bool] = None) -> bool:
+    """Whether a retention call removes: only when asked, with ``apply=True`` (or the older
+    spelling ``dry_run=False``); with neither it is a dry run. :class:`ValueError` when the two
+    are given and disagree, :class:`TypeError` when one is not a bool."""
+    for name, value in (("apply", apply), ("dry_run", dry_run)):
+        if value is not None and type(value) is not bool:
+            raise TypeError(f"{name} must be a bool, not {value!r}")
+    if apply is not None and dry_run is not None and apply == dry_run:
+        raise ValueError(f"apply={apply} and dry_run={dry_run} contradict each other; give one of them")
+    if apply is not None:
+        return apply
+    return dry_run is False
 
 
 def apply_retention_preserving(root: os.PathLike | str, policy: RetentionPolicy,
-                               preserve_session_id: Optional[str], *, dry_run: bool = False) -> RetentionReport:
+                               preserve_session_id: Optional[str], *, apply: Optional[bool] = None,
+                               dry_run: Optional[bool] = None) -> RetentionReport:
     """Apply ``policy`` to the store at ``root``, never touching ``preserve_session_id`` (the
     caller's current session). Returns a :class:`RetentionReport` (``report.count`` sessions
-    removed).
+    removed, or that a dry run would remove).
 
-    With ``dry_run`` nothing is written or removed (no lock is taken, no manifest marked): the
-    report says what a run would do now. A missing store or sessions directory gives an empty
+    A removal is always asked for: only with ``apply=True`` (or ``dry_run=False``) is anything
+    marked, removed or recorded. Otherwise it is a dry run: nothing is written or removed (no
+    lock is taken, no manifest marked), and the report says what a run would do now. A missing store or sessions directory gives an empty
     report. Raises :class:`InvalidSessionId` for a preserved id memstore refuses, and
     :class:`StoreIOError` (naming the path) when the sessions directory cannot be listed or
     ``gc-log.jsonl`` cannot be written; a problem with one session is logged, listed in
@@ -213,6 +236,7 @@ def apply_retention_preserving(root: os.PathLike | str, policy: RetentionPolicy,
         raise TypeError(f"policy must be a RetentionPolicy, not {type(policy).__name__}")
     if preserve_session_id is not None:
         check_session_id(preserve_session_id)
+    dry_run = not _removes(apply, dry_run)
     root = Path(root)
     report = RetentionReport(dry_run=dry_run)
     if not _sessions_dir_usable(root, report):
@@ -792,9 +816,10 @@ def _plan_removals(candidates: list[_Seen], policy: RetentionPolicy,
         excess = len(rest) - policy.max_sessions
         plan.extend((seen, REASON_COUNT_CAP) for seen in rest[:excess])
         rest = rest[excess:]
-    cutoff = int(time.time()) - policy.max_age_days * _DAY
-    plan.extend((seen, REASON_AGE_CAP) for seen in rest
-                if seen.updated is not None and seen.updated < cutoff and not _live(seen, report))
+    if policy.max_age_days:  # 0: no age limit
+        cutoff = int(time.time()) - policy.max_age_days * _DAY
+        plan.extend((seen, REASON_AGE_CAP) for seen in rest
+                    if seen.updated is not None and seen.updated < cutoff and not _live(seen, report))
     return plan
 
 

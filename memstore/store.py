@@ -18,16 +18,17 @@ only appends never pays for them.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Union
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional, Union
 
 from . import reader
-from .errors import SessionNotFound
-from .layout import catalog_path, session_directory, sessions_root
+from .errors import InvalidSessionId, MemstoreError, SessionNotFound, StoreIOError
+from .layout import EVENTS_FILE, catalog_path, session_dir_name, session_directory, sessions_root
+from .location import StoreLocation, locate_store
 from .session.log import DEFAULT_MAX_EVENTS, SessionLog, open_session
 from .session.manifest import Manifest, SessionSummary, list_sessions
 from .views import memory_view
@@ -45,14 +46,21 @@ if TYPE_CHECKING:
 Progress = Optional[Callable[[int, int], None]]
 PathArg = Union[str, "os.PathLike[str]"]
 
+logger = logging.getLogger(__name__)
+
 
 class Store:
     """The store rooted at ``root`` (a directory holding ``sessions/``; a VT Code workspace's
     ``.vtcode`` works too). ``~`` is expanded and the path made absolute once, so a later
-    ``os.chdir`` cannot move the store under its user."""
+    ``os.chdir`` cannot move the store under its user.
 
-    def __init__(self, root: PathArg):
-        self.path = Path(root).expanduser().absolute()
+    With no ``root``, the default store (see :mod:`memstore.location`): ``MEMSTORE_ROOT``, else
+    the nearest VT Code workspace's ``.vtcode/``, else the per-user store; ``location`` says
+    which and why."""
+
+    def __init__(self, root: Optional[PathArg] = None):
+        self.location: StoreLocation = locate_store(root)
+        self.path = self.location.path
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -64,7 +72,7 @@ class Store:
     def __hash__(self) -> int:
         return hash(self.path)
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -133,8 +141,32 @@ class Store:
         return session_ids(self.path)
 
     def sessions(self, limit: Optional[int] = None) -> list[SessionSummary]:
-        """Summaries of the sessions, most recently updated first, at most ``limit``."""
-        return list_sessions(self.path, limit)
+        """Summaries of the sessions, most recently updated first, at most ``limit``.
+
+        Every session is listed: one whose ``manifest.json`` is missing or damaged is read from
+        its log (the manifest is a view of it, as ``show``, ``rebuild`` and the catalog treat
+        it). A directory without ``events.jsonl``, a symlink, a dot-directory or a log that
+        cannot be read is no session here. :class:`StoreIOError` when ``sessions/`` cannot be
+        listed."""
+        summaries = list_sessions(self.path)
+        listed = set()
+        for summary in summaries:
+            try:
+                listed.add(session_dir_name(summary.session_id))
+            except InvalidSessionId:
+                continue
+        for entry in _session_entries(self.sessions_path):
+            if entry.name in listed:
+                continue
+            try:
+                with reader.read_session_dir(entry.path) as session:
+                    m = session.manifest
+            except MemstoreError as exc:
+                logger.info("not listing %s: %s", entry.path, exc)
+                continue
+            summaries.append(SessionSummary(m.session_id, m.turn_count, m.event_count, m.status, m.updated_at))
+        summaries.sort(key=lambda s: s.updated_at, reverse=True)
+        return summaries[:limit] if limit is not None else summaries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.session_ids())
@@ -216,7 +248,7 @@ class Store:
         remove it: a removal is always asked for explicitly. ``preserve`` is never touched."""
         from .retention import RetentionPolicy, apply_retention_preserving
 
-        return apply_retention_preserving(self.path, policy or RetentionPolicy(), preserve, dry_run=not apply)
+        return apply_retention_preserving(self.path, policy or RetentionPolicy(), preserve, apply=apply)
 
     def pin(self, session_id: str, reason: str = "") -> Path:
         """Keep ``session_id`` from retention until :meth:`unpin`."""
@@ -265,3 +297,17 @@ class Store:
 
         path = pack_path if pack_path is not None else default_pack_path(self.path, session_id)
         return verify_audit_pack(self.path, session_id, read_audit_pack(path))
+
+
+def _session_entries(base: Path) -> list[os.DirEntry]:
+    """The directories of ``base`` that hold a log: real directories (no symlink), not dot-named.
+    A missing ``base`` has none; one that cannot be listed raises :class:`StoreIOError`."""
+    try:
+        entries = list(os.scandir(base))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise StoreIOError.from_os_error("list", base, exc) from exc
+    return [entry for entry in entries
+            if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False)
+            and os.path.isfile(os.path.join(entry.path, EVENTS_FILE))]

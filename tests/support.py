@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 from contextlib import contextmanager
@@ -11,12 +12,18 @@ from typing import Iterator
 import orjson
 import pytest
 
+import memstore
+
 MANIFEST_COUNTERS = ("turn_count", "event_count", "in_turn", "retained_turn_base", "next_seq", "persisted_file_len", "status")
 EVENT_COLUMNS = "seq, offset, length, turn, ts, type"
 TURN_COLUMNS = (
     "number, status, start_offset, end_offset, event_count, first_seq, last_seq, started_at, ended_at, "
     "input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, error"
 )
+# The two events of the shortest turn.
+TURN_STARTED = {"type": "turn.started"}
+TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
+
 ONE_EVENT = b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n'
 
 
@@ -117,3 +124,11 @@ def interrupt_the_next_rescan_after_its_first_batch(monkeypatch, fault, path: Pa
         commits.append(1)
 
     fault.arm("recovery.batch", killed_after_the_first_batch)
+
+
+def writer_env() -> dict:
+    """The writer imports the same memstore as this test process, wherever pytest runs from."""
+    package_parent = str(Path(memstore.__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    return env

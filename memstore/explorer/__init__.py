@@ -1,7 +1,7 @@
 """The explorer: memstore's pages in Datasette (sessions, turns, events, search, charts).
 
-The Datasette plugin file (``plugins/memstore_explorer.py``) only wires hooks to this package.
-Pages are plain functions in :mod:`.data` (query → dict), rendered by the templates in
+The Datasette plugin (:mod:`.plugin`, registered by the package's ``datasette`` entry point)
+only wires hooks to this package. Pages are plain functions in :mod:`.data` (query → dict), rendered by the templates in
 ``templates/`` or returned as JSON; charts are inline SVG from :mod:`.charts`.
 
 URLs (each also answers ``.json``): ``/-/memstore`` (sessions), ``/-/memstore/sessions/<id>``,
@@ -16,6 +16,19 @@ from .server import make_datasette, serve
 from .urls import Urls, quote_id, unquote_id
 
 __all__ = [
-    "ExplorerState", "configure", "routes", "state_of", "home_data", "session_data", "turn_data", "event_data",
-    "search_data", "CatalogRefresher", "make_datasette", "serve", "Urls", "quote_id", "unquote_id",
+    "ExplorerState",
+    "configure",
+    "routes",
+    "state_of",
+    "home_data",
+    "session_data",
+    "turn_data",
+    "event_data",
+    "search_data",
+    "CatalogRefresher",
+    "make_datasette",
+    "serve",
+    "Urls",
+    "quote_id",
+    "unquote_id",
 ]

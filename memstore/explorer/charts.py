@@ -6,8 +6,9 @@ result is marked safe for the templates.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 from markupsafe import Markup, escape
 
@@ -37,23 +38,42 @@ def human(n: float) -> str:
     return f"{n:.0f}"
 
 
-def bar_chart(bars: Sequence[Bar], *, title: str, legend: Sequence[tuple[str, str]] = (), width: int = 720,
-              height: int = 180, label_every: int = 1) -> Markup:
-    """A bar chart of ``bars`` as an ``<svg>`` element (``legend``: ``(css class, text)``)."""
-    left, right, top, bottom = 44, 8, 10, 34
+def bar_chart(
+    bars: Sequence[Bar],
+    *,
+    title: str,
+    legend: Sequence[tuple[str, str]] = (),
+    width: int = 720,
+    height: int = 180,
+    label_every: int = 1,
+    y_unit: str,
+    x_unit: str,
+    tick: Callable[[float], str] = lambda v: human(v),
+) -> Markup:
+    """A bar chart of ``bars`` as an ``<svg>`` element (``legend``: ``(css class, text)``). Both
+    axes are named with their unit: ``y_unit`` (what a bar measures, e.g. ``tokens``) up the
+    value axis, ``x_unit`` (what a bar is, e.g. ``day (UTC)``) under the labels; ``tick``
+    formats the value axis's ticks."""
+    left, right, top, bottom = 58, 8, 10, 46
     plot_w, plot_h = width - left - right, height - top - bottom
     peak = max((b.total for b in bars), default=0.0) or 1.0
     slot = plot_w / max(len(bars), 1)
     bar_w = max(1.0, min(36.0, slot * 0.8))
-    parts = [f'<svg class="ms-chart" role="img" viewBox="0 0 {width} {height}" width="100%" '
-             f'preserveAspectRatio="xMinYMin meet" xmlns="http://www.w3.org/2000/svg">',
-             f"<title>{escape(title)}</title>",
-             f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{width - right}" y2="{top + plot_h}"/>',
-             f'<text class="tick" x="{left - 4}" y="{top + 8}" text-anchor="end">{escape(human(peak))}</text>',
-             f'<text class="tick" x="{left - 4}" y="{top + plot_h}" text-anchor="end">0</text>']
+    parts = [
+        f'<svg class="ms-chart" role="img" viewBox="0 0 {width} {height}" width="100%" '
+        f'preserveAspectRatio="xMinYMin meet" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(title)}</title>",
+        f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{width - right}" y2="{top + plot_h}"/>',
+        f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>',
+        f'<text class="tick" x="{left - 4}" y="{top + 8}" text-anchor="end">{escape(tick(peak))}</text>',
+        f'<text class="tick" x="{left - 4}" y="{top + plot_h}" text-anchor="end">{escape(tick(0))}</text>',
+        f'<text class="unit" x="10" y="{top + plot_h / 2:.0f}" text-anchor="middle" '
+        f'transform="rotate(-90 10 {top + plot_h / 2:.0f})">{escape(y_unit)}</text>',
+        f'<text class="unit" x="{width - right}" y="{top + plot_h + 26}" text-anchor="end">{escape(x_unit)}</text>',
+    ]
     for i, bar in enumerate(bars):
         x = left + i * slot + (slot - bar_w) / 2
-        y = top + plot_h
+        y: float = top + plot_h
         group = [f"<g><title>{escape(bar.tooltip or bar.label)}</title>"]
         for value, cls in bar.segments:
             h = plot_h * max(0.0, float(value)) / peak
@@ -69,12 +89,16 @@ def bar_chart(bars: Sequence[Bar], *, title: str, legend: Sequence[tuple[str, st
             body = f'<a href="{escape(bar.href)}">{body}</a>'
         parts.append(body)
         if bar.label and i % max(1, label_every) == 0:
-            parts.append(f'<text class="tick" x="{x + bar_w / 2:.1f}" y="{top + plot_h + 14}" '
-                         f'text-anchor="middle">{escape(bar.label)}</text>')
+            parts.append(
+                f'<text class="tick" x="{x + bar_w / 2:.1f}" y="{top + plot_h + 14}" '
+                f'text-anchor="middle">{escape(bar.label)}</text>'
+            )
     lx = left
     for cls, text in legend:
-        parts.append(f'<rect class="{escape(cls)}" x="{lx}" y="{height - 12}" width="10" height="10"/>'
-                     f'<text class="tick" x="{lx + 14}" y="{height - 3}">{escape(text)}</text>')
+        parts.append(
+            f'<rect class="{escape(cls)}" x="{lx}" y="{height - 12}" width="10" height="10"/>'
+            f'<text class="tick" x="{lx + 14}" y="{height - 3}">{escape(text)}</text>'
+        )
         lx += 24 + 7 * len(text)
     parts.append("</svg>")
     return Markup("".join(parts))
@@ -85,12 +109,53 @@ def tokens_per_day_chart(days: Sequence[dict]) -> Markup:
     ``tokens_per_day`` rows."""
     bars = []
     for row in days:
-        inp, cached, out = (row.get("input_tokens") or 0, row.get("cached_input_tokens") or 0,
-                            row.get("output_tokens") or 0)
-        bars.append(Bar(row["day"][5:], [(max(0, inp - cached), "input"), (cached, "cached"), (out, "output")],
-                        f"{row['day']}: {inp:,} input ({cached:,} cached), {out:,} output, {row.get('turns', 0)} turns"))
-    return bar_chart(bars, title="Tokens per day", label_every=max(1, len(bars) // 10),
-                     legend=(("input", "input (uncached)"), ("cached", "input (cached)"), ("output", "output")))
+        inp, cached, out = (
+            row.get("input_tokens") or 0,
+            row.get("cached_input_tokens") or 0,
+            row.get("output_tokens") or 0,
+        )
+        bars.append(
+            Bar(
+                row["day"][5:],
+                [(max(0, inp - cached), "input"), (cached, "cached"), (out, "output")],
+                f"{row['day']}: {inp:,} input ({cached:,} cached), {out:,} output, {row.get('turns', 0)} turns",
+            )
+        )
+    return bar_chart(
+        bars,
+        title="Tokens per day",
+        label_every=max(1, len(bars) // 10),
+        legend=(("input", "input (uncached)"), ("cached", "input (cached)"), ("output", "output")),
+        y_unit="tokens",
+        x_unit="day (UTC, MM-DD)",
+    )
+
+
+def cost_per_day_chart(days: Sequence[dict], cost: dict) -> Markup:
+    """Estimated cost per day in USD (the ``usd`` of the home page's ``tokens_per_day`` rows),
+    the price table named in the title and the legend."""
+    bars = []
+    for row in days:
+        value = row.get("usd") or 0.0
+        tip = f"{row['day']}: {dollars(value)} estimated, {row.get('turns', 0)} turns"
+        bars.append(Bar(row["day"][5:], [(value, "cost")], tip))
+    version = cost.get("price_version") or "no price table"
+    return bar_chart(
+        bars,
+        title=f"Estimated cost per day (USD, {version})",
+        label_every=max(1, len(bars) // 10),
+        legend=(("cost", f"estimated from tokens ({version})"),),
+        y_unit="USD (estimated)",
+        x_unit="day (UTC, MM-DD)",
+        tick=dollars,
+    )
+
+
+def dollars(value: float) -> str:
+    """``12.3`` → ``$12.30``; amounts below a cent keep four decimals."""
+    if value and abs(value) < 0.01:
+        return f"${value:.4f}"
+    return f"${value:,.2f}"
 
 
 def turns_chart(turns: Sequence[dict]) -> Markup:
@@ -98,11 +163,26 @@ def turns_chart(turns: Sequence[dict]) -> Markup:
     bars = []
     for t in turns:
         status = t.get("status") or "open"
-        cls = {"completed": "ok", "failed": "failed", "aborted": "aborted", "interrupted": "aborted"}.get(status, "open")
+        cls = {"completed": "ok", "failed": "failed", "aborted": "aborted", "interrupted": "aborted"}.get(
+            status, "open"
+        )
         duration = t.get("duration_ms")
         seconds = f", {duration / 1000:.0f} s" if isinstance(duration, int) else ""
-        bars.append(Bar(str(t["number"]), [((t.get("input_tokens") or 0) + (t.get("output_tokens") or 0), cls)],
-                        f"turn {t['number']}: {status}{seconds}, {t.get('input_tokens') or 0:,} input, "
-                        f"{t.get('output_tokens') or 0:,} output tokens", href=t.get("url")))
-    return bar_chart(bars, title="Tokens per turn", height=150, label_every=max(1, len(bars) // 20),
-                     legend=(("ok", "completed"), ("failed", "failed"), ("aborted", "aborted"), ("open", "open")))
+        bars.append(
+            Bar(
+                str(t["number"]),
+                [((t.get("input_tokens") or 0) + (t.get("output_tokens") or 0), cls)],
+                f"turn {t['number']}: {status}{seconds}, {t.get('input_tokens') or 0:,} input, "
+                f"{t.get('output_tokens') or 0:,} output tokens",
+                href=t.get("url"),
+            )
+        )
+    return bar_chart(
+        bars,
+        title="Tokens per turn",
+        height=160,
+        label_every=max(1, len(bars) // 20),
+        legend=(("ok", "completed"), ("failed", "failed"), ("aborted", "aborted"), ("open", "open")),
+        y_unit="tokens",
+        x_unit="turn",
+    )

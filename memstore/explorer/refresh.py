@@ -14,8 +14,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 logger = logging.getLogger("memstore")
 
@@ -40,7 +41,7 @@ class CatalogRefresher:
         self.refreshes = 0
         self.last_error: Optional[str] = None
 
-    def start(self) -> "CatalogRefresher":
+    def start(self) -> CatalogRefresher:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="memstore-catalog-refresh", daemon=True)
             self._thread.start()

@@ -3,7 +3,8 @@ lays out (and that the ``.json`` variant returns as it is).
 
 A display dict has ``kind`` (the template's block to use), ``title``, ``status`` and
 ``tone`` (``ok``, ``error``, ``warn``, ``muted`` or ``""``), and, as the event has them,
-``text`` (a message), ``command``, ``exit_code``, ``output``, ``arguments`` (pretty JSON),
+``text`` (a message), ``command``, ``exit_code`` (with ``exit_meaning`` when a non-zero code is an
+answer, such as ``rg`` finding no match: see :mod:`.commands`), ``output``, ``arguments`` (pretty JSON),
 ``changes`` (``[{path, kind}]``), ``diff`` (``[{text, cls}]`` lines), ``items`` (a checklist)
 and ``usage``. Long text is cut at :data:`MAX_TEXT` characters (the event page has it all) and
 text longer than :data:`FOLD_LINES` lines is marked ``folded`` (shown collapsed).
@@ -15,13 +16,21 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-
 from ..events import value_text
+from .commands import benign_exit
 
 MAX_TEXT = 20_000
 FOLD_LINES = 24
-_FAILED = {"failed", "error", "declined", "permission_rejected", "permission_cancelled", "hook_denied",
-           "invalid_tool", "cancelled"}
+FAILED_STATUSES = {
+    "failed",
+    "error",
+    "declined",
+    "permission_rejected",
+    "permission_cancelled",
+    "hook_denied",
+    "invalid_tool",
+    "cancelled",
+}
 
 
 def _text(value: Any) -> str:
@@ -59,7 +68,7 @@ def _diff(text: str) -> list[dict]:
 def _tone(status: Optional[str], exit_code: Any = None) -> str:
     if isinstance(exit_code, int) and not isinstance(exit_code, bool) and exit_code != 0:
         return "error"
-    if status in _FAILED:
+    if status in FAILED_STATUSES:
         return "error"
     if status == "in_progress":
         return "warn"
@@ -76,7 +85,8 @@ def _usage(event: dict) -> Optional[dict]:
 
 def display_event(event: dict) -> dict:
     """How ``event`` (the inner event of one log line) is shown; see the module docstring."""
-    kind = event.get("type") if isinstance(event.get("type"), str) else "?"
+    raw_kind = event.get("type")
+    kind: str = raw_kind if isinstance(raw_kind, str) else "?"
     if kind in ("item.completed", "item.started", "item.updated"):
         item = event.get("item")
         if isinstance(item, dict):
@@ -89,42 +99,91 @@ def display_event(event: dict) -> dict:
     if kind == "turn.started":
         return {"kind": "lifecycle", "title": "Turn started", "tone": "muted", "status": None}
     if kind == "turn.completed":
-        return {"kind": "lifecycle", "title": "Turn completed", "tone": "ok", "status": "completed",
-                "usage": _usage(event), "model": event.get("model") if isinstance(event.get("model"), str) else None}
+        return {
+            "kind": "lifecycle",
+            "title": "Turn completed",
+            "tone": "ok",
+            "status": "completed",
+            "usage": _usage(event),
+            "model": event.get("model") if isinstance(event.get("model"), str) else None,
+        }
     if kind == "turn.failed":
-        return {"kind": "error", "title": "Turn failed", "tone": "error", "status": "failed",
-                "text": _block(event.get("message")), "usage": _usage(event)}
+        return {
+            "kind": "error",
+            "title": "Turn failed",
+            "tone": "error",
+            "status": "failed",
+            "text": _block(event.get("message")),
+            "usage": _usage(event),
+        }
     if kind == "turn.aborted":
-        return {"kind": "lifecycle", "title": "Turn aborted", "tone": "warn", "status": "aborted",
-                "text": _block(event.get("reason") or "stopped"), "usage": _usage(event)}
+        return {
+            "kind": "lifecycle",
+            "title": "Turn aborted",
+            "tone": "warn",
+            "status": "aborted",
+            "text": _block(event.get("reason") or "stopped"),
+            "usage": _usage(event),
+        }
     if kind == "thread.started":
         source = event.get("source") if isinstance(event.get("source"), dict) else None
-        return {"kind": "lifecycle", "title": "Session started", "tone": "muted", "status": None,
-                "text": _block(source) if source else None}
+        return {
+            "kind": "lifecycle",
+            "title": "Session started",
+            "tone": "muted",
+            "status": None,
+            "text": _block(source) if source else None,
+        }
     if kind == "thread.completed":
         subtype = event.get("subtype") if isinstance(event.get("subtype"), str) else None
-        return {"kind": "lifecycle", "title": f"Session completed ({subtype or 'unknown'})",
-                "tone": "ok" if subtype == "success" else "error", "status": subtype,
-                "text": _block(event.get("result")) if event.get("result") else None, "usage": _usage(event)}
+        return {
+            "kind": "lifecycle",
+            "title": f"Session completed ({subtype or 'unknown'})",
+            "tone": "ok" if subtype == "success" else "error",
+            "status": subtype,
+            "text": _block(event.get("result")) if event.get("result") else None,
+            "usage": _usage(event),
+        }
     if kind == "thread.compact_boundary":
         parts = [f"trigger {event.get('trigger', 'unknown')}"]
         if event.get("original_message_count") is not None:
             parts.append(f"{event.get('original_message_count')} messages → {event.get('compacted_message_count')}")
         if event.get("pre_tokens") is not None:
             parts.append(f"{event.get('pre_tokens')} tokens before")
-        return {"kind": "notice", "title": "Context compacted", "tone": "warn", "status": None,
-                "text": _block(", ".join(str(p) for p in parts))}
+        return {
+            "kind": "notice",
+            "title": "Context compacted",
+            "tone": "warn",
+            "status": None,
+            "text": _block(", ".join(str(p) for p in parts)),
+        }
     if kind == "error":
-        return {"kind": "error", "title": "Error", "tone": "error", "status": "error", "text": _block(event.get("message"))}
+        return {
+            "kind": "error",
+            "title": "Error",
+            "tone": "error",
+            "status": "error",
+            "text": _block(event.get("message")),
+        }
     if kind.startswith("permission."):
         decision = event.get("decision")
         tool = event.get("tool_name")
         title = f"Permission {'requested' if kind.endswith('requested') else decision or 'resolved'}: {_text(tool)}"
-        return {"kind": "notice", "title": title, "tone": "error" if decision in ("deny", "cancelled") else "muted",
-                "status": decision if isinstance(decision, str) else None}
+        return {
+            "kind": "notice",
+            "title": title,
+            "tone": "error" if decision in ("deny", "cancelled") else "muted",
+            "status": decision if isinstance(decision, str) else None,
+        }
     if kind == "interjected":
-        return {"kind": "message", "role": "user", "title": "User interjected", "tone": "", "status": None,
-                "text": _block(event.get("text"))}
+        return {
+            "kind": "message",
+            "role": "user",
+            "title": "User interjected",
+            "tone": "",
+            "status": None,
+            "text": _block(event.get("text")),
+        }
     return {"kind": "other", "title": kind, "tone": "muted", "status": None, "text": _block(event)}
 
 
@@ -136,21 +195,43 @@ def display_item(item: dict) -> dict:
     outcome = get("outcome") if isinstance(get("outcome"), str) else None
     if item_type in ("agent_message", "user_message", "plan", "reasoning"):
         titles = {"agent_message": "Agent", "user_message": "User", "plan": "Plan", "reasoning": "Reasoning"}
-        view = {"kind": "message", "role": item_type.split("_")[0], "title": titles[item_type],
-                "tone": "muted" if item_type == "reasoning" else "", "status": None, "text": _block(get("text"))}
+        view: dict[str, Any] = {
+            "kind": "message",
+            "role": item_type.split("_")[0],
+            "title": titles[item_type],
+            "tone": "muted" if item_type == "reasoning" else "",
+            "status": None,
+            "text": _block(get("text")),
+        }
         if item_type == "reasoning":
             view["text"]["folded"] = view["text"]["folded"] or view["text"]["lines"] > 6
         return view
     if item_type == "command_execution":
         code = get("exit_code")
         code = code if isinstance(code, int) and not isinstance(code, bool) else None
-        return {"kind": "command", "title": "Command", "command": _text(get("command")), "exit_code": code,
-                "status": status, "tone": _tone(status, code), "output": _block(get("aggregated_output"))}
+        answer = benign_exit(get("command"), code)
+        return {
+            "kind": "command",
+            "title": "Command",
+            "command": _text(get("command")),
+            "exit_code": code,
+            # rg exiting 1 found nothing: an answer, not a failure (its status may say "failed").
+            "exit_meaning": answer,
+            "status": "completed" if answer and status in FAILED_STATUSES else status,
+            "tone": "" if answer else _tone(status, code),
+            "output": _block(get("aggregated_output")),
+        }
     if item_type in ("tool_invocation", "tool_call", "mcp_tool_call"):
         name = get("tool_name") or ".".join(_text(get(k)) for k in ("server", "tool") if get(k)) or "tool"
         state = outcome if outcome and outcome != "success" else status
-        view = {"kind": "tool", "title": f"Tool {_text(name)}", "tool": _text(name), "status": state,
-                "tone": _tone(state), "arguments": _block(get("arguments")) if get("arguments") is not None else None}
+        view = {
+            "kind": "tool",
+            "title": f"Tool {_text(name)}",
+            "tool": _text(name),
+            "status": state,
+            "tone": _tone(state),
+            "arguments": _block(get("arguments")) if get("arguments") is not None else None,
+        }
         result = get("output") if item_type == "tool_call" else get("result") if item_type == "mcp_tool_call" else None
         if result is not None:
             view["output"] = _block(result)
@@ -162,35 +243,80 @@ def display_item(item: dict) -> dict:
     if item_type == "tool_output":
         code = get("exit_code")
         code = code if isinstance(code, int) and not isinstance(code, bool) else None
-        return {"kind": "tool_output", "title": "Tool output", "status": status, "exit_code": code,
-                "tone": _tone(status, code), "output": _block(get("output"))}
+        return {
+            "kind": "tool_output",
+            "title": "Tool output",
+            "status": status,
+            "exit_code": code,
+            "tone": _tone(status, code),
+            "output": _block(get("output")),
+        }
     if item_type == "file_change":
-        changes = [{"path": _text(c.get("path")), "kind": _text(c.get("kind") or "update")}
-                   for c in get("changes") or [] if isinstance(c, dict)] if isinstance(get("changes"), list) else []
+        changes = (
+            [
+                {"path": _text(c.get("path")), "kind": _text(c.get("kind") or "update")}
+                for c in get("changes") or []
+                if isinstance(c, dict)
+            ]
+            if isinstance(get("changes"), list)
+            else []
+        )
         diff_text = get("unified_diff") or get("patch")
-        view = {"kind": "file_change", "title": "File change" if len(changes) == 1 else f"{len(changes)} files changed",
-                "status": status, "tone": _tone(status), "changes": changes,
-                "additions": get("additions") if isinstance(get("additions"), int) else None,
-                "deletions": get("deletions") if isinstance(get("deletions"), int) else None,
-                "diff": _diff(diff_text) if isinstance(diff_text, str) else None}
+        view = {
+            "kind": "file_change",
+            "title": "File change" if len(changes) == 1 else f"{len(changes)} files changed",
+            "status": status,
+            "tone": _tone(status),
+            "changes": changes,
+            "additions": get("additions") if isinstance(get("additions"), int) else None,
+            "deletions": get("deletions") if isinstance(get("deletions"), int) else None,
+            "diff": _diff(diff_text) if isinstance(diff_text, str) else None,
+        }
         if get("output"):
             view["output"] = _block(get("output"))
         return view
     if item_type == "todo_list":
-        entries = get("items") if isinstance(get("items"), list) else []
-        return {"kind": "todo", "title": "To-do list", "status": status, "tone": "",
-                "items": [{"text": _text(i.get("text") if isinstance(i, dict) else i),
-                           "done": bool(isinstance(i, dict) and i.get("completed"))} for i in entries]}
+        listed = get("items")
+        entries: list = listed if isinstance(listed, list) else []
+        return {
+            "kind": "todo",
+            "title": "To-do list",
+            "status": status,
+            "tone": "",
+            "items": [
+                {
+                    "text": _text(i.get("text") if isinstance(i, dict) else i),
+                    "done": bool(isinstance(i, dict) and i.get("completed")),
+                }
+                for i in entries
+            ],
+        }
     if item_type == "web_search":
-        return {"kind": "message", "role": "tool", "title": "Web search", "status": status, "tone": "",
-                "text": _block(_text(get("query")) + ("\n\n" + _text(get("results")) if get("results") else ""))}
+        return {
+            "kind": "message",
+            "role": "tool",
+            "title": "Web search",
+            "status": status,
+            "tone": "",
+            "text": _block(_text(get("query")) + ("\n\n" + _text(get("results")) if get("results") else "")),
+        }
     if item_type == "error":
         return {"kind": "error", "title": "Error", "status": "error", "tone": "error", "text": _block(get("message"))}
     if item_type == "decision":
-        return {"kind": "message", "role": "agent", "title": "Decision", "status": None, "tone": "",
-                "text": _block("\n\n".join(_text(get(k)) for k in ("summary", "rationale") if get(k)))}
+        return {
+            "kind": "message",
+            "role": "agent",
+            "title": "Decision",
+            "status": None,
+            "tone": "",
+            "text": _block("\n\n".join(_text(get(k)) for k in ("summary", "rationale") if get(k))),
+        }
     if item_type == "harness":
-        return {"kind": "notice", "title": f"Harness: {_text(get('event'))}", "status": status,
-                "tone": _tone(status, get("exit_code")),
-                "text": _block(" ".join(_text(get(k)) for k in ("message", "command", "path") if get(k))) }
+        return {
+            "kind": "notice",
+            "title": f"Harness: {_text(get('event'))}",
+            "status": status,
+            "tone": _tone(status, get("exit_code")),
+            "text": _block(" ".join(_text(get(k)) for k in ("message", "command", "path") if get(k))),
+        }
     return {"kind": "other", "title": item_type, "status": status, "tone": _tone(status), "text": _block(item)}

@@ -50,7 +50,7 @@ def test_check_reports_drift_with_a_diff(tmp_path, capsys):
     stale.write_text(module.render().replace("Show this message and exit.", "Show this message.", 1))
     assert module.main(["--check", "--output", str(stale)]) == 1
     diff = capsys.readouterr().out
-    assert "-  --help     Show this message." in diff and "+  --help     Show this message and exit." in diff
+    assert "-  -h, --help     Show this message." in diff and "+  -h, --help     Show this message and exit." in diff
     assert module.main(["--output", str(stale)]) == 0
     assert module.main(["--check", "--output", str(stale)]) == 0
 

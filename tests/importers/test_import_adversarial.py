@@ -169,7 +169,7 @@ def test_retention_racing_imports_never_lets_a_tombstoned_session_back(tmp_path)
         "import sys, time, memstore\n"
         "from memstore.retention import RetentionPolicy\n"
         "for _ in range(40):\n"
-        "    memstore.apply_retention(sys.argv[1], RetentionPolicy(0, 0, include_imported=True))\n"
+        "    memstore.apply_retention(sys.argv[1], RetentionPolicy(0, 0, include_imported=True), apply=True)\n"
         "    time.sleep(0.005)\n", str(root))
     importer = run(
         "import sys, memstore\n"
@@ -181,7 +181,7 @@ def test_retention_racing_imports_never_lets_a_tombstoned_session_back(tmp_path)
     assert stone is not None
     # Whatever the interleaving, once tombstoned the session stays out, and the next imports
     # say so; nothing is left in the trash, pending or not.
-    memstore.apply_retention(root, RetentionPolicy(0, 0, include_imported=True))
+    memstore.apply_retention(root, RetentionPolicy(0, 0, include_imported=True), apply=True)
     for _ in range(2):
         report = memstore.import_logs(root, source)
         assert report.sessions_created == 0 and [t.session_id for t in report.tombstoned] == [CODEX_SID]
@@ -282,12 +282,12 @@ def test_retention_killed_after_the_tombstone_never_loses_the_session_nor_lets_i
     # The tombstone is written (and synced), then the process dies before the gc-log line: the
     # removal never became final.
     code = killed_at("memstore.retention", "GcLog.record",
-                     f"memstore.apply_retention({str(root)!r}, memstore.RetentionPolicy(0, 0, include_imported=True))")
+                     f"memstore.apply_retention({str(root)!r}, memstore.RetentionPolicy(0, 0, include_imported=True), apply=True)")
     assert code == -signal.SIGKILL
     assert Tombstones(root).lookup(CODEX_SID) is not None
     # The next retention run puts the unrecorded removal back (the session is whole again) ...
     memstore.mark_abandoned_active_sessions(root, 30)  # (any retention run empties the trash first)
-    memstore.apply_retention(root, RetentionPolicy(50, 3650))
+    memstore.apply_retention(root, RetentionPolicy(50, 3650), apply=True)
     assert records(root, CODEX_SID) == before
     # ... and imports, seeing the tombstone, leave it alone rather than import it a second time.
     report = memstore.import_logs(root, source)

@@ -67,10 +67,10 @@ def test_rebuild_and_doctor_keep_and_pass_a_session_whose_source_is_gone(tmp_pat
 
 def test_retention_never_drops_a_session_because_its_source_is_gone(tmp_path):
     root, _, before = imported_then_deleted(tmp_path)
-    report = memstore.apply_retention(root, RetentionPolicy())  # the sessions date from 2026-01: old
+    report = memstore.apply_retention(root, RetentionPolicy(), apply=True)  # the sessions date from 2026-01: old
     assert report.removed == [] and report.imported_kept == 2
     # Included, they are judged by age like any session: a year's window keeps them.
-    report = memstore.apply_retention(root, RetentionPolicy(max_age_days=3650, include_imported=True))
+    report = memstore.apply_retention(root, RetentionPolicy(max_age_days=3650, include_imported=True), apply=True)
     assert report.removed == []
     assert {sid: records(root, sid) for sid in before} == before
 

@@ -10,10 +10,12 @@ import random
 
 import numpy as np
 import pytest
-
 from bm25_reference import build
 
 from memstore.bm25 import K1, tokenize
+
+# Rankings compared with bm25s over generated corpora.
+pytestmark = pytest.mark.slow
 
 bm25s = pytest.importorskip("bm25s")
 

@@ -118,3 +118,15 @@ def test_store_facts_of_one_session_name_the_fact_and_the_session(tmp_path):
         "grounded_facts": [{"fact": "the build uses cargo nextest", "source": "tool:exec"}]})
     (record,) = store.facts(session="facts")
     assert (record.fact, record.session_id) == ("the build uses cargo nextest", "facts")
+
+
+def test_a_written_session_is_read_found_and_catalogued(store, written_session, catalog):
+    """One closed session is the same turn everywhere: the reader, a search, and the catalog."""
+    with store.read(written_session) as reader:
+        (turn,) = reader.turns()
+        assert turn.status == "completed" and reader.event_count == 6
+    best, *rest = store.search("nested bracket overflows", limit=5)
+    assert (best.session_id, best.turn, best.kind) == (written_session, 1, "agent_message")
+    assert all(hit.score < best.score for hit in rest)
+    rows = catalog.execute("SELECT session_id, turn_count FROM sessions").fetchall()
+    assert rows == [(written_session, 1)]
