@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
 import archive  # noqa: E402
+from importers_support import import_killed_at  # noqa: E402
 
 OLD = 1_700_000_000.0
 
@@ -237,22 +238,6 @@ def test_an_archive_import_killed_at_any_moment_leaves_sessions_whole_or_absent(
     assert not [n for n in os.listdir(root / "sessions") if n.startswith(STAGING_PREFIX)]
 
 
-KILLED_AT = """
-import os, signal, sys, memstore
-from memstore.importers import pipeline, staging
-pipeline.BATCH_SESSIONS = 10
-calls = [0]
-real = getattr(staging, sys.argv[3])
-def die_on_the_nth(*args, **kwargs):
-    calls[0] += 1
-    if calls[0] == int(sys.argv[4]):
-        os.kill(os.getpid(), signal.SIGKILL)
-    return real(*args, **kwargs)
-setattr(staging, sys.argv[3], die_on_the_nth)
-memstore.import_logs(sys.argv[1], sys.argv[2], jobs=1)
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("where", "nth"), [("sync_file_system", 2), ("rename_noreplace", 15), ("fsync_dir", 2)])
 def test_an_import_killed_while_publishing_a_batch_loses_nothing(small_archive, tmp_path, where, nth):
@@ -262,10 +247,7 @@ def test_an_import_killed_while_publishing_a_batch_loses_nothing(small_archive, 
     memstore.import_logs(reference, small_archive, jobs=1)
     expected = store_snapshot(reference)
     root = tmp_path / "store"
-    done = subprocess.run(
-        [sys.executable, "-c", KILLED_AT, str(root), str(small_archive), where, str(nth)], cwd=REPO, timeout=300
-    )
-    assert done.returncode == -signal.SIGKILL
+    assert import_killed_at(root, small_archive, where, nth, batch=10) == -signal.SIGKILL
     published = session_dirs(root)
     assert 0 < len(published) < len(expected)
     assert_whole_or_absent(root, expected, small_archive)

@@ -20,7 +20,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -36,10 +35,10 @@ from memstore.layout import session_dir_name
 from memstore.reader import read_session_dir
 from memstore.tombstones import TombstoneReason, Tombstones
 
-REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 
 from generate import text  # noqa: E402
+from importers_support import import_killed_at  # noqa: E402
 
 USAGE = {"input_tokens": 120, "cached_input_tokens": 40, "cache_creation_tokens": 0, "output_tokens": 30}
 
@@ -241,22 +240,6 @@ def test_how_two_logs_stand_to_each_other():
     assert compare(iter([]), iter(a)) == (Relation.BEHIND, 0)
 
 
-KILLED_AT = """
-import os, signal, sys, memstore
-from memstore.importers import staging, stores
-stores.BATCH_SESSIONS = 5
-calls = [0]
-real = getattr(staging, sys.argv[3])
-def die_on_the_nth(*args, **kwargs):
-    calls[0] += 1
-    if calls[0] == int(sys.argv[4]):
-        os.kill(os.getpid(), signal.SIGKILL)
-    return real(*args, **kwargs)
-setattr(staging, sys.argv[3], die_on_the_nth)
-memstore.import_logs(sys.argv[1], sys.argv[2])
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("where", "nth"), [("sync_file_system", 2), ("rename_noreplace", 8)])
 def test_a_store_import_killed_part_way_loses_nothing(tmp_path, where, nth):
@@ -265,10 +248,7 @@ def test_a_store_import_killed_part_way_loses_nothing(tmp_path, where, nth):
     for i in range(17):
         write_turns(other, f"s{i:02d}", 2, seed=i)
     mine = tmp_path / "mine"
-    done = subprocess.run(
-        [sys.executable, "-c", KILLED_AT, str(mine), str(other), where, str(nth)], cwd=REPO, timeout=300
-    )
-    assert done.returncode == -signal.SIGKILL
+    assert import_killed_at(mine, other, where, nth, batch=5) == -signal.SIGKILL
     published = sessions(mine)
     assert 0 < len(published) < 17
     for sid in published:  # whole, never half
