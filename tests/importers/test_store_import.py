@@ -129,6 +129,13 @@ def test_new_sessions_arrive_whole_with_their_origin(teammate, tmp_path):
     assert not (teammate / "sessions" / "alpha" / "derived" / "origin.json").exists()
 
 
+def test_the_store_object_imports_another_store(teammate, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    report = memstore.Store(mine).import_logs(teammate, jobs=1)
+    assert report.sessions_created == 3 and whole_store(mine) == whole_store(teammate)
+
+
 def test_overlapping_stores_merge_with_every_event_once(teammate, tmp_path):
     mine = tmp_path / "mine"
     memstore.import_logs(mine, teammate)  # the teammate's sessions as they were
