@@ -292,12 +292,16 @@ class _WorkerProcess:
         finally:
             inbox.put((self, None))
 
-    def stop(self) -> None:
-        """Close its input (it ends once its task is done) and wait for it."""
+    def stop(self, *, now: bool = False) -> None:
+        """Close its input (it ends once its task is done) and wait for it; with ``now``, kill
+        it first (the run failed: what it was writing is staged, or a session import the write
+        path keeps whole, so stopping it anywhere loses nothing)."""
         try:
             self._stdin.close()
         except OSError:
             pass
+        if now and self.process.poll() is None:
+            self.process.kill()
         try:
             self.process.wait(timeout=_STOP_SECONDS)
         except subprocess.TimeoutExpired:
@@ -377,7 +381,11 @@ def _run_parallel(
             raise failure
         for task in orphaned:
             collect(run_here(task), task)
-    finally:
+    except BaseException:
+        for worker in workers:
+            worker.stop(now=True)
+        raise
+    else:
         for worker in workers:
             worker.stop()
 

@@ -34,6 +34,7 @@ import pytest
 
 import memstore
 from memstore.importers import ImportProgress, ProgressLine
+from memstore.importers import pipeline as pipeline_module
 from memstore.importers.run import import_source
 from memstore.importers.sources import discover
 from memstore.importers.staging import STAGING_PREFIX
@@ -367,6 +368,36 @@ def test_the_tasks_of_a_worker_that_died_are_run_again(small_archive, tmp_path):
     assert killed
     assert store_snapshot(root) == store_snapshot(reference)
     assert report.sessions_created == 82 and not report.problems
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the worker processes")
+def test_a_run_that_fails_stops_its_workers_and_a_rerun_completes(small_archive, tmp_path, monkeypatch):
+    """A batch that cannot be published (a disk error, injected: no real disk fails on demand)
+    stops the run with that error, its workers are stopped at once, and nothing half-made is
+    left: the next import finishes the job."""
+    from memstore.errors import StoreIOError
+    from memstore.importers import staging
+
+    reference = tmp_path / "reference"
+    memstore.import_logs(reference, small_archive, jobs=1)
+    root = tmp_path / "store"
+    real = staging.Staging.publish
+
+    def failing(self, staged):
+        if staged:
+            raise StoreIOError("syncfs", self.path, "Input/output error", 5)
+        return real(self, staged)
+
+    monkeypatch.setattr(pipeline_module, "BATCH_SESSIONS", 5)
+    monkeypatch.setattr(staging.Staging, "publish", failing)
+    with pytest.raises(StoreIOError):
+        memstore.import_logs(root, small_archive, jobs=2)
+    assert _workers_of(os.getpid()) == []
+    assert not [n for n in os.listdir(root / "sessions") if n.startswith(STAGING_PREFIX)]
+    monkeypatch.setattr(staging.Staging, "publish", real)
+    report = memstore.import_logs(root, small_archive, jobs=2)
+    assert store_snapshot(root) == store_snapshot(reference)
+    assert not report.problems
 
 
 # --------------------------------------------------------------------------------------------
