@@ -234,6 +234,29 @@ def test_a_session_passed_on_keeps_its_first_origin(teammate, tmp_path):
     assert origin.via is not None and origin.via["store_id"] == store_identity(middle).store_id
 
 
+def test_a_vtcode_workspace_is_a_store_to_import(tmp_path):
+    """VT Code's ``.vtcode/`` is a store root whose lines carry no seq and no time: its events
+    arrive in order with the seqs a reader gives them, and a rerun changes nothing."""
+    directory = tmp_path / "workspace" / ".vtcode" / "sessions" / "vt-1"
+    directory.mkdir(parents=True)
+    events = [
+        {"type": "thread.started", "thread_id": "vt-1"},
+        {"type": "turn.started"},
+        {"type": "item.completed", "item": {"id": "a", "type": "agent_message", "text": "the parser is fixed"}},
+        {"type": "turn.completed", "usage": USAGE},
+    ]
+    lines = [json.dumps({"schema_version": "0.18.0", "event": e}).encode() + b"\n" for e in events]
+    (directory / "events.jsonl").write_bytes(b"".join(lines))
+    vtcode = tmp_path / "workspace" / ".vtcode"
+    assert is_store(vtcode)
+    mine = tmp_path / "mine"
+    assert memstore.import_logs(mine, vtcode).sessions_created == 1
+    assert [(seq, event) for seq, _ts, event in records(mine, "vt-1")] == list(enumerate(events, start=1))
+    again = memstore.import_logs(mine, vtcode)
+    assert (again.sessions_unchanged, again.events_appended) == (1, 0)
+    assert not (directory / "index").exists()  # the workspace was only read
+
+
 def test_how_two_logs_stand_to_each_other():
     def log(*pairs: tuple[int, str]) -> list[Record]:
         return [Record(seq, "2026-01-01T00:00:00.000Z", {"type": "x", "n": n}) for seq, n in pairs]
