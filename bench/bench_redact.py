@@ -20,6 +20,17 @@ Measured per pass over every event:
 - ``redact_value``: the redactor over each event as a JSON value.
 Timings alternate between the sides; each figure is the median of the repetitions, in this
 process's CPU time (steadier than wall time on a shared machine).
+
+    python bench/bench_redact.py --store [--sessions N] [--scale F] [--reps R]
+
+measures what redaction costs a store instead: ``import_logs`` of a generated archive of Codex
+CLI and Claude Code logs (``bench/archive.py``: realistic sizes, text and tool output, no secret
+planted) into a fresh store, then the catalog build (``refresh_catalog``), for three stores side
+by side: redaction off (``[redact] enabled = false``, the baseline), the default (index-time:
+every search chunk, event detail, memory view and catalog row redacted), and ``at_write = true``
+(each event redacted before it is logged, too). Ratios are to the baseline (goal for import:
+at most 1.5x). Each repetition imports into fresh stores, alternating the three sides; figures
+are medians of wall time and of this process's CPU time (every thread: the deriver included).
 """
 
 from __future__ import annotations
@@ -244,10 +255,74 @@ def run_detect_secrets(clean: list[dict], budget_bytes: int) -> None:
     print(f"{'memstore.redact':44} {size / seconds:8.3f} {reports:8d}   {coverage[0]} / {coverage[1]} / {coverage[2]} {coverage[3]}")
 
 
+STORE_SIDES = {
+    "off": "[redact]\nenabled = false\n",
+    "default": None,
+    "at_write": "[redact]\nat_write = true\n",
+}
+
+
+def _store_pass(archive: Path, root: Path, config: Any) -> tuple[float, float, float, float]:
+    """Import ``archive`` into a new store at ``root`` and build its catalog: ``(import wall,
+    import CPU, catalog wall, catalog CPU)`` in seconds."""
+    import memstore
+
+    root.mkdir(parents=True)
+    if config is not None:
+        (root / "config.toml").write_text(config)
+    wall, cpu = time.perf_counter(), time.process_time()
+    report = memstore.import_logs(root, [archive / ".claude" / "projects", archive / ".codex" / "sessions"],
+                                  settle_seconds=0)
+    import_wall, import_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if report.problems and not report.sessions:
+        raise SystemExit(f"the import failed: {report.problems[:3]}")
+    wall, cpu = time.perf_counter(), time.process_time()
+    memstore.refresh_catalog(root)
+    return import_wall, import_cpu, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def run_store(sessions: int, scale: float, reps: int) -> None:
+    """The store benchmark (see the module docstring)."""
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from archive import generate
+
+    work = Path(tempfile.mkdtemp(prefix="bench-redact-store-"))
+    try:
+        summary = generate(work / "archive", sessions, seed=5, scale=scale)
+        print(f"archive: {summary.sessions} sessions, {summary.files} files, {summary.bytes / 1e6:.1f} MB, "
+              f"{summary.lines} lines; {reps} repetitions, fresh stores, sides alternating")
+        figures: dict[str, list[tuple[float, float, float, float]]] = {side: [] for side in STORE_SIDES}
+        for rep in range(reps):
+            order = list(STORE_SIDES) if rep % 2 == 0 else list(reversed(STORE_SIDES))
+            for side in order:
+                root = work / f"store-{rep}-{side}"
+                figures[side].append(_store_pass(work / "archive", root, STORE_SIDES[side]))
+                shutil.rmtree(root)
+        medians = {side: [statistics.median(f[i] for f in runs) for i in range(4)] for side, runs in figures.items()}
+        base = medians["off"]
+        print(f"{'store':10} {'import wall':>12} {'import CPU':>11} {'catalog wall':>13} {'catalog CPU':>12}"
+              f"   ratios to off (import wall / CPU, catalog wall / CPU)")
+        for side, m in medians.items():
+            ratios = " / ".join(f"{m[i] / base[i]:.2f}x" for i in range(4))
+            print(f"{side:10} {m[0]:11.2f}s {m[1]:10.2f}s {m[2]:12.2f}s {m[3]:11.2f}s   {ratios}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="about 2 MB and 3 repetitions")
+    parser.add_argument("--store", action="store_true", help="import and catalog build with and without redaction")
+    parser.add_argument("--sessions", type=int, default=120, help="archive sessions (--store)")
+    parser.add_argument("--scale", type=float, default=0.5, help="archive size factor (--store)")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions (--store)")
     args = parser.parse_args()
+    if args.store:
+        run_store(args.sessions, args.scale, args.reps)
+        return
     size, reps = (2_000_000, 3) if args.quick else (8_000_000, 5)
     events = agent_events(size)
     run_engine("realistic agent text, no secret", events, reps)

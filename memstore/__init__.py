@@ -31,6 +31,7 @@ from .errors import (
     SessionClosedError,
     SessionNotFound,
     StoreIOError,
+    StoreReadOnly,
     TurnNotFound,
     UnsafePathError,
 )
@@ -209,7 +210,7 @@ __all__ = [
     "FactRecord", "write_session_memory_view", "refresh_memory_view", "session_memory_facts", "memory_facts_of",
     "query_facts", "recent_sessions",
     # errors
-    "MemstoreError", "StoreIOError", "UnsafePathError", "InvalidEvent", "InvalidSessionId", "SessionNotFound",
+    "MemstoreError", "StoreIOError", "StoreReadOnly", "UnsafePathError", "InvalidEvent", "InvalidSessionId", "SessionNotFound",
     "EventNotFound", "TurnNotFound", "LogFailedError",
     "SessionClosedError", "SessionBusyError", "CapEvictionError", "InvalidPack", "InvalidProgress",
 ]

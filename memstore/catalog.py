@@ -22,11 +22,12 @@ Deleting ``catalog.db`` and refreshing gives the same content.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import sqlite3
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -45,10 +46,11 @@ from . import events as ev
 from .views.chunks import event_chunks
 from .bm25 import SearchIndex
 from .errors import InvalidEvent, MemstoreError, SessionNotFound, StoreIOError
-from .session.index import TURN_COLUMNS, MigrationSet, _is_corruption, file_stamp, readonly_uri
+from .session.index import TURN_COLUMNS, MigrationSet, Turn, _is_corruption, file_stamp, readonly_uri
 from .locks import store_lock
 from .session.logfile import TAIL_BYTES
 from .reader import SessionReader, read_session_dir
+from .redact import Redactor, redactor_for
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -196,7 +198,10 @@ def _fact_times(db: "sqlite_utils.Database") -> None:
                "(SELECT session_id FROM chunks WHERE source = 'session')")
 
 
-CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_2", _create_tables), ("views", _create_views),
+# The first step's name is the catalog's layout: a catalog without it is recreated from scratch
+# (tables_3: every text is redacted; a catalog of an earlier layout may hold secrets, in its rows
+# and in its search indexes' segments, so it is not migrated but made again).
+CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_3", _create_tables), ("views", _create_views),
                                                        ("fact_ids_by_directory", _fact_ids_by_directory),
                                                        ("log_tails", _log_tails),
                                                        ("normal_chunk_times", _normal_chunk_times),
@@ -283,10 +288,12 @@ def refresh_catalog(root: os.PathLike | str, *, progress=None) -> RefreshReport:
     report = RefreshReport()
     if not root.is_dir():
         raise StoreIOError("refresh catalog", root, "no such store directory")
+    redactor = redactor_for(root)  # a malformed config.toml refuses before anything is copied
     with store_lock(root, "catalog"):
         conn = open_catalog(root)
         try:
-            _refresh(conn, SearchIndex(conn), root, report, progress)
+            conn.create_function(_REDACT_SQL, 1, _sql_redactor(redactor), deterministic=True)
+            _refresh(conn, SearchIndex(conn), root, report, progress, redactor)
         finally:
             conn.close()
     return report
@@ -334,7 +341,18 @@ def _stamp(directory: Path) -> Optional[str]:
     return "|".join(parts)
 
 
-def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: RefreshReport, progress) -> None:
+def _sql_redactor(redactor: Redactor):
+    """The SQL function that redacts one text value (anything else passes as it is)."""
+    redact = redactor.redact_text
+
+    def redact_sql(value):
+        return redact(value) if isinstance(value, str) else value
+
+    return redact_sql
+
+
+def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: RefreshReport, progress,
+             redactor: Redactor) -> None:
     directories = _session_dirs(root)
     state = {row[0]: row for row in conn.execute(
         "SELECT directory, session_id, generation, seq, last_turn, stamp, log_bytes, tail FROM catalog_state")}
@@ -356,7 +374,7 @@ def _refresh(conn: sqlite3.Connection, search: SearchIndex, root: Path, report: 
             report.unchanged += 1
             continue
         try:
-            outcome = _refresh_session(conn, search, name, directory, previous, stamp)
+            outcome = _refresh_session(conn, search, name, directory, previous, stamp, redactor)
         except SessionNotFound:
             if previous is not None:  # its log went away after the stat
                 _forget_directory(conn, search, name, previous[1], report)
@@ -383,19 +401,22 @@ def _forget_directory(conn: sqlite3.Connection, search: SearchIndex, name: str, 
 
 
 def _refresh_session(conn: sqlite3.Connection, search: SearchIndex, name: str, directory: Path,
-                     previous: Optional[tuple], stamp: str) -> Optional[tuple[str, str]]:
+                     previous: Optional[tuple], stamp: str, redactor: Redactor) -> Optional[tuple[str, str]]:
     for _attempt in range(_ATTEMPTS):
         with read_session_dir(directory) as reader:
-            outcome = _copy_session(conn, search, name, reader, previous, stamp)
+            outcome = _copy_session(conn, search, name, reader, previous, stamp, redactor)
         if outcome is not None:
             return outcome
     raise StoreIOError("refresh catalog", directory, "the session kept being rewritten while it was read")
 
 
 def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, reader: SessionReader,
-                  previous: Optional[tuple], stamp: str) -> Optional[tuple[str, str]]:
+                  previous: Optional[tuple], stamp: str, redactor: Redactor) -> Optional[tuple[str, str]]:
     """Copy what the catalog lacks of one session, in one transaction; ``None`` when the session's
-    index changed generation under the reader (the caller reads it again)."""
+    index changed generation under the reader (the caller reads it again). Every text is copied
+    through ``redactor``: events are redacted whole before they are chunked (a private key
+    spanning two windows is found), and what comes from the session index (redacted there by
+    the same rules, unless an older memstore or another config derived it) again."""
     manifest = reader.manifest
     session_id = reader.session_id
     full = (previous is None or previous[1] != session_id or previous[2] != manifest.generation
@@ -422,8 +443,8 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
                 _forget(conn, search, session_id)  # a directory renamed to another id's, say
             # Events, chunks and changed files: copied from the index as far as it derived them,
             # the rest derived here from the records (the reader parses what the index lacks).
-            new_ids, new_events_seq = _copy_records(conn, reader, session_id, name, events_seq, attached)
-            new_ids += _copy_facts(conn, search, session_id, name, reader.dir)
+            new_ids, new_events_seq = _copy_records(conn, reader, session_id, name, events_seq, attached, redactor)
+            new_ids += _copy_facts(conn, search, session_id, name, reader.dir, redactor)
             search.add(conn.execute("SELECT id, text, created_at FROM chunks WHERE id IN (SELECT value FROM json_each(?))",
                                     (_json_list(new_ids),)))
             # Turns: from the first that may have changed (the last one copied could have been open).
@@ -432,7 +453,8 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
             conn.executemany(
                 f"INSERT INTO turns (session_id, {', '.join(TURN_COLUMNS)}, duration_ms) "
                 f"VALUES (?, {', '.join('?' * len(TURN_COLUMNS))}, ?)",
-                [(session_id, *t.as_row(), _duration_ms(t.started_at, t.ended_at)) for t in turns])
+                [(session_id, *_redacted_turn(t, redactor).as_row(), _duration_ms(t.started_at, t.ended_at))
+                 for t in turns])
             # Chunks and changed files: what the index derived, then what the reader derives.
             _upsert_session(conn, session_id, name, manifest, reader)
             conn.execute(
@@ -455,12 +477,22 @@ def _copy_session(conn: sqlite3.Connection, search: SearchIndex, name: str, read
     return kind, session_id
 
 
+def _redacted_turn(turn: Turn, redactor: Redactor) -> Turn:
+    """``turn`` with its error message redacted (a failed command's message may quote a key)."""
+    if not turn.error:
+        return turn
+    error = redactor.redact_text(turn.error)
+    return turn if error is turn.error else replace(turn, error=error)
+
+
 def _log_tail(reader: SessionReader, length: int) -> bytes:
-    return reader.log.pread(max(0, length - TAIL_BYTES), min(TAIL_BYTES, length))
+    """The sha256 of the log's last bytes up to ``length``: what says the log is still the one
+    copied, without keeping its bytes (which may hold a secret) in the catalog."""
+    return hashlib.sha256(reader.log.pread(max(0, length - TAIL_BYTES), min(TAIL_BYTES, length))).digest()
 
 
 def _still_prefix(reader: SessionReader, length: Optional[int], tail: Optional[bytes], *, trusted: bool) -> bool:
-    """Whether the log the catalog copied (``length`` bytes ending in ``tail``) is still the
+    """Whether the log the catalog copied (``length`` bytes ending in the bytes ``tail`` digests) is still the
     start of the one the reader holds: if not, it was rewritten (the generation cannot say so
     for a session without an index). Unknown (a catalog of the previous layout): ``trusted``,
     which a session copied with a generation is."""
@@ -482,6 +514,7 @@ class _Rewritten(Exception):
     """The session's index changed generation between the reader's snapshot and the copy."""
 
 
+_REDACT_SQL = "memstore_redact"  # the catalog connection's redaction function (see _sql_redactor)
 _EVENT_INSERT = ("INSERT INTO events (session_id, seq, turn, ts, type, item_type, item_id, name, status, exit_code, "
                  "offset, length) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _CHUNK_INSERT = ("INSERT INTO chunks (chunk_id, session_id, seq, turn, part, source, kind, path, start_line, end_line, "
@@ -489,7 +522,7 @@ _CHUNK_INSERT = ("INSERT INTO chunks (chunk_id, session_id, seq, turn, part, sou
 
 
 def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: str, name: str, after: int,
-                  attached: bool) -> tuple[list[int], int]:
+                  attached: bool, redactor: Redactor) -> tuple[list[int], int]:
     """Copy the session's records past seq ``after``: their events rows, chunks and changed
     files. From the attached index as far as its deriver went (and the reader's snapshot of
     it), then made here from the records themselves (all of them, when the index could not be
@@ -504,21 +537,22 @@ def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: s
             bounds = (session_id, after, copied)
             conn.execute(
                 "INSERT INTO events (session_id, seq, turn, ts, type, item_type, item_id, name, status, exit_code, "
-                "offset, length) SELECT ?, e.seq, e.turn, e.ts, e.type, d.item_type, d.item_id, d.name, d.status, "
+                f"offset, length) SELECT ?, e.seq, e.turn, e.ts, e.type, d.item_type, d.item_id, {_REDACT_SQL}(d.name), d.status, "
                 "d.exit_code, e.offset, e.length FROM src.events e LEFT JOIN src.event_details d ON d.seq = e.seq "
                 "WHERE e.seq > ? AND e.seq <= ?", bounds)
             cursor = conn.execute(
                 "INSERT INTO chunks (chunk_id, session_id, seq, turn, part, source, kind, path, start_line, end_line, "
                 "created_at, text) SELECT ?1 || ':' || seq || ':' || part, ?1, seq, turn, part, 'event', kind, ?4, "
                 f"start_line, end_line, CASE WHEN {_IS_MEMSTORE_TS.format('ts')} THEN ts ELSE memstore_ts(ts) END, "
-                "text FROM src.chunks WHERE seq > ?2 AND seq <= ?3 ORDER BY seq, part RETURNING id", (*bounds, path))
+                f"{_REDACT_SQL}(text) FROM src.chunks WHERE seq > ?2 AND seq <= ?3 ORDER BY seq, part RETURNING id",
+                (*bounds, path))
             ids.extend(row[0] for row in cursor)
             conn.execute(
-                "INSERT INTO file_changes (session_id, seq, turn, path, kind) SELECT ?, seq, turn, path, kind "
+                f"INSERT INTO file_changes (session_id, seq, turn, path, kind) SELECT ?, seq, turn, {_REDACT_SQL}(path), kind "
                 "FROM src.file_changes WHERE seq > ? AND seq <= ?", bounds)
     last = copied
     for record in reader.records_from(copied):
-        event = record.event
+        event = redactor.redact_value(record.event)
         conn.execute(_EVENT_INSERT, (session_id, record.seq, record.turn, record.ts, *ev.describe(event),
                                      record.offset, record.length))
         for chunk in event_chunks(record.seq, record.turn, record.ts, event):
@@ -534,7 +568,7 @@ def _copy_records(conn: sqlite3.Connection, reader: SessionReader, session_id: s
 
 
 def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, name: str,
-                directory: Path) -> list[int]:
+                directory: Path, redactor: Redactor) -> list[int]:
     """Replace the session's memory facts (``derived/memory.json``) as search chunks
     (``source = 'session'``, chunk id ``<directory>:<index>``, as the reference names them: a
     directory name has no ``:``, so no fact can take the id of an event's chunk,
@@ -556,7 +590,7 @@ def _copy_facts(conn: sqlite3.Connection, search: SearchIndex, session_id: str, 
             "INSERT INTO chunks (chunk_id, session_id, source, kind, path, start_line, end_line, created_at, text) "
             "VALUES (?, ?, 'session', ?, ?, 0, 0, ?, ?) RETURNING id",
             (f"{name}:{fact['index']}", session_id, fact.get("source") or "fact", f"{SESSIONS_DIR}/{name}/{DERIVED_DIR}/{MEMORY_FILE}",
-             created_at, fact["fact"]))
+             created_at, redactor.redact_text(fact["fact"])))
         ids.append(cursor.fetchone()[0])
     return ids
 

@@ -555,7 +555,7 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
         raise click.UsageError("name at least one SESSION, or give --all")
     _require_store(root)
     if rebuild_all:
-        sessions = tuple(session_ids(root))
+        sessions = tuple(session_ids(root, include_legacy=True))
         if not sessions:
             if as_json:
                 _echo_json([])
@@ -873,7 +873,7 @@ def show_command(session, turn_number, tail_lines, as_jsonl, limit, root, as_jso
 
     _require_store(root)
     try:
-        with read_session(root, session) as reader:
+        with read_session(root, session, redact=True) as reader:
             manifest = reader.manifest
             if turn_number is not None:
                 if turn_number > MAX_SEQ:  # no turn is numbered past the largest seq
@@ -1969,6 +1969,96 @@ def export_otlp_command(dest, root, as_json):
         )
     for name, reason in report.refresh_errors:
         logger.warning("%s: exported as the catalog last saw it (%s)", name, reason)
+
+
+# --- secrets: scrub, forget ---
+
+
+@cli.command("scrub")
+@click.argument("session", required=False, callback=_session_ids)
+@click.option("--all", "scrub_all", is_flag=True, help="Scrub every session of the store.")
+@root_option
+@json_option
+def scrub_command(session, scrub_all, root, as_json):
+    """Rewrite SESSION's log (or, with --all, every log) with its secrets redacted.
+
+    Keeps seqs, turn numbers and every byte that is not a secret; crash-safe; recorded in
+    gc-log.jsonl; the session's views are rebuilt. Refuses a session that is open for writing.
+
+    \b
+    Examples:
+      memstore scrub run-42
+      memstore scrub --all --json
+    """
+    from .scrub import scrub_session, scrub_store
+
+    if (session is None) == (not scrub_all):
+        raise _ExitWith("give a SESSION or --all (not both)", 2)
+    _require_store(root)
+    if session is not None:
+        _existing_session_dir(root, session)
+    try:
+        reports = scrub_store(root) if scrub_all else [scrub_session(root, session)]
+    except errors.SessionBusyError as exc:
+        raise _ExitWith(str(exc), 1) from exc
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _echo_json([r.to_dict() for r in reports])
+        return
+    for r in reports:
+        if r.changed:
+            found = ", ".join(f"{n} {kind}" for kind, n in r.secrets.items())
+            click.echo(f"{r.session_id}: scrubbed {plural(r.lines_changed, 'line')} ({found}); "
+                       f"{r.bytes_before} -> {r.bytes_after} bytes")
+        elif not scrub_all:
+            click.echo(f"{r.session_id}: no secret found; nothing changed")
+    if scrub_all:
+        click.echo(f"scrubbed {plural(sum(r.changed for r in reports), 'session')} of {len(reports)}")
+
+
+@cli.command("forget")
+@click.argument("session", callback=_session_ids)
+@click.option("--undo", is_flag=True, help="Remove SESSION's tombstone: its next import recreates it.")
+@root_option
+@json_option
+def forget_command(session, undo, root, as_json):
+    """Remove SESSION for good: its directory goes, and a tombstone keeps `memstore import`
+    from bringing it back. --undo removes the tombstone (the data stays gone).
+
+    \b
+    Examples:
+      memstore forget codex-019982b8-2222-79e0-8b3b-00000000b002
+      memstore forget --undo codex-019982b8-2222-79e0-8b3b-00000000b002
+    """
+    from .forget import NotForgotten, forget_session, unforget_session
+
+    _require_store(root)
+    try:
+        if undo:
+            stone = unforget_session(root, session)
+        else:
+            report = forget_session(root, session)
+    except errors.SessionNotFound as exc:
+        raise _ExitWith(str(exc), 1) from exc
+    except NotForgotten as exc:
+        raise _ExitWith(str(exc), 1) from exc
+    except errors.SessionBusyError as exc:
+        raise _ExitWith(str(exc), 1) from exc
+    except errors.MemstoreError as exc:
+        raise _fail(exc) from exc
+    if undo:
+        if as_json:
+            _echo_json({"session_id": session, "forgotten": False, "tombstone": stone.to_dict()})
+        else:
+            click.echo(f"{session!r} is no longer forgotten: its next import recreates it")
+        return
+    if as_json:
+        _echo_json({"forgotten": True, **report.to_dict()})
+    else:
+        click.echo(f"forgot {session!r} ({plural(report.bytes, 'byte')}); a tombstone keeps imports from "
+                   "bringing it back (memstore forget --undo to allow it)")
+
 
 
 def _add_verbosity(command: click.Command) -> None:

@@ -30,7 +30,7 @@ class MemstoreError(Exception):
         return (_unpickle_error, (type(self), self.args, self.__dict__))
 
 
-def _unpickle_error(cls: type, args: tuple, state: dict) -> "MemstoreError":
+def _unpickle_error(cls: type, args: tuple, state: dict) -> MemstoreError:
     error = cls.__new__(cls, *args)
     error.args = args
     error.__dict__.update(state)
@@ -55,7 +55,7 @@ class StoreIOError(MemstoreError):
         super().__init__(message)
 
     @classmethod
-    def from_os_error(cls, op: str, path: os.PathLike | str, exc: OSError) -> "StoreIOError":
+    def from_os_error(cls, op: str, path: os.PathLike | str, exc: OSError) -> StoreIOError:
         detail = exc.strerror or str(exc)
         if exc.errno == _errno.ELOOP:
             detail = "refusing to follow a symlink"
@@ -67,6 +67,29 @@ class UnsafePathError(StoreIOError):
 
     def __init__(self, op: str, path: os.PathLike | str, detail: str):
         super().__init__(op, path, detail, _errno.ELOOP if "symlink" in detail else None)
+
+
+class StoreReadOnly(StoreIOError):
+    """The store cannot be written by this process: its permissions (a read-only copy, another
+    user's files) or a read-only mount. ``path`` names what could not be created, opened for
+    writing or locked; ``errno`` is ``EACCES``, ``EPERM`` or ``EROFS``. Nothing was written, and
+    memstore changed no permission to get past it. Reading and searching such a store work:
+    they take no lock and write nothing."""
+
+
+# The errors that say "this process may not write here".
+READ_ONLY_ERRNOS = frozenset({_errno.EACCES, _errno.EPERM, _errno.EROFS})
+
+
+def write_error(op: str, path: os.PathLike | str, exc: OSError) -> StoreIOError:
+    """The memstore error of a failure to create, write or lock ``path``: :class:`StoreReadOnly`
+    when ``exc`` says this process may not write there, :class:`UnsafePathError` when it is a
+    symlink (``ELOOP`` under ``O_NOFOLLOW``), else :class:`StoreIOError`."""
+    if exc.errno in READ_ONLY_ERRNOS:
+        return StoreReadOnly(op, path, f"the store cannot be written here ({exc.strerror or exc})", exc.errno)
+    if exc.errno == _errno.ELOOP:
+        return UnsafePathError(op, path, "is a symlink; refusing to follow it")
+    return StoreIOError.from_os_error(op, path, exc)
 
 
 class InvalidEvent(MemstoreError, ValueError):

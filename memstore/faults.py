@@ -16,8 +16,9 @@ test that arms it instead of silently testing nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 Action = Callable[..., Any]
 
@@ -34,7 +35,11 @@ POINTS: dict[str, str] = {
     "cap.marker": "a cap rewrite is about to write its intent marker (path: the session directory)",
     "cap.copy": "a cap rewrite has written part of the log's copy (path: the temp file)",
     "cap.replaced": "a cap rewrite replaced the log and is about to sync its directory (path: the directory)",
+    "trash.moved": "a session is in the trash, its removal not yet recorded (path: the .pending entry)",
+    "trash.recorded": "a removal was recorded; its trash entry is about to lose .pending (path: the entry)",
     "registry.create": "a session's writer was created, under the registry's lock (key: its real path)",
+    "scrub.written": "a scrub wrote and synced its copy of a file, not yet renamed over it (path: the temp file)",
+    "scrub.replaced": "a scrub renamed its copy over the log, before syncing the directory (path: the log)",
 }
 
 _armed: dict[str, Action] = {}

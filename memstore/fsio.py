@@ -1,7 +1,10 @@
 """Filesystem primitives: private directories and files, atomic replace, no-follow reads.
 
-Directories are created 0700 and files 0600. Nothing here follows a symlink when writing: a
-symlink where a store file or directory should be is refused with :class:`UnsafePathError`.
+Directories are created 0700 and files 0600; an existing one's mode is only ever tightened (a
+group or other bit cleared, never a bit added). Nothing here follows a symlink or blocks on a
+FIFO: a symlink, a FIFO or a device where a store file or directory should be is refused with
+:class:`UnsafePathError` naming it. A write this process may not make (a read-only copy of a
+store, a read-only mount) is a :class:`~memstore.errors.StoreReadOnly`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from .errors import StoreIOError, UnsafePathError
+from .errors import StoreIOError, UnsafePathError, write_error
 
 DIR_MODE = 0o700
 logger = logging.getLogger("memstore")
@@ -44,13 +47,16 @@ def ensure_private_dir(path: os.PathLike | str, *, sync: bool = True) -> Path:
 
     Refuses when ``path`` itself is a symlink or not a directory. Existing ancestors are the
     caller's choice (a store root may live behind a symlink); memstore calls this once per level
-    of the store, so every store-owned directory is checked as a target. The target's mode is
-    forced to 0700 even when it already existed. With ``sync=False`` the caller takes charge of
-    syncing the parent of what was created (to batch several creations in one directory).
+    of the store, so every store-owned directory is checked as a target. Directories created
+    here are 0700. An existing target is only ever tightened: group and other bits are cleared,
+    no bit is added, and a directory this process cannot write (a read-only copy of a store)
+    is not touched at all. With ``sync=False`` the caller takes charge of syncing the parent of
+    what was created (to batch several creations in one directory).
     """
     path = Path(path)
     missing = []
     probe = path
+    existing: Optional[os.stat_result] = None
     while True:
         try:
             st = os.lstat(probe)
@@ -67,6 +73,7 @@ def ensure_private_dir(path: os.PathLike | str, *, sync: bool = True) -> Path:
                 raise UnsafePathError("create directory", probe, "is a symlink; refusing to follow it")
             if not stat.S_ISDIR(st.st_mode):
                 raise UnsafePathError("create directory", probe, "exists and is not a directory")
+            existing = st
         elif not os.path.isdir(probe):
             raise UnsafePathError("create directory", probe, "exists and is not a directory")
         break
@@ -75,18 +82,32 @@ def ensure_private_dir(path: os.PathLike | str, *, sync: bool = True) -> Path:
             os.mkdir(directory, DIR_MODE)
         except FileExistsError:
             if not stat.S_ISDIR(os.lstat(directory).st_mode):
-                raise UnsafePathError("create directory", directory, "exists and is not a directory")
+                raise UnsafePathError("create directory", directory, "exists and is not a directory") from None
         except OSError as exc:
-            raise StoreIOError.from_os_error("create directory", directory, exc) from exc
-    try:
-        os.chmod(path, DIR_MODE)
-    except OSError as exc:
-        raise StoreIOError.from_os_error("chmod", path, exc) from exc
+            raise write_error("create directory", directory, exc) from exc
+    _make_private(path, existing)
     if sync:
         for directory in reversed(missing):
             # A new directory entry is durable only once its parent is synced.
             fsync_dir(directory.parent)
     return path
+
+
+def _make_private(path: Path, existing: Optional[os.stat_result]) -> None:
+    """Give a directory ``ensure_private_dir`` created mode 0700 (whatever the umask), and clear
+    the group and other bits of one that ``existing`` says was there (never adding a bit, and
+    never changing one this process cannot write)."""
+    if existing is None:
+        mode = DIR_MODE
+    else:
+        current = stat.S_IMODE(existing.st_mode)
+        if not current & 0o077 or not os.access(path, os.W_OK, follow_symlinks=False):
+            return
+        mode = current & DIR_MODE
+    try:
+        os.chmod(path, mode)
+    except OSError as exc:
+        raise StoreIOError.from_os_error("chmod", path, exc) from exc
 
 
 def fsync_dir(path: os.PathLike | str) -> None:
@@ -103,6 +124,45 @@ def fsync_dir(path: os.PathLike | str) -> None:
             raise StoreIOError.from_os_error("fsync directory", path, exc) from exc
     finally:
         os.close(fd)
+
+
+def open_error(op: str, path: os.PathLike | str, exc: OSError, *, writing: bool = False) -> StoreIOError:
+    """The memstore error of a no-follow, non-blocking open of ``path`` that failed with ``exc``:
+    :class:`UnsafePathError` when ``path`` is a symlink (``ELOOP`` under ``O_NOFOLLOW``) or a
+    FIFO nobody reads (``ENXIO`` for a non-blocking write open); for an open ``writing``, a
+    :class:`~memstore.errors.StoreReadOnly` when this process may not write there; else
+    :class:`StoreIOError`."""
+    if exc.errno == errno.ELOOP:
+        return UnsafePathError(op, path, "refusing to follow a symlink")
+    if exc.errno in (errno.ENXIO, errno.EISDIR):
+        return UnsafePathError(op, path, "is not a regular file")
+    if writing:
+        return write_error(op, path, exc)
+    return StoreIOError.from_os_error(op, path, exc)
+
+
+def file_kind(mode: int) -> str:
+    """What ``mode`` (an ``st_mode``) says the file is, for error messages: ``a regular
+    file``, ``a directory``, ``a symlink``, ``a FIFO``, ``a socket``, ``a device``."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def not_regular_detail(mode: int) -> str:
+    """``is a FIFO, not a regular file`` and the like (see :func:`file_kind`)."""
+    kind = file_kind(mode)
+    return "is not a regular file" if kind == "not a regular file" else f"is {kind}, not a regular file"
 
 
 def _require_regular(fd: int, path: os.PathLike | str, op: str) -> os.stat_result:
@@ -130,10 +190,10 @@ def open_private_append(path: os.PathLike | str) -> tuple[int, bool]:
             except FileExistsError:
                 fd = os.open(path, flags)
     except OSError as exc:
-        raise StoreIOError.from_os_error("open for append", path, exc) from exc
-    _require_regular(fd, path, "open for append")
+        raise open_error("open for append", path, exc, writing=True) from exc
+    st = _require_regular(fd, path, "open for append")
     try:
-        os.fchmod(fd, FILE_MODE)
+        _tighten(fd, st)
     except OSError as exc:
         os.close(fd)
         raise StoreIOError.from_os_error("chmod", path, exc) from exc
@@ -147,23 +207,34 @@ def open_private_rw(path: os.PathLike | str) -> int:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, FILE_MODE)
     except OSError as exc:
-        raise StoreIOError.from_os_error("open", path, exc) from exc
-    _require_regular(fd, path, "open")
+        raise open_error("open", path, exc, writing=True) from exc
+    st = _require_regular(fd, path, "open")
     try:
-        os.fchmod(fd, FILE_MODE)
+        _tighten(fd, st)
     except OSError:
         pass
     return fd
 
 
+def _tighten(fd: int, st: os.stat_result) -> None:
+    """Clear the group and other bits of the open file ``fd`` (a new file is created 0600
+    whatever the umask; an existing one never gains a bit)."""
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        os.fchmod(fd, mode & FILE_MODE)
+
+
 def open_read_no_follow(path: os.PathLike | str) -> Optional[int]:
-    """Open ``path`` read-only without following symlinks; ``None`` when it does not exist."""
+    """Open ``path`` read-only without following symlinks; ``None`` when it does not exist.
+
+    A symlink or anything but a regular file (a FIFO, a socket, a device, a directory) raises
+    :class:`UnsafePathError` naming ``path``; the open never blocks."""
     try:
         fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise StoreIOError.from_os_error("open", path, exc) from exc
+        raise open_error("open", path, exc) from exc
     _require_regular(fd, path, "open")
     return fd
 
@@ -243,7 +314,7 @@ def write_temp_beside(path: os.PathLike | str, data: bytes | bytearray, *, sync:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
     except OSError as exc:
-        raise StoreIOError.from_os_error(create_op, tmp, exc) from exc
+        raise write_error(create_op, tmp, exc) from exc
     try:
         try:
             write_all(fd, data, tmp)
@@ -292,7 +363,7 @@ def write_new_file(path: os.PathLike | str, data: bytes) -> Path:
         except FileExistsError:
             continue
         except OSError as exc:
-            raise StoreIOError.from_os_error("create", candidate, exc) from exc
+            raise write_error("create", candidate, exc) from exc
         try:
             write_all(fd, data, candidate)
             os.fsync(fd)

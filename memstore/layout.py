@@ -11,10 +11,16 @@ session ids and their directory names, and the one enumeration of session direct
     derived/eviction-summaries.jsonl  derived/eviction-summary-*.json
     derived/import-state.json  derived/set-aside.json  derived/audit-pack.json
     derived/origin.json  derived/store-imports.json   (sessions imported from another store)
-  catalog.db  gc-log.jsonl  store.json  tombstones.jsonl  import-versions.json  locks/  .trash/
+  catalog.db  gc-log.jsonl  store.json  tombstones.jsonl  import-versions.json  config.toml
+  locks/<name>.lock  .trash/
 ```
 
-Nothing here touches the disk except :func:`iter_session_dirs`.
+A **legacy session** is a directory VT Code's own migration made: ``manifest.json`` and its
+imported data (``derived/memory.json`` or ``derived/trajectory.jsonl``) but no
+``events.jsonl``. It is a session (listed, checked, its manifest regenerable), with nothing a
+log could regenerate.
+
+Nothing here touches the disk except :func:`iter_session_dirs` and :func:`is_legacy_session`.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ GC_LOG_FILE = "gc-log.jsonl"
 STORE_IDENTITY_FILE = "store.json"  # the store's id and label (memstore.identity)
 TOMBSTONES_FILE = "tombstones.jsonl"  # sessions removed on purpose, which an import must not recreate
 IMPORT_VERSIONS_FILE = "import-versions.json"  # the agent versions imports have seen in this store
+CONFIG_FILE = "config.toml"  # the store's settings (its [redact] table: memstore.redact)
 LOCKS_DIR = "locks"
 TRASH_DIR = ".trash"
 IMPORT_STAGING_PREFIX = ".import-"  # sessions/.import-<hex>/: new sessions an import writes before publishing them
@@ -47,6 +54,7 @@ IMPORT_STAGING_PREFIX = ".import-"  # sessions/.import-<hex>/: new sessions an i
 EVENTS_FILE = "events.jsonl"
 TORN_INFIX = ".torn-"  # events.jsonl.torn-<offset>-<time>: bytes a torn-tail repair cut
 MANIFEST_FILE = "manifest.json"
+UNUSABLE_INFIX = ".unusable-"  # manifest.json.unusable-<time>: what a rebuild found there instead of a file
 LOCK_FILE = "session.lock"
 PIN_FILE = "retention-pin.json"
 INDEX_DIR = "index"
@@ -159,6 +167,11 @@ def store_identity_path(root: os.PathLike | str) -> Path:
     return Path(root) / STORE_IDENTITY_FILE
 
 
+def config_path(root: os.PathLike | str) -> Path:
+    """The store's settings file (see :func:`memstore.redact.load_config`)."""
+    return Path(root) / CONFIG_FILE
+
+
 def tombstones_path(root: os.PathLike | str) -> Path:
     """The store's record of the sessions removed on purpose (see :mod:`memstore.tombstones`)."""
     return Path(root) / TOMBSTONES_FILE
@@ -228,13 +241,53 @@ def is_torn_name(name: str) -> bool:
     return name.startswith(EVENTS_FILE + TORN_INFIX)
 
 
+def unusable_name(name: str, stamp: str) -> str:
+    """The name an entry that cannot be used as the file ``name`` (a symlink, a FIFO, a
+    directory where ``manifest.json`` should be) is kept under, beside it, once set aside."""
+    return f"{name}{UNUSABLE_INFIX}{stamp}"
+
+
+# The data of a legacy session: what VT Code's migration copied into derived/ (no log holds it).
+LEGACY_DATA_FILES = (MEMORY_FILE, TRAJECTORY_FILE)
+
+
+def is_legacy_session(directory: os.PathLike | str) -> bool:
+    """Whether ``directory`` is a legacy session (see the module docstring): no
+    ``events.jsonl`` entry at all, a ``manifest.json`` entry (whatever state it is in: a
+    rebuild regenerates it), and a regular ``derived/memory.json`` or
+    ``derived/trajectory.jsonl``. Never follows a symlink; an entry that cannot be examined
+    makes it not one."""
+    path = os.fspath(directory)
+    try:
+        if os.path.lexists(os.path.join(path, EVENTS_FILE)):
+            return False
+        os.lstat(os.path.join(path, MANIFEST_FILE))
+    except OSError:
+        return False
+    for name in LEGACY_DATA_FILES:
+        try:
+            if stat.S_ISREG(os.lstat(os.path.join(path, DERIVED_DIR, name)).st_mode):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 # -- the one enumeration --------------------------------------------------------------------
+
+# What iter_session_dirs says to on_skip of some entries it leaves out (the others are said in
+# words); UNEXAMINABLE starts the reason, followed by the OS's words in parentheses.
+SYMLINK_ENTRY = "a symlink; never followed"
+NOT_UTF8_NAME = "not a session directory (its name is not UTF-8)"
+LOG_NOT_REGULAR = f"not a session ({EVENTS_FILE} is not a regular file)"
+UNEXAMINABLE = "cannot be examined"
 
 
 def iter_session_dirs(
     root: os.PathLike | str,
     *,
     require_log: bool = False,
+    include_legacy: bool = False,
     sort: bool = False,
     on_skip: Optional[Callable[[str, str], None]] = None,
 ) -> Iterator[os.DirEntry]:
@@ -243,9 +296,14 @@ def iter_session_dirs(
     Always left out, each said to ``on_skip(name, reason)`` when given: names starting with a
     dot (memstore's own temporaries), symlinks (never followed), anything that is not a
     directory, and names that are not UTF-8 (no session id names such a directory). With
-    ``require_log``, directories whose ``events.jsonl`` is not a regular file are left out too.
-    ``sort`` yields them in name order. A missing ``sessions/`` (or one that is a symlink) is an
-    empty store; any other failure to list it raises :class:`StoreIOError`.
+    ``require_log``, directories whose ``events.jsonl`` is not a regular file are left out too
+    (except, with ``include_legacy``, legacy sessions: see :func:`is_legacy_session`), and so
+    are directories whose contents cannot be examined (this process may not enter them: the
+    reason starts with :data:`UNEXAMINABLE`); such a directory is never left out silently: with
+    no ``on_skip`` it is logged as a warning. ``sort`` yields them in name order. A missing
+    ``sessions/`` is an empty store; one that is a symlink (never followed) or not a directory
+    is an empty store too, with a warning naming it; any other failure to list it raises
+    :class:`StoreIOError`.
     """
     base = sessions_root(root)
     try:
@@ -261,33 +319,39 @@ def iter_session_dirs(
     if sort:
         entries.sort(key=lambda e: e.name)
     for entry in entries:
-        reason = _not_a_session(entry, require_log)
+        reason = _not_a_session(entry, require_log, include_legacy)
         if reason is None:
             yield entry
         elif on_skip is not None:
             on_skip(entry.name, reason)
+        elif reason.startswith(UNEXAMINABLE):
+            logger.warning("session directory %s left out: it %s", entry.path, reason)
 
 
-def _not_a_session(entry: os.DirEntry, require_log: bool) -> Optional[str]:
+def _not_a_session(entry: os.DirEntry, require_log: bool, include_legacy: bool) -> Optional[str]:
     name = entry.name
     if name.startswith("."):
         return "not a session directory (its name starts with a dot)"
     try:
         if entry.is_symlink():
-            return "a symlink; never followed"
+            return SYMLINK_ENTRY
         if not entry.is_dir(follow_symlinks=False):
             return "not a directory"
     except OSError as exc:
-        return f"cannot be examined ({exc.strerror or exc})"
+        return f"{UNEXAMINABLE} ({exc.strerror or exc})"
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
-        return "not a session directory (its name is not UTF-8)"
+        return NOT_UTF8_NAME
     if require_log:
         try:
             st = os.stat(os.path.join(entry.path, EVENTS_FILE), follow_symlinks=False)
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
+            if include_legacy and is_legacy_session(entry.path):
+                return None
             return f"not a session (no {EVENTS_FILE})"
+        except OSError as exc:
+            return f"{UNEXAMINABLE} ({exc.strerror or exc})"
         if not stat.S_ISREG(st.st_mode):
-            return f"not a session ({EVENTS_FILE} is not a regular file)"
+            return LOG_NOT_REGULAR
     return None

@@ -31,6 +31,7 @@ from . import events as ev
 from .errors import EventNotFound, SessionNotFound, StoreIOError, TurnNotFound, UnsafePathError
 from .events import Record
 from .layout import EVENTS_FILE, INDEX_DIR, INDEX_FILE, session_dir_name, session_directory
+from .redact import Redactor, redactor_for
 from .session.index import BatchRecord, IndexChanged, SavedState, SessionIndex, Turn
 from .session.lifecycle import LogState, event_row
 from .session.logfile import LogFile
@@ -45,13 +46,21 @@ _SNAPSHOT_ATTEMPTS = 3
 _READ_BATCH_BYTES = 1 << 20
 
 
-def read_session(root: os.PathLike | str, session_id: str) -> "SessionReader":
+def read_session(root: os.PathLike | str, session_id: str, *, redact: bool = False) -> "SessionReader":
     """Open the session ``session_id`` under ``root`` for reading (a context manager).
 
+    With ``redact`` every event, record and turn error it returns has its secrets replaced by
+    markers (the store's redactor, see :mod:`memstore.redact`): what a command shows a person.
+    Without it (the default) the log's own values, as written.
+
     Raises :class:`SessionNotFound` if there is no such session, :class:`InvalidSessionId` for an
-    id memstore refuses, and :class:`StoreIOError` if the session cannot be read.
+    id memstore refuses, :class:`StoreIOError` if the session cannot be read, and
+    :class:`~memstore.redact.RedactConfigError` for a malformed ``config.toml`` (with ``redact``).
     """
-    return SessionReader(session_directory(root, session_id), session_id)
+    redactor = redactor_for(root) if redact else None
+    reader = SessionReader(session_directory(root, session_id), session_id)
+    reader.redactor = redactor
+    return reader
 
 
 def read_session_dir(session_dir: os.PathLike | str) -> "SessionReader":
@@ -109,6 +118,8 @@ class SessionReader:
             raise SessionNotFound(session_id or directory.name, directory / EVENTS_FILE)
         self.dir = directory
         self.log = LogFile(directory)
+        # What events and turn errors pass through on their way out (None: returned as logged).
+        self.redactor: Optional[Redactor] = None
         self.index: Optional[SessionIndex] = None
         self.index_path = directory / INDEX_DIR / INDEX_FILE
         # The records past what the index covers, parsed in memory: their seqs and positions
@@ -306,20 +317,26 @@ class SessionReader:
             if self._index_open_turn is not None and self._index_open_turn.number >= since:
                 turns[self._index_open_turn.number] = replace(self._index_open_turn)
         turns.update((number, replace(turn)) for number, turn in self._tail_turns.items() if number >= since)
-        return [turns[n] for n in sorted(turns)]
+        return [self._redacted_turn(turns[n]) for n in sorted(turns)]
 
     def turn(self, number: int) -> Optional[Turn]:
         if number in self._tail_turns:
-            return replace(self._tail_turns[number])
+            return self._redacted_turn(replace(self._tail_turns[number]))
         if self.index is None or type(number) is not int or not 0 < number <= self._index_last_turn:
             return None
         if self._index_open_turn is not None and number == self._index_open_turn.number:
-            return replace(self._index_open_turn)
+            return self._redacted_turn(replace(self._index_open_turn))
         try:
-            return self.index.turn(number)
+            found = self.index.turn(number)
         except IndexChanged as exc:
             self._read_log_instead(exc)
             return self.turn(number)
+        return self._redacted_turn(found) if found is not None else None
+
+    def _redacted_turn(self, turn: Turn) -> Turn:
+        if self.redactor is not None and turn.error:
+            turn.error = self.redactor.redact_text(turn.error)
+        return turn
 
     def reconstruct_turn(self, number: int) -> list[dict]:
         """The events of turn ``number`` in log order; :class:`TurnNotFound` if the log does not
@@ -358,6 +375,8 @@ class SessionReader:
         record = ev.decode_line(line)
         if record is None:
             raise EventNotFound(self.session_id, seq)
+        if self.redactor is not None:
+            return record._replace(seq=seq, event=self.redactor.redact_value(record.event))
         return record._replace(seq=seq)
 
     def record_line(self, seq: int) -> bytes:
@@ -395,11 +414,14 @@ class SessionReader:
         yield from self.tail_rows.records(after)
 
     def _records(self, start: int, end: int, next_seq: int) -> Iterator[Record]:
+        redact = self.redactor.redact_value if self.redactor is not None else None
         for line, _line_start, _line_end in self.log.lines(start, end):
             record = ev.decode_line(line)
             if record is not None:
                 seq = ev.assign_seq(record.seq, next_seq)
                 next_seq = seq + 1
+                if redact is not None:
+                    record = record._replace(event=redact(record.event))
                 yield record if seq == record.seq else record._replace(seq=seq)
 
     # -- closing ---------------------------------------------------------------------------

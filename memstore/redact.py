@@ -39,12 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
-from .errors import MemstoreError, StoreIOError
+from .errors import MemstoreError
+from .fsio import read_no_follow
+from .layout import CONFIG_FILE, config_path  # noqa: F401  (CONFIG_FILE: re-exported)
 
 log = logging.getLogger(__name__)
 
 MARKER_PREFIX = "[REDACTED:"
-CONFIG_FILE = "config.toml"
 CONFIG_SECTION = "redact"
 _KIND = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*\Z")
 _MARKER = re.compile(r"\[REDACTED:[a-z0-9]+(?:-[a-z0-9]+)*\]")
@@ -94,11 +95,13 @@ class RedactConfig:
 
     ``allow``: exact strings never redacted; ``allow_patterns``: regexes a finding's whole text
     must match (``fullmatch``) to be left alone; ``patterns``: extra secrets; ``disabled``:
-    built-in kinds switched off; ``enabled=False`` turns redaction off entirely. ``source`` is the
-    file it was read from, if any.
+    built-in kinds switched off; ``enabled=False`` turns redaction off entirely; ``at_write=True``
+    redacts events before they are written to a session's log too (appends and imports), so a
+    secret never reaches the disk. ``source`` is the file it was read from, if any.
     """
 
     enabled: bool = True
+    at_write: bool = False
     allow: frozenset[str] = frozenset()
     allow_patterns: tuple[re.Pattern[str], ...] = ()
     patterns: tuple[UserPattern, ...] = ()
@@ -106,7 +109,7 @@ class RedactConfig:
     source: Optional[Path] = field(default=None, compare=False)
 
 
-_CONFIG_KEYS = ("enabled", "allow", "allow_patterns", "patterns", "disable")
+_CONFIG_KEYS = ("enabled", "at_write", "allow", "allow_patterns", "patterns", "disable")
 _PATTERN_KEYS = ("kind", "regex", "group", "ignore_case")
 
 
@@ -115,14 +118,13 @@ def load_config(root: Union[os.PathLike, str]) -> RedactConfig:
     ``<root>/config.toml``. A missing file, or a file without that table, gives the defaults; a
     malformed one raises :class:`RedactConfigError` naming the file, and an unreadable one
     :class:`~memstore.errors.StoreIOError`. Nothing is ever silently ignored: an unknown key is an
-    error, so a misspelt ``alow`` cannot quietly disable an allowlist."""
-    path = Path(root) / CONFIG_FILE
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    error, so a misspelt ``alow`` cannot quietly disable an allowlist. The file is read as the
+    store's other files are: never through a symlink, never blocking (a symlink, a FIFO or a
+    directory there is an :class:`~memstore.errors.UnsafePathError` naming it)."""
+    path = config_path(root)
+    data = read_no_follow(path)
+    if data is None:
         return RedactConfig()
-    except OSError as exc:
-        raise StoreIOError.from_os_error("read", path, exc) from exc
     toml = _toml_module()
     if toml is None:
         raise RedactConfigError(path, "reading TOML needs Python 3.11 (tomllib) or the tomli package")
@@ -167,6 +169,11 @@ def parse_config(section: dict, source: Union[os.PathLike, str, None] = None) ->
     enabled = section.get("enabled", True)
     if not isinstance(enabled, bool):
         raise fail(f"{CONFIG_SECTION}.enabled must be true or false, not {_type_name(enabled)}")
+    at_write = section.get("at_write", False)
+    if not isinstance(at_write, bool):
+        raise fail(f"{CONFIG_SECTION}.at_write must be true or false, not {_type_name(at_write)}")
+    if at_write and not enabled:
+        raise fail(f"{CONFIG_SECTION}.at_write = true needs redaction enabled ({CONFIG_SECTION}.enabled = false)")
     allow = _string_list(section, "allow", fail)
     allow_patterns = tuple(_compile(text, f"{CONFIG_SECTION}.allow_patterns[{i}]", 0, fail)
                            for i, text in enumerate(_string_list(section, "allow_patterns", fail)))
@@ -179,7 +186,7 @@ def parse_config(section: dict, source: Union[os.PathLike, str, None] = None) ->
     if not isinstance(raw_patterns, list):
         raise fail(f"{CONFIG_SECTION}.patterns must be an array of tables ([[{CONFIG_SECTION}.patterns]])")
     patterns = tuple(_user_pattern(entry, i, fail) for i, entry in enumerate(raw_patterns))
-    return RedactConfig(enabled=enabled, allow=frozenset(allow), allow_patterns=allow_patterns,
+    return RedactConfig(enabled=enabled, at_write=at_write, allow=frozenset(allow), allow_patterns=allow_patterns,
                         patterns=patterns, disabled=frozenset(disabled), source=where)
 
 

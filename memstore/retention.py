@@ -45,7 +45,12 @@ JSON line in ``<root>/gc-log.jsonl`` (0600), once the session is in the store's 
 before it is deleted::
 
     {"session_id": ..., "directory": "sessions/<name>", "removed_at": ..., "reason":
-     "empty_shell" | "count_cap" | "age_cap" | "legacy_imported", "bytes": ..., "updated_at": ...}
+     "empty_shell" | "count_cap" | "age_cap" | "legacy_imported", "bytes": ..., "updated_at": ...,
+     "removal_id": ...}
+
+A run killed between a removal's record and its end leaves the session in the trash; the next
+run completes that removal when ``gc-log.jsonl`` holds its ``removal_id`` (once recorded, a
+removal is final) and puts the session back when it does not (it was never recorded).
 
 What differs from VT Code's ``retention.rs``: ages come from parsed event times, not string
 comparison; a session whose only content is imported data is not an empty shell; sessions whose
@@ -61,6 +66,7 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional, Union
@@ -95,7 +101,7 @@ from .errors import (
 )
 from .fsio import atomic_write, open_private_append, read_no_follow, write_all
 from .session.lock import LivenessLock, SessionGone, is_live
-from .locks import empty_trash, remove_session_directory, store_lock
+from .locks import empty_trash, new_removal_id, remove_session_directory, store_lock
 from .session.manifest import STATUS_ACTIVE, STATUS_COMPLETED, SessionSummary, summary_cache
 from .tombstones import TombstoneFileError, TombstoneReason, Tombstones
 from .views.memory_view import VIEW_MARKER
@@ -404,11 +410,11 @@ class GcLog:
         return self
 
     def record(self, *, session_id: Optional[str], directory: str, reason: str, size: int,
-               updated_at: Optional[str]) -> str:
+               updated_at: Optional[str], removal_id: Optional[str] = None) -> str:
         """Append one removal; return its ``removed_at``."""
         removed_at = ev.utc_now()
         line = orjson.dumps({"session_id": session_id, "directory": directory, "removed_at": removed_at,
-                             "reason": reason, "bytes": size, "updated_at": updated_at},
+                             "reason": reason, "bytes": size, "updated_at": updated_at, "removal_id": removal_id},
                             option=orjson.OPT_APPEND_NEWLINE)
         write_all(self.fd, line, self.path)
         try:
@@ -848,6 +854,7 @@ def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_lo
     record = _removal_record(seen, reason, size)
     imported = _imported_source(seen) if tombstones is not None else None
     fingerprint = _import_fingerprint(seen.path) if imported is not None else None
+    removal_id = new_removal_id()
 
     def log_removal() -> None:
         # Recorded once the session is in the trash and before it is deleted: a crash between
@@ -859,12 +866,12 @@ def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_lo
             tombstones.record(record.session_id, TombstoneReason.RETENTION,
                               source_path=path if isinstance(path, str) else None, source_fingerprint=fingerprint)
         gc_log.record(session_id=record.session_id, directory=f"{SESSIONS_DIR}/{seen.name}", reason=reason, size=size,
-                      updated_at=record.updated_at)
+                      updated_at=record.updated_at, removal_id=removal_id)
 
     try:
         # The stamp again under the session's lock, where no writer can change it any more.
         removed = remove_session_directory(root, Path(seen.path), lambda: _stamp(seen.path) == seen.stamp,
-                                           on_moved=log_removal)
+                                           on_moved=log_removal, removal_id=removal_id)
     except StoreIOError as exc:
         logger.warning("retention could not remove %s: %s", seen.path, exc)
         report.skip(seen.name, f"could not be removed ({exc})")
@@ -885,7 +892,10 @@ def _import_fingerprint(path: str) -> Optional[dict]:
     try:
         raw = read_no_follow(os.path.join(path, DERIVED_DIR, IMPORT_STATE_FILE))
         state = orjson.loads(raw) if raw is not None else None
-    except (MemstoreError, orjson.JSONDecodeError):
+    except MemstoreError as exc:  # a symlink or FIFO there: never followed, never waited on
+        logger.warning("%s; the tombstone goes without the source's fingerprint", exc)
+        return None
+    except orjson.JSONDecodeError:
         return None
     if not isinstance(state, dict):
         return None
@@ -909,7 +919,35 @@ def _empty_trash(root: Path) -> None:
     if not stat.S_ISDIR(st.st_mode):
         logger.warning("%s is a symlink or not a directory; not emptying it", trash)
         return
-    empty_trash(root)
+    empty_trash(root, _recorded_removals(root))
+
+
+def _recorded_removals(root: Path) -> Callable[[str], bool]:
+    """Whether ``gc-log.jsonl`` records the removal of that ``removal_id`` (read once, when first
+    asked). A gc-log that cannot be read records nothing: an interrupted removal is then put
+    back, which loses nothing."""
+    found: Optional[set[str]] = None
+
+    def recorded(removal_id: str) -> bool:
+        nonlocal found
+        if found is None:
+            found = set()
+            path = root / GC_LOG_FILE
+            try:
+                data = read_no_follow(path) or b""
+            except StoreIOError as exc:
+                logger.warning("cannot read %s (%s): interrupted removals are put back", path, exc)
+                data = b""
+            for line in data.splitlines():
+                try:
+                    entry = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(entry, dict) and isinstance(entry.get("removal_id"), str):
+                    found.add(entry["removal_id"])
+        return removal_id in found
+
+    return recorded
 
 
 def _tree_bytes(path: Path) -> int:

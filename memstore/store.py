@@ -36,6 +36,9 @@ from .views import progress as ledger
 
 if TYPE_CHECKING:
     from .catalog import RefreshReport
+    from .forget import ForgetReport
+    from .scrub import ScrubReport
+    from .tombstones import Tombstone
     from .importers import ImportReport
     from .maintenance import DoctorReport
     from .migration import MigrationReport
@@ -117,6 +120,11 @@ class Store:
         """A reader of ``session_id`` that never locks and never writes (see
         :func:`memstore.read_session`); :class:`SessionNotFound` when it is not there."""
         return reader.read_session(self.path, session_id)
+
+    def read_redacted(self, session_id: str) -> reader.SessionReader:
+        """:meth:`read`, with every event, record and turn error it returns redacted by the
+        store's redactor (what a person or an agent is shown)."""
+        return reader.read_session(self.path, session_id, redact=True)
 
     def __getitem__(self, session_id: str) -> Manifest:
         """The manifest of ``session_id`` as its log says it is now."""
@@ -220,7 +228,9 @@ class Store:
 
     def rebuild(self, session_id: Optional[str] = None, *, jobs: int = 1, refresh: bool = True):
         """Regenerate views from the logs: one session's (returning its manifest) or, with no
-        ``session_id``, every session's (returning their manifests). See :func:`memstore.rebuild`."""
+        ``session_id``, every session's, returning a :class:`~memstore.maintenance.RebuildReport`
+        (each session rebuilt, skipped with its reason, or failed with its error; iterating over
+        it gives the manifests rebuilt). See :func:`memstore.rebuild`."""
         from .maintenance import rebuild
 
         return rebuild(self.path, session_id, refresh=refresh, jobs=jobs)
@@ -300,6 +310,30 @@ class Store:
         path = pack_path if pack_path is not None else default_pack_path(self.path, session_id)
         return verify_audit_pack(self.path, session_id, read_audit_pack(path))
 
+    # -- secrets and forgetting -------------------------------------------------------------------
+
+    def scrub(self, session_id: Optional[str] = None) -> list[ScrubReport]:
+        """Rewrite the log of ``session_id`` (with ``None``, of every session) with its secrets
+        redacted, keeping seqs, turns and every other byte; crash-safe, recorded in
+        ``gc-log.jsonl``, views rebuilt (see :mod:`memstore.scrub`)."""
+        from .scrub import scrub_session, scrub_store
+
+        if session_id is None:
+            return scrub_store(self.path)
+        return [scrub_session(self.path, session_id)]
+
+    def forget(self, session_id: str) -> ForgetReport:
+        """Remove ``session_id`` with a tombstone, so no later import brings it back (see
+        :mod:`memstore.forget`)."""
+        from .forget import forget_session
+
+        return forget_session(self.path, session_id)
+
+    def unforget(self, session_id: str) -> Tombstone:
+        """Undo :meth:`forget`'s tombstone (the next import of its source recreates it)."""
+        from .forget import unforget_session
+
+        return unforget_session(self.path, session_id)
 
 def _session_entries(base: Path) -> list[os.DirEntry]:
     """The directories of ``base`` that hold a log: real directories (no symlink), not dot-named.

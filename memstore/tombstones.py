@@ -119,7 +119,7 @@ class Tombstones:
         except FileNotFoundError:
             return b""
         except OSError as exc:
-            raise TombstoneFileError("read", self.path, f"cannot be opened ({exc.strerror or exc}); "
+            raise TombstoneFileError("read", self.path, f"cannot be opened ({_why(exc)}); "
                                      "refusing to go on without knowing which sessions were removed",
                                      exc.errno) from exc
         try:
@@ -217,7 +217,7 @@ class Tombstones:
                 except FileExistsError:
                     fd = os.open(self.path, flags)
         except OSError as exc:
-            raise TombstoneFileError("open", self.path, exc.strerror or str(exc), exc.errno) from exc
+            raise TombstoneFileError("open", self.path, _why(exc), exc.errno) from exc
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise TombstoneFileError("open", self.path, "is not a regular file")
@@ -246,6 +246,15 @@ class Tombstones:
             os.ftruncate(fd, keep)
         except OSError as exc:
             raise TombstoneFileError("truncate", self.path, exc.strerror or str(exc), exc.errno) from exc
+
+
+def _why(exc: OSError) -> str:
+    """Why a no-follow, non-blocking open failed, in words that say what is in the way."""
+    if exc.errno == errno.ELOOP:
+        return "it is a symlink; refusing to follow it"
+    if exc.errno in (errno.ENXIO, errno.EISDIR):
+        return "it is not a regular file"
+    return exc.strerror or str(exc)
 
 
 __all__ = ["Tombstone", "TombstoneReason", "Tombstones", "TombstoneFileError"]

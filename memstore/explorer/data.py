@@ -5,6 +5,11 @@ Each page is one function returning a JSON-ready dict; the HTML page renders tha
 ``sqlite3`` connection, read-only); a session's manifest, turns and events come from the
 session itself through :func:`memstore.read_session` (exact bytes, never the catalog's copy).
 
+Nothing a page returns holds a secret: what comes from a session (events, the line of an event,
+turn errors, prompts, memory facts, the progress ledger) passes through the store's redactor
+(:func:`memstore.redact.redactor_for`), events whole before they are rendered; what comes from
+the catalog was redacted when it was copied there, and search pages pass through it again.
+
 Every value from a URL arrives here already parsed (ints are ints); ids are checked with
 :func:`memstore.fsio.session_dir_name` by the reader before any path is built from them, and
 SQL takes them only as bound parameters (sort keys map through a fixed table).
@@ -31,6 +36,7 @@ from .. import events as ev
 from ..errors import EventNotFound, InvalidProgress, MemstoreError, TurnNotFound
 from ..layout import derived_dir, session_directory
 from ..reader import read_session
+from ..redact import Redactor, redactor_for
 from ..search import MemorySearchResult, fts_match, kept_index, query_terms, search_catalog, search_memory, snippet
 from ..views.memory_view import memory_facts_of
 from ..views.progress import load_progress
@@ -420,10 +426,11 @@ def session_data(
                 cost = costs.cost_overview(conn, session_id=session_id)
     filt = {"session_id": session_id}
     source = manifest.source if isinstance(manifest.source, dict) else {}
+    redactor = redactor_for(root)
     parent = source.get("parent_session_id")
     agent = source.get("agent") if isinstance(source.get("agent"), str) else None
     cwd = source.get("cwd") if isinstance(source.get("cwd"), str) else None
-    return {
+    return redactor.redact_value({
         "session_id": session_id,
         "manifest": manifest.to_dict(),
         "summary": summary,
@@ -452,7 +459,7 @@ def session_data(
             "chunks": urls.table("chunks", **filt),
             "parent": urls.session(parent) if isinstance(parent, str) and parent else None,
         },
-    }
+    })
 
 
 def _session_catalog(conn: sqlite3.Connection, session_id: str, urls: Urls) -> tuple[Optional[dict], list, list]:
@@ -588,16 +595,18 @@ def turn_data(
                 break
             records.append((seq, record))
             size += len(line)
+    redactor = redactor_for(root)
     events = []
     for seq, record in records:
+        event = redactor.redact_value(record.event)  # whole, before it is rendered or cut
         events.append(
             {
                 "seq": seq,
                 "ts": record.ts,
-                "type": record.event.get("type"),
+                "type": event.get("type"),
                 "url": urls.event(session_id, seq),
-                "display": display_event(record.event),
-                "event": record.event,
+                "display": display_event(event),
+                "event": event,
             }
         )
     base = manifest.retained_turn_base or 1
@@ -615,7 +624,7 @@ def turn_data(
             "cached_input_tokens": turn.cached_input_tokens,
             "cache_creation_tokens": turn.cache_creation_tokens,
             "output_tokens": turn.output_tokens,
-            "error": turn.error,
+            "error": redactor.redact_text(turn.error) if turn.error else turn.error,
             "model": turn.model,
             "first_seq": turn.first_seq,
             "last_seq": turn.last_seq,
@@ -646,13 +655,8 @@ def event_data(root: os.PathLike | str, session_id: str, seq: int, urls: Urls) -
         line = reader.record_line(seq)
         neighbours = {d: reader.position(seq + d) is not None for d in (-1, 1) if 0 < seq + d <= ev.MAX_SEQ}
     offset, length, turn = position
-    text = line.decode("utf-8", errors="replace")
-    try:
-        envelope = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        envelope = None
-    record = ev.decode_line(line)
-    event = record.event if record is not None else None
+    redactor = redactor_for(root)
+    text, envelope, event = _redacted_line(redactor, line)
     anchor = urls.turn(session_id, turn, anchor=seq) if turn is not None else None
     return {
         "session_id": session_id,
@@ -679,6 +683,23 @@ def event_data(root: os.PathLike | str, session_id: str, seq: int, urls: Urls) -
         "next_url": urls.event(session_id, seq + 1) if neighbours.get(1) else None,
         "links": {"json": urls.event(session_id, seq, ".json")},
     }
+
+
+def _redacted_line(redactor: Redactor, line: bytes) -> tuple[str, Any, Optional[dict]]:
+    """``(text, envelope, event)`` of one log line, redacted: the line's exact text when it
+    holds no secret, else the redacted envelope encoded again (a secret inside a JSON string,
+    escapes and all, is found in the parsed value, not in the raw text)."""
+    text = line.decode("utf-8", errors="replace")
+    try:
+        envelope = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return redactor.redact_text(text), None, None
+    redacted = redactor.redact_value(envelope)
+    if redacted is not envelope:
+        text = orjson.dumps(redacted).decode() + ("\n" if text.endswith("\n") else "")
+    record = ev.decode_line(line)
+    event = redactor.redact_value(record.event) if record is not None else None
+    return text, redacted, event
 
 
 # --------------------------------------------------------------------------------------------
@@ -793,7 +814,7 @@ def search_data(
     def page_url(n: int) -> str:
         return urls.search(**kept, page=n if n > 1 else None)
 
-    return {
+    return redactor_for(root).redact_value({
         "q": query,
         "session": filters.session,
         "filters": asdict(filters),
@@ -813,7 +834,7 @@ def search_data(
             "json": urls.search(".json", **kept, page=page if page > 1 else None),
             "chunks_table": urls.table("chunks", _search=words or None),
         },
-    }
+    })
 
 
 def ranked_page(

@@ -22,6 +22,7 @@ from .index import BatchRecord, derived_tables
 from .indexslot import IndexSlot
 from .logfile import LogFile
 from .tuning import TUNING
+from ..store_redaction import StoreRedaction
 
 logger = logging.getLogger("memstore")
 
@@ -46,6 +47,11 @@ class DeriveSource(Protocol):
     @property
     def active(self) -> float:
         """``time.monotonic()`` when the agent last wrote."""
+
+    @property
+    def redaction(self) -> Optional[StoreRedaction]:
+        """The store's redaction: every event is redacted before a derived table sees it
+        (``None``: derived as written)."""
 
     def live_generation(self) -> Optional[int]:
         """The generation of the log and index (it changes when a cap rewrite or a rebuild
@@ -92,9 +98,12 @@ def derive_batch(source: DeriveSource, *, stop: Optional[threading.Event] = None
     finally:
         lock.release()
     records = []
+    redaction = source.redaction
     for seq, offset, length, turn, ts in taken:
         record = BatchRecord(seq, turn, ts, offset, length, line=data[offset - start: offset - start + length])
-        record.event  # decode here, outside the session's lock
+        record.event  # decode (and redact) here, outside the session's lock
+        if redaction is not None:
+            record = BatchRecord(seq, turn, ts, offset, length, event=redaction.redact_event(record.event))
         records.append(record)
     lock = source.lock
     if not _acquire(lock, stop):

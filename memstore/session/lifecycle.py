@@ -7,7 +7,7 @@ the session, and every other event inside an open turn belongs to that turn.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from .. import events as ev
 from ..events import Record
@@ -25,13 +25,16 @@ class LogState:
     collects the turns changed since the index last stored them.
     """
 
-    __slots__ = ("manifest", "open_turn", "dirty", "now")
+    __slots__ = ("manifest", "open_turn", "dirty", "now", "redact_error")
 
     def __init__(self, manifest: Manifest, open_turn: Optional[Turn] = None):
         self.manifest = manifest
         self.open_turn = open_turn if manifest.in_turn else None
         self.dirty: dict[int, Turn] = {}
         self.now = ev.utc_now()  # refreshed only when a record claims a later time
+        # What a failed or aborted turn's message goes through before it is kept (the store's
+        # redaction, set by the writer): the index must not hold a secret such a message quotes.
+        self.redact_error: Optional[Callable[[Any], Any]] = None
 
     def apply(self, kind: str, event: dict, start: int, end: int, seq: Optional[int], ts: Optional[str]) -> tuple[bool, Optional[int]]:
         """Advance the state by one accepted event occupying bytes ``[start, end)``.
@@ -91,6 +94,8 @@ class LogState:
                 turn.error = event.get("message")
             elif kind == ev.TURN_ABORTED:
                 turn.error = event.get("reason")
+            if turn.error is not None and self.redact_error is not None:
+                turn.error = self.redact_error(turn.error)
             model = event.get("model")
             if type(model) is str:
                 turn.model = model

@@ -23,6 +23,7 @@ from .deriver import derive_all
 from ..errors import SessionBusyError, SessionClosedError, StoreIOError
 from ..events import Record
 from ..fsio import ensure_private_dir, fsync_dir
+from ..store_redaction import StoreRedaction, store_redaction
 from .index import Turn
 from .lifecycle import LogState
 from .lock import SessionGone
@@ -83,6 +84,11 @@ class SessionLog:
     @property
     def index_path(self) -> Path:
         return self._writer.index_path
+
+    @property
+    def redaction(self) -> Optional[StoreRedaction]:
+        """The store's redaction (what derived views redact with; see ``store_redaction``)."""
+        return self._writer.redaction
 
     def append(self, event: dict, *, ts: Optional[str] = None) -> int:
         """Append one event (the inner ``{"type": ...}`` object); return its sequence number.
@@ -218,6 +224,7 @@ def _open(root: os.PathLike | str, session_id: str, max_events: int, durability:
     # Absolute, so that a later os.chdir() cannot redirect an open handle to another store.
     root = Path(root).absolute()
     directory = session_directory(root, session_id)  # refuses a bad id before creating anything
+    redaction = store_redaction(root)  # a malformed config.toml refuses before anything is created
     _create_root(root)
     ensure_private_dir(sessions_root(root))
     key = os.path.realpath(directory)
@@ -230,7 +237,7 @@ def _open(root: os.PathLike | str, session_id: str, max_events: int, durability:
                 raise
             gone += 1  # removed by retention between two steps of its creation: again
             continue
-        shared, fresh = registry.acquire(key, lambda: SessionWriter(session_id, directory, key))
+        shared, fresh = registry.acquire(key, lambda: SessionWriter(session_id, directory, key, redaction))
         if fresh:
             with shared.lock:
                 try:

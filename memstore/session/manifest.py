@@ -4,24 +4,34 @@ validated cache of session summaries.
 The manifest is a published view of the session's state (the per-session index holds the same
 row). It is replaced atomically, so a reader sees the old or the new manifest, never a mix. It is
 regenerable: a missing or malformed manifest is treated as absent and rewritten on the next open.
+So is one that cannot be used at all (a symlink, which is never followed, a FIFO, a directory,
+a file this process may not read): loading it gives ``None`` and a warning naming it, and the
+session is read from its log; the session's next writer (or ``memstore rebuild``) sets such an
+entry aside, beside it, and writes the manifest anew.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
+import stat
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
 import orjson
 
-from ..layout import MANIFEST_FILE, cap_marker_path, sessions_root
-from ..errors import StoreIOError
+from ..errors import StoreIOError, UnsafePathError
 from ..events import MAX_SEQ, utc_now
-from ..fsio import atomic_write, read_no_follow, remove_if_exists
+from ..fsio import atomic_write, file_kind, read_no_follow, remove_if_exists
+from ..layout import MANIFEST_FILE, cap_marker_path, iter_session_dirs, unusable_name
+
+logger = logging.getLogger(__name__)
 
 STORE_SCHEMA_VERSION = 1
 _I64_MAX = 2**63 - 1  # counters live in SQLite integers too
@@ -63,7 +73,7 @@ class Manifest:
         return orjson.dumps(self)  # orjson serializes the dataclass fields, in order
 
     @classmethod
-    def from_dict(cls, data: Any) -> Optional["Manifest"]:
+    def from_dict(cls, data: Any) -> Optional[Manifest]:
         """Parse a manifest; ``None`` unless the five summary keys are present and well typed.
 
         Keys VT Code's older versions lack (``in_turn``, ``persisted_file_len``,
@@ -117,7 +127,7 @@ class SessionSummary:
     updated_at: str
 
     @classmethod
-    def from_dict(cls, data: Any) -> Optional["SessionSummary"]:
+    def from_dict(cls, data: Any) -> Optional[SessionSummary]:
         if not isinstance(data, dict):
             return None
         sid, tc, ec = data.get("session_id"), data.get("turn_count"), data.get("event_count")
@@ -140,14 +150,80 @@ def _load_json(path: Path) -> Any:
         return None
 
 
+def _load_view_json(path: Path) -> Any:
+    """Parsed JSON of the manifest at ``path``; ``None`` when it is absent, malformed, or cannot
+    be used (a symlink, never followed; a FIFO, a directory; unreadable): the manifest is a view
+    of the log, and a reader goes on from the log. What cannot be used is said in a warning
+    naming the path (see :func:`manifest_problem`)."""
+    try:
+        return _load_json(path)
+    except StoreIOError as exc:
+        logger.warning("%s cannot be used (%s); the session is read from its log", path, manifest_problem(path) or exc)
+        return None
+
+
+def manifest_problem(path: os.PathLike | str) -> Optional[str]:
+    """What is wrong with the entry at a manifest's ``path`` that keeps it from being read as a
+    file, in words (``is a symlink``, ``is a FIFO, not a regular file``, ``cannot be examined
+    (Permission denied)``); ``None`` for a regular file or no entry at all."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return "is a symlink (never followed)"
+    return f"is {file_kind(mode)}, not a regular file"
+
+
+def set_aside_manifest(path: os.PathLike | str, why: str) -> Path:
+    """Move the entry at a manifest's ``path`` out of the way, beside it
+    (``manifest.json.unusable-<time>``: nothing is followed, nothing deleted), so that the
+    manifest can be written anew from the log; return where it went. ``why`` says what is
+    wrong with it, for the warning that names both. The caller holds the session's lock."""
+    path = Path(path)
+    aside = path.with_name(unusable_name(path.name, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())))
+    if os.path.lexists(aside):
+        aside = aside.with_name(f"{aside.name}-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        os.rename(path, aside)  # renames the entry itself: a symlink is not followed
+    except OSError as exc:
+        raise StoreIOError.from_os_error("set aside", path, exc) from exc
+    summary_cache.invalidate(path)
+    logger.warning("%s %s; kept as %s, and the manifest is written anew from the log", path, why, aside.name)
+    return aside
+
+
+def publish_manifest(path: os.PathLike | str, data: bytes, *, durable: bool) -> None:
+    """Replace the manifest at ``path`` with ``data`` (atomically, see
+    :func:`memstore.fsio.atomic_write`). An entry there that cannot be a manifest (a symlink,
+    a FIFO, a directory) is set aside first (see :func:`set_aside_manifest`): the manifest is
+    a view of the log, and a writer is never refused for it. The caller holds the session's
+    lock."""
+    try:
+        atomic_write(path, data, durable=durable)
+    except UnsafePathError:
+        problem = manifest_problem(path)
+        if problem is None or problem.startswith("cannot be examined"):
+            raise
+        set_aside_manifest(path, problem)
+        atomic_write(path, data, durable=durable)
+    summary_cache.invalidate(path)
+
+
 def load_manifest(session_dir: os.PathLike | str) -> Optional[Manifest]:
-    """The session's manifest, or ``None`` when it is missing or malformed."""
-    return Manifest.from_dict(_load_json(Path(session_dir) / MANIFEST_FILE))
+    """The session's manifest, or ``None`` when it is missing, malformed or cannot be used (see
+    :func:`_load_view_json`)."""
+    return Manifest.from_dict(_load_view_json(Path(session_dir) / MANIFEST_FILE))
 
 
 def load_summary(session_dir: os.PathLike | str) -> Optional[SessionSummary]:
-    """The session's :class:`SessionSummary`, or ``None`` when the manifest is missing or malformed."""
-    return SessionSummary.from_dict(_load_json(Path(session_dir) / MANIFEST_FILE))
+    """The session's :class:`SessionSummary`, or ``None`` when the manifest is missing,
+    malformed or cannot be used."""
+    return SessionSummary.from_dict(_load_view_json(Path(session_dir) / MANIFEST_FILE))
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,11 +282,12 @@ class SummaryCache:
 
     def __init__(self, capacity: int = 200):
         self.capacity = capacity
-        self._entries: "OrderedDict[str, tuple[tuple, Optional[SessionSummary]]]" = OrderedDict()
+        self._entries: OrderedDict[str, tuple[tuple, Optional[SessionSummary]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, path: os.PathLike | str) -> Optional[SessionSummary]:
-        """The summary in the manifest at ``path`` (``None`` if missing or malformed)."""
+        """The summary in the manifest at ``path`` (``None`` if missing, malformed or not a
+        regular file). Raises :class:`StoreIOError` only when the entry cannot be examined."""
         key = os.fspath(path)
         try:
             st = os.stat(key, follow_symlinks=False)
@@ -219,13 +296,17 @@ class SummaryCache:
             return None
         except OSError as exc:
             raise StoreIOError.from_os_error("stat", key, exc) from exc
+        if not stat.S_ISREG(st.st_mode):
+            self.invalidate(key)
+            logger.warning("%s %s; the session is read from its log", key, manifest_problem(key))
+            return None
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None and hit[0] == stamp:
                 self._entries.move_to_end(key)
                 return hit[1]
-        summary = SessionSummary.from_dict(_load_json(Path(key)))
+        summary = SessionSummary.from_dict(_load_view_json(Path(key)))
         with self._lock:
             self._entries[key] = (stamp, summary)
             self._entries.move_to_end(key)
@@ -250,24 +331,27 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=summary_cache.reset_after_fork)
 
 
-def list_sessions(root: os.PathLike | str, limit: Optional[int] = None) -> list[SessionSummary]:
+def list_sessions(root: os.PathLike | str, limit: Optional[int] = None, *,
+                  on_skip: Optional[Callable[[str, str], None]] = None) -> list[SessionSummary]:
     """Summaries of the sessions under ``root``, most recently updated first.
 
-    Only real directories are considered (symlinks are skipped); sessions whose manifest is
-    missing or malformed are left out. Manifests are read through the validated cache.
+    The directories are those of :func:`memstore.layout.iter_session_dirs` (no symlink is
+    followed, ``sessions/`` itself included); sessions whose manifest is missing, malformed or
+    cannot be used are left out (read them from their logs: the manifest is a view). A session
+    that cannot be examined at all (a directory this process may not enter) is left out too,
+    with a warning, and said to ``on_skip(name, reason)`` when given; the others are listed.
+    Manifests are read through the validated cache.
     """
-    base = sessions_root(root)
-    try:
-        entries = list(os.scandir(base))
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise StoreIOError.from_os_error("list", base, exc) from exc
     summaries = []
-    for entry in entries:
-        if not entry.is_dir(follow_symlinks=False):
+    for entry in iter_session_dirs(root):
+        path = os.path.join(entry.path, MANIFEST_FILE)
+        try:
+            summary = summary_cache.get(path)
+        except StoreIOError as exc:
+            logger.warning("session %s left out of the list: %s", entry.path, exc)
+            if on_skip is not None:
+                on_skip(entry.name, str(exc))
             continue
-        summary = summary_cache.get(os.path.join(entry.path, MANIFEST_FILE))
         if summary is not None:
             summaries.append(summary)
     summaries.sort(key=lambda s: s.updated_at, reverse=True)

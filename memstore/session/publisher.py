@@ -23,9 +23,8 @@ from typing import Optional
 
 from .. import faults
 from . import registry
-from ..fsio import atomic_write
 from .indexslot import IndexSlot
-from .manifest import summary_cache
+from .manifest import publish_manifest
 from .tuning import TUNING
 
 logger = logging.getLogger("memstore")
@@ -42,7 +41,7 @@ class Batch:
     tail: bytes = b""
     manifest_json: Optional[bytes] = None  # None: do not publish manifest.json with this batch
 
-    def merge(self, newer: "Batch") -> None:
+    def merge(self, newer: Batch) -> None:
         self.rows.extend(newer.rows)
         if newer.lines is not None:
             self.lines = (self.lines or []) + newer.lines
@@ -146,8 +145,7 @@ class Publisher:
             batch.rows, batch.lines, batch.turns, batch.manifest_row = [], None, {}, None
         if batch.manifest_json is not None and batch.manifest_json != self.published:
             faults.check("manifest.publish", path=self.manifest_path, data=batch.manifest_json)
-            atomic_write(self.manifest_path, batch.manifest_json, durable=False)
-            summary_cache.invalidate(self.manifest_path)
+            publish_manifest(self.manifest_path, batch.manifest_json, durable=False)
             self.published = batch.manifest_json
 
     def publish_manifest_now(self, manifest_json: bytes) -> None:

@@ -40,12 +40,14 @@ logger = logging.getLogger("memstore")
 
 
 def recover(log: LogFile, slot: IndexSlot, publisher: Publisher, session_dir: Path, session_id: str, *,
-            force_rescan: bool, use_state: Callable[[LogState], None]) -> None:
+            force_rescan: bool, use_state: Callable[[LogState], None],
+            redact_event: Optional[Callable[[dict], dict]] = None) -> None:
     """Bring the state, index and manifest of the session ``session_id`` in ``session_dir`` in
     line with its ``log`` (called on open, with the log's descriptors open and the session's
     lock held; ``force_rescan`` rebuilds the index from the log whatever it says). The index is
     left open in ``slot``; ``use_state`` receives the state the log is scanned into as soon as it
-    exists; the manifest is published last, then a cap rewrite's marker is removed."""
+    exists; the manifest is published last, then a cap rewrite's marker is removed. A rebuild
+    that derives the lazy tables as it scans gives them each event through ``redact_event``."""
     marker = load_marker(session_dir)
     on_disk = load_manifest(session_dir)
     if on_disk is None and log.length and (session_dir / MANIFEST_FILE).exists():
@@ -127,7 +129,8 @@ def recover(log: LogFile, slot: IndexSlot, publisher: Publisher, session_dir: Pa
         # and from the records at hand it costs no second read of the log.
         state = _rescan_state(log, session_id, base, on_disk, saved)
         use_state(state)
-        _rescan(log, _index(slot), state, on_disk, saved, derive_lazy=force_rescan and small)
+        _rescan(log, _index(slot), state, on_disk, saved, derive_lazy=force_rescan and small,
+                redact_event=redact_event)
         if small:
             slot.persist()
     publisher.publish_manifest_now(state.manifest.to_json())
@@ -292,7 +295,8 @@ def _rescan_state(log: LogFile, session_id: str, base: int, on_disk: Optional[Ma
 
 
 def _rescan(log: LogFile, index: SessionIndex, state: LogState, on_disk: Optional[Manifest],
-            saved: Optional[SavedState], *, derive_lazy: bool = False) -> None:
+            saved: Optional[SavedState], *, derive_lazy: bool = False,
+            redact_event: Optional[Callable[[dict], dict]] = None) -> None:
     """Index the whole log into ``index``, from ``state`` (see :func:`_rescan_state`)."""
     known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
     log.tail = b""
@@ -303,15 +307,16 @@ def _rescan(log: LogFile, index: SessionIndex, state: LogState, on_disk: Optiona
     # Seqs handed out for bytes a torn-tail repair cut (kept beside the log), and any the old
     # metadata counted past the log (a log the cap emptied keeps none), are never reused.
     seq_floor = max([torn_seq_floor(*log.torn_files())] + [_believed_floor(m.next_seq) for m in known])
-    scan(log, index, state, 0, reset=True, status_floor=status_floor, seq_floor=seq_floor, derive_lazy=derive_lazy)
+    scan(log, index, state, 0, reset=True, status_floor=status_floor, seq_floor=seq_floor, derive_lazy=derive_lazy,
+         redact_event=redact_event)
 
 
 def scan(log: LogFile, index: SessionIndex, state: LogState, start: int, *, reset: bool, status_floor: int = 0,
-         seq_floor: int = 0, derive_lazy: bool = False) -> None:
+         seq_floor: int = 0, derive_lazy: bool = False, redact_event: Optional[Callable[[dict], dict]] = None) -> None:
     """Index ``log`` from byte ``start`` to the end of the file into ``index``, advancing
     ``state``, committing in batches (of ``TUNING.scan_batch_events``) so an interrupted scan
     resumes where it stopped. ``next_seq`` ends at least at ``seq_floor``. With ``derive_lazy``
-    the lazy derived tables get each batch too."""
+    the lazy derived tables get each batch too (each event through ``redact_event``, if given)."""
     faults.check("recovery.scan", path=log.path, start=start)
     batch_events = TUNING.scan_batch_events
     rows: list[tuple] = []
@@ -331,7 +336,8 @@ def scan(log: LogFile, index: SessionIndex, state: LogState, start: int, *, rese
         seq, row = apply(record, line_start, offset, line_start < status_floor)
         add(row)
         if derive:
-            records.append(BatchRecord(seq, row[3], record.ts, line_start, offset - line_start, record.event))
+            event = record.event if redact_event is None else redact_event(record.event)
+            records.append(BatchRecord(seq, row[3], record.ts, line_start, offset - line_start, event))
         if len(rows) >= batch_events:
             _commit_scan(log, index, state, rows, offset, reset, records, derive_lazy)
             rows, records, reset = [], [], False

@@ -34,6 +34,7 @@ from .. import events as ev
 from ..errors import LogFailedError, MemstoreError, SessionBusyError, StoreIOError, TurnNotFound
 from ..fsio import ensure_private_dir, fsync_dir, temp_file_pid
 from ..layout import DERIVED_DIR, INDEX_DIR, INDEX_FILE, MANIFEST_FILE
+from ..store_redaction import StoreRedaction
 from . import registry
 from .cap import CapPolicy, EvictionHook, HookRunning, log_head
 from .deriver import Deriver
@@ -74,8 +75,12 @@ class SessionWriter:
     under ``slot.lock`` wherever the publisher's or the deriver's thread may be using it too.
     """
 
-    def __init__(self, session_id: str, directory: Path, key: str):
+    def __init__(self, session_id: str, directory: Path, key: str, redaction: Optional[StoreRedaction] = None):
         self.session_id = session_id
+        # The store's redaction: the deriver redacts events before deriving from them, and with
+        # ``at_write`` append redacts each event before it is encoded.
+        self.redaction = redaction
+        self._redact_on_write = redaction.redact_event if redaction is not None and redaction.at_write else None
         self.dir = directory
         self.key = key  # the directory's real path: the registry's key
         self.log = LogFile(directory)
@@ -140,10 +145,13 @@ class SessionWriter:
     def recover(self, *, force_rescan: bool) -> None:
         """Bring the state, index and manifest in line with the log (see ``recovery.py``)."""
         recover(self.log, self.slot, self.publisher, self.dir, self.session_id, force_rescan=force_rescan,
-                use_state=self._use_state)
+                use_state=self._use_state,
+                redact_event=self.redaction.redact_event if self.redaction is not None else None)
 
     def _use_state(self, state: LogState) -> None:
         self.state = state
+        if self.redaction is not None:
+            state.redact_error = self.redaction.redact_event
 
     def _derived_lags(self) -> bool:
         with self.slot.lock:
@@ -218,6 +226,8 @@ class SessionWriter:
                ts: Optional[str] = None) -> int:
         # The agent's hot path: kept flat on purpose (locals, few helper calls per event).
         kind = _check_event(event)
+        if self._redact_on_write is not None:
+            event = self._redact_on_write(event)
         if ts is not None:
             ts = ev.normalize_ts(ts)
         with self.lock:

@@ -1,6 +1,10 @@
 """Events into search chunks (the text of every text-bearing event, split into bounded windows)
 and into the files they changed.
 
+The events reach this module redacted (the session's writer and the catalog pass each through
+the store's redactor before deriving from it), so no chunk holds a secret; a private key that a
+window would cut in two is found in the whole event first.
+
 Each chunk is one window of one event's text: its ``seq``, a ``part`` number within the event,
 its turn and time, the kind of text (``agent_message``, ``command_execution``, ...), and the
 line range of the window within the event's text. Most events are a single chunk; long command
@@ -162,9 +166,16 @@ FILE_CHANGES = DerivedTable(
     lazy=True,
 )
 
+def _redacted_chunks(db: "sqlite_utils.Database") -> None:
+    # Chunks are derived from redacted events from here on. An index that had rows before this
+    # step is rebuilt from its log on its next open for writing (a new file: nothing of the old
+    # rows, nor of their FTS5 segments, is kept), and read from its log until then.
+    db.execute("DELETE FROM chunks")
+
+
 CHUNKS = DerivedTable(
     "chunks",
-    MigrationSet("memstore.views.chunks", (("chunks_with_fts", _create_chunks),)),
+    MigrationSet("memstore.views.chunks", (("chunks_with_fts", _create_chunks), ("redacted", _redacted_chunks))),
     _on_batch,
     _on_evict,
     _on_reset,

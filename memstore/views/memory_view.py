@@ -58,7 +58,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple, Optional
+from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
 import orjson
 
@@ -81,6 +81,7 @@ from ..errors import (
 from ..events import Record
 from ..fsio import atomic_write, read_no_follow
 from ..session.log import SessionLog, open_session
+from ..store_redaction import store_redaction
 from ..session.manifest import SessionSummary, summary_cache
 from .registry import FileView, register_file_view
 
@@ -498,7 +499,7 @@ def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None, onl
     if envelope is not None:  # refused (InvalidEvent) before anything is appended
         ev.encode_record(1, ev.utc_now(), {"type": ENVELOPE_EVENT, "envelope": envelope})
     builder = _ViewBuilder()
-    for record in log.iter_records():
+    for record in _redacted_records(log):
         builder.add(record)
     floor = builder.latest_ts
     appended = False
@@ -517,11 +518,21 @@ def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None, onl
     if appended:
         log.flush()
         builder = _ViewBuilder()
-        for record in log.iter_records():
+        for record in _redacted_records(log):
             builder.add(record)
     atomic_write(path, render_memory_view(builder.view(log.session_id)))
     _facts_cache.invalidate(path)
     return path
+
+
+def _redacted_records(log: SessionLog) -> Iterator[Record]:
+    """``log``'s records with each event redacted by the store's redactor: the view (facts,
+    summary, objective, touched files) never holds a secret, whatever the log holds."""
+    redaction = log.redaction if log.redaction is not None else store_redaction(log.directory.parent.parent)
+    redact = redaction.redact_event
+    for record in log.iter_records():
+        event = redact(record.event)
+        yield record if event is record.event else record._replace(event=event)
 
 
 def _has_envelope(log: SessionLog) -> bool:
@@ -695,9 +706,11 @@ def memory_view_time(session_dir: os.PathLike | str) -> Optional[str]:
 
 def session_memory_facts(root: os.PathLike | str, session_id: str) -> list[dict]:
     """The grounded facts of one session's memory view, ``[{"fact", "source"}]`` in file order;
-    ``[]`` when it has none, or no readable view. Raises :class:`InvalidSessionId` for an id
-    memstore refuses."""
-    return [{"fact": f["fact"], "source": f["source"]}
+    ``[]`` when it has none, or no readable view. Each fact is redacted (a view an older
+    memstore wrote, or VT Code did, may quote a secret). Raises :class:`InvalidSessionId` for an
+    id memstore refuses."""
+    redact = store_redaction(root).redactor().redact_text
+    return [{"fact": redact(f["fact"]), "source": f["source"]}
             for f in memory_facts_of(session_directory(root, session_id))]
 
 
@@ -757,13 +770,15 @@ def query_facts(root: os.PathLike | str, limit: Optional[int] = 100) -> list[Fac
     Order (deterministic): sessions newest first by their manifest's ``updated_at`` (sessions
     without a usable manifest last), ties by directory name; within a session, the facts in the
     file's order (oldest first, as the envelope keeps them). ``session_id`` is the id the
-    view or manifest names when it maps to the directory, else the directory name.
+    view or manifest names when it maps to the directory, else the directory name. Each fact
+    is redacted, as :func:`session_memory_facts` says.
     """
     if limit is not None and (type(limit) is not int or limit < 0):
         raise ValueError(f"limit must be a non-negative int or None, not {limit!r}")
     records: list[FactRecord] = []
     if limit == 0:
         return records
+    redact = store_redaction(root).redactor().redact_text
     pairs = [(entry, _summary(entry)) for entry in _session_dirs(root)]
     for entry, summary in _newest_first(pairs):
         derived = os.path.join(entry.path, DERIVED_DIR)
@@ -774,7 +789,7 @@ def query_facts(root: os.PathLike | str, limit: Optional[int] = 100) -> list[Fac
             continue
         session_id = _id_for(entry.name, file_id, summary.session_id if summary else None)
         for fact in facts:
-            records.append(FactRecord(fact["fact"], session_id, fact["source"]))
+            records.append(FactRecord(redact(fact["fact"]), session_id, fact["source"]))
             if limit is not None and len(records) >= limit:
                 return records
     return records

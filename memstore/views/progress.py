@@ -26,6 +26,7 @@ from ..layout import DERIVED_DIR, PROGRESS_FILE, session_directory
 from ..errors import InvalidProgress, UnsafePathError
 from ..events import utc_now
 from ..fsio import atomic_write, ensure_private_dir, read_no_follow
+from ..store_redaction import store_redaction
 from ..jsonfields import req, str_list
 
 
@@ -332,9 +333,14 @@ def save_progress(
     """Write the ledger to ``derived/progress.json`` and return the path.
 
     Unlike VT Code, which writes the file in place, the write is atomic and private (0600, in a
-    0700 ``derived/``): a crash mid-write leaves the previous ledger, never a torn one.
+    0700 ``derived/``): a crash mid-write leaves the previous ledger, never a torn one. In a store
+    that redacts at write time (``[redact] at_write``) its text is redacted first.
     """
     path = progress_path(root, session_id)
+    data = ledger.to_dict()
+    redaction = store_redaction(root)
+    if redaction.at_write:  # the store keeps every secret off the disk, the ledger's too
+        data = redaction.redact_event(data)
     ensure_private_dir(path.parent)
-    atomic_write(path, ledger.to_json(), durable=durable)
+    atomic_write(path, orjson.dumps(data), durable=durable)
     return path

@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from conftest import write_session
+from explorer_support import write_session
 
 import memstore
 from memstore.catalog import refresh_catalog

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_session
+from explorer_support import write_session
 
 from memstore.catalog import refresh_catalog
 from memstore.explorer import state_of

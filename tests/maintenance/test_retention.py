@@ -354,7 +354,7 @@ def test_every_removal_is_recorded_in_the_gc_log(tmp_path):
         ("sessions/shell", "empty_shell"), ("sessions/old", "count_cap"), ("sessions/keep-0", "count_cap")]
     assert len(entries) == report.count == 3
     for entry, removed in zip(entries, report.removed, strict=True):
-        assert list(entry) == ["session_id", "directory", "removed_at", "reason", "bytes", "updated_at"]
+        assert list(entry) == ["session_id", "directory", "removed_at", "reason", "bytes", "updated_at", "removal_id"]
         assert entry["bytes"] == removed.bytes > 0 and entry["updated_at"] == removed.updated_at
         assert memstore.events.parse_ts(entry["removed_at"]) is not None
     assert stat.S_IMODE((tmp_path / "gc-log.jsonl").stat().st_mode) == 0o600

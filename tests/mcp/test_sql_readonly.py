@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SECRETS, SECRETS_SESSION, TILECACHE, StoreInfo
+from mcp_support import SECRETS, SECRETS_SESSION, TILECACHE, StoreInfo
 
 import memstore
 from memstore.redact import redactor_for

@@ -9,12 +9,11 @@ import os
 
 import orjson
 import pytest
+from redact_support import CORPUS, NEAR_MISSES, strings_in
 
-from conftest import CORPUS, NEAR_MISSES, strings_in
 from memstore import events, redact
 from memstore.errors import MemstoreError, StoreIOError
 from memstore.redact import Finding, RedactConfig, RedactConfigError, Redactor, load_config, marker
-
 
 GITHUB_TOKEN = next(s["value"] for e in CORPUS for s in e["secrets"] if s["kind"] == "github-token")
 

@@ -94,7 +94,7 @@ def test_the_search_command(tmp_path):
         turn(log, "the widget is blue")
     runner = CliRunner()
     result = runner.invoke(cli, ["search", "widget", "--root", str(tmp_path)])
-    assert result.exit_code == 0 and "s turn 1 seq 2" in result.output and "the widget is blue" in result.output
+    assert result.exit_code == 0 and "s turn 1 event 2" in result.output and "the widget is blue" in result.output
     result = runner.invoke(cli, ["search", "widget", "--root", str(tmp_path), "--json"])
     assert result.exit_code == 0 and '"chunk_id": "s:2:0"' in result.output
     result = runner.invoke(cli, ["search", "widget", "--root", str(tmp_path / "nope")])

@@ -731,7 +731,9 @@ def test_symlinked_session_directory_is_refused(tmp_path):
     assert list(target.iterdir()) == []
 
 
-def test_symlinked_manifest_is_an_error_not_absent(tmp_path):
+def test_symlinked_manifest_is_set_aside_and_written_anew_never_followed(tmp_path):
+    """The manifest is a view of the log: a symlink in its place is neither followed nor a
+    reason to refuse the session; it is kept beside it and the manifest is written anew."""
     with memstore.open_session(tmp_path, "s") as log:
         two_event_turn(log)
     d = session_dir(tmp_path)
@@ -739,8 +741,12 @@ def test_symlinked_manifest_is_an_error_not_absent(tmp_path):
     secret.write_text("{}")
     (d / "manifest.json").unlink()
     (d / "manifest.json").symlink_to(secret)
-    with pytest.raises(memstore.StoreIOError, match="manifest.json"):
-        memstore.open_session(tmp_path, "s")
+    with memstore.open_session(tmp_path, "s") as log:
+        assert log.event_count == 2
+    assert not (d / "manifest.json").is_symlink()
+    assert json.loads((d / "manifest.json").read_text())["event_count"] == 2
+    (aside,) = [p for p in d.iterdir() if p.name.startswith("manifest.json.unusable-")]
+    assert aside.is_symlink()
     assert secret.read_text() == "{}"
 
 
