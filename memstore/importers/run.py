@@ -400,7 +400,7 @@ class _StagedWriter(_Writer):
         self.new: Optional[NewSession] = None
 
     def _open_new(self) -> Callable[..., int]:
-        self.new = NewSession(self.staging.staged(self.name), self.session_id)
+        self.new = NewSession(self.staging.staged(self.name), self.session_id, redaction=self.staging.redaction)
         self._append = self.new.append
         return self.new.append
 

@@ -39,6 +39,7 @@ from typing import Optional
 from ..errors import StoreIOError
 from ..fsio import DIR_MODE, FILE_MODE, ensure_private_dir, fsync_dir
 from ..layout import IMPORT_STAGING_PREFIX, sessions_root
+from ..store_redaction import StoreRedaction, store_redaction
 
 logger = logging.getLogger(__name__)
 
@@ -104,9 +105,10 @@ class StagingArea:
     """The part of a staging area one process writes into (``<staging>/<key>/``, made on first
     use), so that what a worker that died left is told apart from what the others staged."""
 
-    def __init__(self, root: Path, path: Path):
+    def __init__(self, root: Path, path: Path, redaction: StoreRedaction):
         self.root = root
         self.path = path
+        self.redaction = redaction  # the store's, read once per staging area
 
     def staged(self, name: str) -> Path:
         """Where the session directory ``name`` is written (the area is made if need be)."""
@@ -131,29 +133,34 @@ class Staging:
     """One import's staging area (see the module docstring). :meth:`create` makes it and takes
     its lock; :meth:`join` takes the lock of an existing one (a worker process)."""
 
-    def __init__(self, root: Path, path: Path, lock_fd: int):
+    def __init__(self, root: Path, path: Path, lock_fd: int, redaction: StoreRedaction):
         self.root = root
         self.path = path
         self._lock_fd: Optional[int] = lock_fd
+        self.redaction = redaction  # what new sessions are written with
 
     @classmethod
     def create(cls, root: os.PathLike | str) -> Staging:
         root = Path(root)
+        # Read first: a malformed config.toml refuses the import before anything is staged, as
+        # the writer refuses to open a session.
+        redaction = store_redaction(root)
         sessions = ensure_private_dir(sessions_root(root))
         path = sessions / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
         try:
             os.mkdir(path, DIR_MODE)
         except OSError as exc:
             raise StoreIOError.from_os_error("create staging directory", path, exc) from exc
-        return cls(root, path, _lock(path, fcntl.LOCK_SH))
+        return cls(root, path, _lock(path, fcntl.LOCK_SH), redaction)
 
     @classmethod
     def join(cls, root: os.PathLike | str, path: os.PathLike | str) -> Staging:
-        return cls(Path(root), Path(path), _lock(Path(path), fcntl.LOCK_SH))
+        redaction = store_redaction(root)
+        return cls(Path(root), Path(path), _lock(Path(path), fcntl.LOCK_SH), redaction)
 
     def area(self, key: str) -> StagingArea:
         """The part of the area named ``key`` (one per process writing)."""
-        return StagingArea(self.root, self.path / key)
+        return StagingArea(self.root, self.path / key, self.redaction)
 
     def publish(self, staged: list[str]) -> list[Published]:
         """Make the staged session directories ``staged`` (paths in this area) durable, then

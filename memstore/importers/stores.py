@@ -203,18 +203,23 @@ class Relation(Enum):
     OTHER = "other"  # another session: some seq holds different records
 
 
-def _same(ours: Record, theirs: Record) -> bool:
-    return ours.event == theirs.event and (ours.ts == theirs.ts or ours.ts is None or theirs.ts is None)
+def _same(ours: Record, theirs: Record, redact: Optional[Callable[[Any], Any]]) -> bool:
+    if not (ours.ts == theirs.ts or ours.ts is None or theirs.ts is None):
+        return False
+    return ours.event == theirs.event or (redact is not None and ours.event == redact(theirs.event))
 
 
-def compare(ours: Iterator[Record], theirs: Iterator[Record]) -> tuple[Relation, int]:
+def compare(
+    ours: Iterator[Record], theirs: Iterator[Record], redact: Optional[Callable[[Any], Any]] = None
+) -> tuple[Relation, int]:
     """How the log ``ours`` stands to ``theirs`` (both in seq order), and the last seq both hold
     (0 when they hold none in common).
 
     They are the same session when, from the first seq both hold on, they hold the same records
     seq by seq until one of them ends (records only one of them holds before that are turns a
     cap evicted from the other). Logs with no seq in common are taken as different sessions,
-    unless ours is empty."""
+    unless ours is empty. ``redact`` is this store's write-time redaction, if any: a record of
+    theirs matches ours redacted, as this store would have written it."""
     o, t = next(ours, None), next(theirs, None)
     if o is None:
         return (Relation.BEHIND if t is not None else Relation.NOTHING_NEW), 0
@@ -228,7 +233,7 @@ def compare(ours: Iterator[Record], theirs: Iterator[Record]) -> tuple[Relation,
         return Relation.OTHER, 0
     last = 0
     while o is not None and t is not None:
-        if o.seq != t.seq or not _same(o, t):
+        if o.seq != t.seq or not _same(o, t, redact):
             return Relation.OTHER, 0
         last = o.seq or last
         o, t = next(ours, None), next(theirs, None)
@@ -279,6 +284,8 @@ class StoreImport:
         self.origin = Origin(store_id, label, str(source_root), "", self.now)
         results: list[SessionResult] = []
         staging = Staging.create(self.root)
+        redaction = staging.redaction
+        self.redact_on_write = redaction.redact_event if redaction.at_write else None
         waiting: list[SessionResult] = []
         try:
             area = staging.area("main")
@@ -344,7 +351,12 @@ class StoreImport:
         self, theirs: SessionReader, directory: Path, session_id: str, area: Any, result: SessionResult, stamp: dict
     ) -> None:
         name = session_dir_name(session_id)
-        new = NewSession(area.staged(name), session_id, retained_turn_base=theirs.manifest.retained_turn_base)
+        new = NewSession(
+            area.staged(name),
+            session_id,
+            retained_turn_base=theirs.manifest.retained_turn_base,
+            redaction=area.redaction,
+        )
         try:
             for record in theirs.iter_records():
                 ts = record.ts or theirs.manifest.updated_at or self.now
@@ -404,7 +416,7 @@ class StoreImport:
         """Compare the session here with theirs and append what it lacks (see :func:`compare`)."""
         try:
             with read_session(self.root, session_id) as ours:
-                relation, last = compare(ours.iter_records(), theirs.iter_records())
+                relation, last = compare(ours.iter_records(), theirs.iter_records(), self.redact_on_write)
         except SessionNotFound:
             return Relation.OTHER
         if relation is Relation.NOTHING_NEW:

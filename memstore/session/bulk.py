@@ -25,6 +25,7 @@ from .. import events as ev
 from ..errors import MemstoreError, StoreIOError
 from ..fsio import DIR_MODE, FILE_MODE, atomic_write, write_all
 from ..layout import DERIVED_DIR, EVENTS_FILE, INDEX_DIR, INDEX_FILE, MANIFEST_FILE
+from ..store_redaction import StoreRedaction
 from .cap import log_head
 from .index import _WAL_FORMAT, SessionIndex
 from .logfile import LogFile
@@ -43,11 +44,23 @@ class NewSession:
     ``finish`` once (or ``abandon``). ``directory``'s name is the session's directory name; when
     it is not the id itself (a hashed name), the log's first line names the session, as the
     writer's does. ``retained_turn_base`` above 1 writes a session whose first turns were
-    evicted (a copy of a capped session): the first line says so, as a cap rewrite's does."""
+    evicted (a copy of a capped session): the first line says so, as a cap rewrite's does.
+    ``redaction`` is the store's (see :func:`memstore.store_redaction.store_redaction`): with
+    ``at_write`` each event is redacted before it is encoded, and the views never see a secret,
+    as with the writer."""
 
-    def __init__(self, directory: os.PathLike | str, session_id: str, *, retained_turn_base: int = 1):
+    def __init__(
+        self,
+        directory: os.PathLike | str,
+        session_id: str,
+        *,
+        retained_turn_base: int = 1,
+        redaction: Optional[StoreRedaction] = None,
+    ):
         self.directory = Path(directory)
         self.session_id = session_id
+        self.redaction = redaction
+        self._redact_on_write = redaction.redact_event if redaction is not None and redaction.at_write else None
         self.next_seq = 1
         self.length = 0
         self._buffer = bytearray()
@@ -77,6 +90,8 @@ class NewSession:
         if self._fd is None:
             raise MemstoreError(f"session {self.session_id!r}: append after finish or abandon")
         ev.check_event(event)
+        if self._redact_on_write is not None:
+            event = self._redact_on_write(event)
         ts = ev.normalize_ts(ts)
         if seq is None:
             seq = self.next_seq
@@ -109,7 +124,7 @@ class NewSession:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
-        return build_views(self.directory, self.session_id)
+        return build_views(self.directory, self.session_id, self.redaction)
 
     def abandon(self) -> None:
         """Stop without finishing (the caller removes the directory)."""
@@ -119,10 +134,12 @@ class NewSession:
             os.close(fd)
 
 
-def build_views(directory: Path, session_id: str) -> Manifest:
+def build_views(directory: Path, session_id: str, redaction: Optional[StoreRedaction] = None) -> Manifest:
     """Build the index and ``manifest.json`` of the session in ``directory`` from its log, as a
     rebuild does, in a directory that has neither yet and that only the caller uses; nothing is
-    synced. Returns the manifest."""
+    synced. Every event goes through ``redaction`` before a derived table (search chunks, a
+    turn's error) sees it, as in the writer. Returns the manifest."""
+    redact = redaction.redact_event if redaction is not None else None
     log = LogFile(directory)
     log.open_readonly()
     index_path = directory / INDEX_DIR / INDEX_FILE
@@ -135,7 +152,8 @@ def build_views(directory: Path, session_id: str) -> Manifest:
                 # syncs would buy nothing.
                 index.conn.execute("PRAGMA synchronous=OFF")
             state = _rescan_state(log, session_id, log.head().retained_turn_base or 1, None, None)
-            scan(log, index, state, 0, reset=True, derive_lazy=True)
+            state.redact_error = redact
+            scan(log, index, state, 0, reset=True, derive_lazy=True, redact_event=redact)
             if small:
                 _write_index(index, index_path)
         finally:
