@@ -7,7 +7,11 @@ object ending in ``\\n``::
     {"schema_version":"0.18.0","seq":17,"ts":"2026-11-30T08:30:29.123Z","event":{"type":...}}
 
 ``seq`` and ``ts`` are memstore's additions; lines written by VT Code carry neither and are
-accepted. Unknown event types and unknown keys are kept and passed through untouched.
+accepted. ``schema_version`` must be a string (any string: readers do not check it), as VT Code
+requires: a line without one is not a record, for memstore as for VT Code, so the two count the
+same events and number the same turns in one log (such a line stays in the log, skipped by every
+view; see docs/vtcode.md). Unknown event types and unknown keys are kept and passed through
+untouched.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, NamedTuple, Optional
 
 import orjson
@@ -74,9 +78,11 @@ def utc_now() -> str:
 def format_ts(dt: datetime) -> str:
     """Format an aware (or UTC-naive) datetime in memstore's timestamp format."""
     if dt.tzinfo is not None:
-        dt = dt.astimezone(timezone.utc)
-    return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}."
-            f"{dt.microsecond // 1000:03d}Z")
+        dt = dt.astimezone(UTC)
+    return (
+        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}."
+        f"{dt.microsecond // 1000:03d}Z"
+    )
 
 
 _MEMSTORE_TS = re.compile(r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z\Z")
@@ -89,7 +95,7 @@ def normalize_ts(value: Any) -> str:
     try:
         dt = parse_ts(value)
         if dt is not None:
-            dt = dt.astimezone(timezone.utc)
+            dt = dt.astimezone(UTC)
     except (OverflowError, ValueError):
         dt = None
     if dt is None:
@@ -116,7 +122,7 @@ def parse_ts(value: Any) -> Optional[datetime]:
     except ValueError:
         return None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt
 
 
@@ -159,26 +165,44 @@ def _valid_token_breakdown(value: Any) -> bool:
 # event contract's one statement of it: append, scan and the README use it.
 _STR = (lambda v: isinstance(v, str), "a string")
 _OPT_STR = (lambda v: v is None or isinstance(v, str), "a string or absent")
-_USAGE = (valid_usage, "an object whose input_tokens, cached_input_tokens, cache_creation_tokens and "
-                       "output_tokens are non-negative integers or absent")
+_USAGE = (
+    valid_usage,
+    "an object whose input_tokens, cached_input_tokens, cache_creation_tokens and "
+    "output_tokens are non-negative integers or absent",
+)
 _OPT_USAGE = (lambda v: v is None or valid_usage(v), "absent or " + _USAGE[1])
 _U64 = (_is_u64, "a non-negative integer")
 LIFECYCLE_FIELDS: dict[str, tuple[tuple[str, tuple], ...]] = {
     THREAD_STARTED: (("thread_id", _STR),),
     THREAD_COMPLETED: (
-        ("thread_id", _STR), ("session_id", _STR), ("subtype", _STR), ("outcome_code", _STR), ("usage", _USAGE),
-        ("num_turns", _U64), ("result", _OPT_STR), ("stop_reason", _OPT_STR), ("completed_at", _OPT_STR),
-        ("total_cost_usd", (lambda v: v is None or (type(v) in (int, float) and math.isfinite(v)),
-                            "a finite number or absent")),
+        ("thread_id", _STR),
+        ("session_id", _STR),
+        ("subtype", _STR),
+        ("outcome_code", _STR),
+        ("usage", _USAGE),
+        ("num_turns", _U64),
+        ("result", _OPT_STR),
+        ("stop_reason", _OPT_STR),
+        ("completed_at", _OPT_STR),
+        (
+            "total_cost_usd",
+            (lambda v: v is None or (type(v) in (int, float) and math.isfinite(v)), "a finite number or absent"),
+        ),
     ),
     TURN_STARTED: (
         ("token_breakdown", (_valid_token_breakdown, "absent or an object of non-negative integer *_tokens")),
         ("context", (lambda v: v is None or isinstance(v, dict), "an object or absent")),
     ),
     TURN_COMPLETED: (
-        ("usage", _USAGE), ("completed_at", _OPT_STR),
-        ("in_progress_exec_sessions", (lambda v: v is None or (isinstance(v, list) and all(isinstance(s, str) for s in v)),
-                                       "a list of strings or absent")),
+        ("usage", _USAGE),
+        ("completed_at", _OPT_STR),
+        (
+            "in_progress_exec_sessions",
+            (
+                lambda v: v is None or (isinstance(v, list) and all(isinstance(s, str) for s in v)),
+                "a list of strings or absent",
+            ),
+        ),
     ),
     TURN_FAILED: (("message", _STR), ("usage", _OPT_USAGE), ("completed_at", _OPT_STR)),
     TURN_ABORTED: (("reason", _OPT_STR), ("usage", _OPT_USAGE), ("completed_at", _OPT_STR)),
@@ -188,7 +212,8 @@ LIFECYCLE_FIELDS: dict[str, tuple[tuple[str, tuple], ...]] = {
 def lifecycle_problem(event: dict) -> Optional[str]:
     """What is wrong with a lifecycle event (``None`` if nothing, or if it is not one): the first
     field that does not match the event contract, and what it must be."""
-    rules = LIFECYCLE_FIELDS.get(event.get("type"))
+    kind = event.get("type")
+    rules = LIFECYCLE_FIELDS.get(kind) if type(kind) is str else None
     if rules is None:
         return None
     for name, (ok, meaning) in rules:
@@ -362,8 +387,7 @@ def tag_head(line: bytes, head: dict) -> Optional[bytes]:
     if seq is not None and after.seq != seq:
         return None
     found = decode_log_head(tagged)
-    if (found.retained_turn_base != head.get("retained_turn_base")
-            or found.session_id != head.get("session_id")):
+    if found.retained_turn_base != head.get("retained_turn_base") or found.session_id != head.get("session_id"):
         return None
     return tagged
 
@@ -379,14 +403,15 @@ def assign_seq(envelope_seq: Optional[int], next_seq: int) -> int:
 def decode_line(line: bytes | str) -> Optional[Record]:
     """Decode one log line into a :class:`Record`, or ``None`` when it is not a valid envelope.
 
-    Valid means: a JSON object with an ``event`` object whose ``type`` is a string, and, for a
-    lifecycle event, the full shape of that event.
+    Valid means: a JSON object with a string ``schema_version`` and an ``event`` object whose
+    ``type`` is a string, and, for a lifecycle event, the full shape of that event: what VT Code
+    accepts.
     """
     try:
         envelope = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    if type(envelope) is not dict:
+    if type(envelope) is not dict or type(envelope.get("schema_version")) is not str:
         return None
     event = envelope.get("event")
     if type(event) is not dict:
@@ -460,7 +485,13 @@ def usage_of(event: dict) -> tuple[int, int, int, int]:
     usage = event.get("usage")
     if not isinstance(usage, dict):
         return (0, 0, 0, 0)
-    return tuple(min(v, _I64_MAX) if _is_u64(v := usage.get(f)) else 0 for f in USAGE_FIELDS)  # type: ignore[return-value]
+    counters = [_saturated(usage.get(f)) for f in USAGE_FIELDS]
+    return counters[0], counters[1], counters[2], counters[3]
+
+
+def _saturated(value: Any) -> int:
+    """A u64 counter as a SQLite integer (saturated at its largest); 0 for anything else."""
+    return min(value, _I64_MAX) if _is_u64(value) else 0
 
 
 def agent_message_text(event: dict) -> Optional[str]:
@@ -511,8 +542,11 @@ def changed_files(event: dict) -> list[tuple[str, str]]:
     item = event.get("item")
     if not isinstance(item, dict) or item.get("type") != "file_change" or not isinstance(item.get("changes"), list):
         return []
-    return [(change["path"], _str_or_none(change.get("kind")) or "update")
-            for change in item["changes"] if isinstance(change, dict) and type(change.get("path")) is str]
+    return [
+        (change["path"], _str_or_none(change.get("kind")) or "update")
+        for change in item["changes"]
+        if isinstance(change, dict) and type(change.get("path")) is str
+    ]
 
 
 def value_text(value: Any, *, pretty: bool = False) -> str:
@@ -567,16 +601,22 @@ def _item_text(item_type: str, item: dict) -> str:
     if item_type == "tool_call":
         return _join(get("tool_name"), get("arguments"), get("output"))
     if item_type == "mcp_tool_call":
-        return _join(get("tool_name") or ".".join(value_text(get(k)) for k in ("server", "tool") if get(k)),
-                     get("arguments"), get("result"), get("error"))
+        return _join(
+            get("tool_name") or ".".join(value_text(get(k)) for k in ("server", "tool") if get(k)),
+            get("arguments"),
+            get("result"),
+            get("error"),
+        )
     if item_type == "file_change":
         changes = get("changes")
-        paths = [f"{c.get('kind', '')} {c.get('path', '')}".strip() for c in changes if isinstance(c, dict)] \
-            if isinstance(changes, list) else []
+        paths = (
+            [f"{c.get('kind', '')} {c.get('path', '')}".strip() for c in changes if isinstance(c, dict)]
+            if isinstance(changes, list)
+            else []
+        )
         # The change itself, as each agent records it: VT Code's unified diff, a Codex patch,
         # a Claude Code edit's old and new text (what someone searching for the code types).
-        return _join("\n".join(paths), get("unified_diff"), get("patch"), *_strings(get("arguments")),
-                     get("output"))
+        return _join("\n".join(paths), get("unified_diff"), get("patch"), *_strings(get("arguments")), get("output"))
     if item_type == "web_search":
         return _join(get("query"), get("results"))
     if item_type == "todo_list":
@@ -584,7 +624,8 @@ def _item_text(item_type: str, item: dict) -> str:
         if isinstance(items, list):
             return "\n".join(
                 f"[{'x' if isinstance(i, dict) and i.get('completed') else ' '}] {value_text(i.get('text') if isinstance(i, dict) else i)}"
-                for i in items)
+                for i in items
+            )
         return ""
     if item_type == "decision":
         return _join(get("summary"), get("rationale"), get("alternatives"))

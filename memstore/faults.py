@@ -34,7 +34,15 @@ POINTS: dict[str, str] = {
     "recovery.batch": "a scan is about to commit one batch to the index (path: the log, offset: where it ends)",
     "cap.marker": "a cap rewrite is about to write its intent marker (path: the session directory)",
     "cap.copy": "a cap rewrite has written part of the log's copy (path: the temp file)",
+    "cap.synced": "a cap rewrite's copy of the log, summary and marker are synced; the copy is about to "
+    "replace the log (path: the session directory)",
     "cap.replaced": "a cap rewrite replaced the log and is about to sync its directory (path: the directory)",
+    "index.sync": "an index transaction that syncs the WAL (a cap rewrite's) is about to begin (path: the index)",
+    "manifest.sync": "manifest.json, already in place, is about to be synced (path)",
+    "cap.unmark": "a cap rewrite's index and manifest.json are durable; its marker is about to be removed "
+    "(path: the session directory)",
+    "lock.flock": "an open is about to flock the session's lock file (path: session.lock); raise OSError "
+    "(ENOLCK, EOPNOTSUPP) to play a filesystem without flock",
     "trash.moved": "a session is in the trash, its removal not yet recorded (path: the .pending entry)",
     "trash.recorded": "a removal was recorded; its trash entry is about to lose .pending (path: the entry)",
     "registry.create": "a session's writer was created, under the registry's lock (key: its real path)",

@@ -8,7 +8,9 @@ SIGKILLed processes, property tests, the real browser, benchmarks at archive sca
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +39,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_dir() -> Iterator[str]:
+    """memstore's cache directory (the cached empty index) for this test run only, shared with
+    the subprocesses the tests start: the user's ~/.cache is never written."""
+    previous = os.environ.get("MEMSTORE_CACHE_DIR")
+    path = tempfile.mkdtemp(prefix="memstore-test-cache-")
+    os.environ["MEMSTORE_CACHE_DIR"] = path
+    try:
+        yield path
+    finally:
+        if previous is None:
+            os.environ.pop("MEMSTORE_CACHE_DIR", None)
+        else:
+            os.environ["MEMSTORE_CACHE_DIR"] = previous
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -17,12 +17,12 @@ import time
 from typing import Optional, Protocol
 
 from .. import faults
+from ..store_redaction import StoreRedaction
 from . import registry
 from .index import BatchRecord, derived_tables
 from .indexslot import IndexSlot
 from .logfile import LogFile
 from .tuning import TUNING
-from ..store_redaction import StoreRedaction
 
 logger = logging.getLogger("memstore")
 
@@ -64,8 +64,13 @@ class DeriveSource(Protocol):
 INTERRUPTED = -1
 
 
-def derive_batch(source: DeriveSource, *, stop: Optional[threading.Event] = None,
-                 max_events: Optional[int] = None, max_bytes: Optional[int] = None) -> int:
+def derive_batch(
+    source: DeriveSource,
+    *,
+    stop: Optional[threading.Event] = None,
+    max_events: Optional[int] = None,
+    max_bytes: Optional[int] = None,
+) -> int:
     """Derive the next batch of records (at most ``max_events`` and, past the first, ``max_bytes``;
     by default the :data:`TUNING` batch); return how many (0 when caught up, ``INTERRUPTED`` when
     it had to give way)."""
@@ -82,6 +87,10 @@ def derive_batch(source: DeriveSource, *, stop: Optional[threading.Event] = None
         if generation is None or index is None:
             return 0
         with source.slot.lock:
+            if index.committed_generation() != generation:
+                # A cap rewrite replaced the log and the publisher has not yet applied it to
+                # the index: its offsets are of the old log.
+                return INTERRUPTED
             watermark = index.derived_watermark()
             rows = index.underived(watermark, max_events)
         if not rows:
@@ -100,8 +109,8 @@ def derive_batch(source: DeriveSource, *, stop: Optional[threading.Event] = None
     records = []
     redaction = source.redaction
     for seq, offset, length, turn, ts in taken:
-        record = BatchRecord(seq, turn, ts, offset, length, line=data[offset - start: offset - start + length])
-        record.event  # decode (and redact) here, outside the session's lock
+        record = BatchRecord(seq, turn, ts, offset, length, line=data[offset - start : offset - start + length])
+        _ = record.event  # decode (and redact) here, outside the session's lock
         if redaction is not None:
             record = BatchRecord(seq, turn, ts, offset, length, event=redaction.redact_event(record.event))
         records.append(record)
@@ -158,6 +167,7 @@ class Deriver:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._starting = threading.Lock()  # the writer's thread and the publisher's may both start it
         self.error: Optional[BaseException] = None
 
     @staticmethod
@@ -166,20 +176,24 @@ class Deriver:
 
     def start(self) -> None:
         """Start the thread (if it is not running) and let it look for work."""
-        if self._thread is None and not self._stop.is_set():
-            self._thread = threading.Thread(target=self._run, name="memstore-deriver", daemon=True)
-            self._thread.start()
+        with self._starting:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="memstore-deriver", daemon=True)
+                self._thread.start()
         self._wake.set()
 
     def wake(self) -> None:
-        """New records were indexed (the thread starts with the first)."""
+        """New records were committed to the index (the publisher calls this after each commit
+        of rows: woken earlier, the deriver could look before they are there, find nothing to
+        do and sleep until the next batch). The thread starts with the first."""
         self.start()
 
     def stop(self) -> None:
         """Stop after the current batch (which is either committed or not started)."""
         self._stop.set()
         self._wake.set()
-        thread, self._thread = self._thread, None
+        with self._starting:  # a start() in progress (the publisher's wake) has started its thread
+            thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join()
         faults.check("deriver.stopped", path=self.source.log.dir)
@@ -187,6 +201,7 @@ class Deriver:
     def forget(self) -> None:
         """In a forked child: the thread does not exist there."""
         self._thread = None
+        self._starting = threading.Lock()
         self._stop.set()
 
     def _run(self) -> None:
@@ -214,6 +229,7 @@ class Deriver:
                     # The events are safe in the log and the index; only search lags. Readers
                     # derive what is missing, and the next open tries again.
                     self.error = exc
-                    logger.warning("deriving search chunks for %s failed (readers derive them in memory): %s",
-                                   source.log.dir, exc)
+                    logger.warning(
+                        "deriving search chunks for %s failed (readers derive them in memory): %s", source.log.dir, exc
+                    )
                     return

@@ -7,8 +7,10 @@ rows of derived tables (search chunks) that register here. It is a regenerable v
 the last bytes of the log up to there (``tail``), so an open can tell whether the index still
 describes the log and index only the bytes past that offset.
 
-The schema is a set of named sqlite-utils migrations. An index of memstore's first format (no
-migrations table) or of an unknown one is never read: it is discarded and rebuilt from the log.
+The schema is a set of named migrations (``schema.py``; recorded as sqlite-utils records them).
+A new index is a copy of an empty one, made without sqlite-utils. An index of memstore's first
+format (no migrations table) or of an unknown one is never read: it is discarded and rebuilt
+from the log.
 
 The database runs in WAL mode, so readers (the catalog, Datasette, ``read_session``) never
 block the writer. ``synchronous=NORMAL`` is enough: the log is fsynced before every index
@@ -28,18 +30,20 @@ import os
 import sqlite3
 import stat
 import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Optional
 
 import orjson
 
 from .. import events as ev
 from .. import faults
 from ..errors import StoreIOError, UnsafePathError
-from ..fsio import remove_temp, write_all, write_temp_beside
+from ..fsio import fsync_dir, remove_temp, write_all, write_temp_beside
 from .manifest import Manifest
+from .schema import DDL, MigrationSet, applied_migrations, template_bytes
 
 logger = logging.getLogger("memstore")
 
@@ -54,85 +58,63 @@ TURN_FAILED = "failed"
 TURN_INTERRUPTED = "interrupted"
 TURN_ABORTED = "aborted"
 
-if TYPE_CHECKING:
-    import sqlite_utils
-
-
-@dataclass(frozen=True)
-class MigrationSet:
-    """A named set of schema migrations, applied in order by sqlite-utils' ``Migrations`` (which
-    records each in ``_sqlite_migrations``). sqlite-utils is imported only when one is pending:
-    opening an up-to-date index checks the record with one query, and an agent process does
-    not pay for importing it."""
-
-    name: str
-    steps: tuple[tuple[str, Callable[["sqlite_utils.Database"], None]], ...]
-
-    def pending(self, conn: sqlite3.Connection, applied: Optional[set[tuple[str, str]]] = None) -> list[str]:
-        """The names of the steps not yet applied to the database behind ``conn`` (or, given
-        ``applied``, missing from those :func:`applied_migrations` read)."""
-        if applied is None:
-            applied = applied_migrations(conn, self.name)
-        return [name for name, _fn in self.steps if (self.name, name) not in applied]
-
-    def apply(self, conn: sqlite3.Connection) -> None:
-        import sqlite_utils
-        from sqlite_utils.migrations import Migrations
-
-        migrations = Migrations(self.name)
-        for name, fn in self.steps:
-            migrations(name=name)(fn)
-        migrations.apply(sqlite_utils.Database(conn))
-
-
-def applied_migrations(conn: sqlite3.Connection, migration_set: Optional[str] = None) -> set[tuple[str, str]]:
-    """``(migration_set, name)`` of every migration applied to the database (of one set, if
-    given), in one query."""
-    sql = "SELECT migration_set, name FROM _sqlite_migrations"
-    try:
-        if migration_set is None:
-            return set(conn.execute(sql).fetchall())
-        return set(conn.execute(sql + " WHERE migration_set = ?", (migration_set,)).fetchall())
-    except sqlite3.OperationalError as exc:
-        if "no such table" not in str(exc):
-            raise
-        return set()
-
-
-def _log_tables(db: "sqlite_utils.Database") -> None:
-    db["manifest"].create(
-        {
-            "id": int, "session_id": str, "schema_version": int, "created_at": str, "updated_at": str,
-            "turn_count": int, "event_count": int, "status": str, "in_turn": int, "persisted_file_len": int,
-            "retained_turn_base": int, "next_seq": int, "generation": int, "source": str, "tail": bytes,
-        },
-        pk="id",
-        not_null={"session_id", "created_at", "updated_at", "status", "tail"},
+# The log's tables. The statements are those sqlite-utils' ``Table.create`` makes for them (a
+# test checks it), so an index made here and one an older memstore made with sqlite-utils have
+# the same schema, byte for byte.
+_LOG_TABLES = DDL(
+    (
+        'CREATE TABLE "manifest" (\n'
+        '   "id" INTEGER PRIMARY KEY,\n'
+        '   "session_id" TEXT NOT NULL,\n'
+        '   "schema_version" INTEGER,\n'
+        '   "created_at" TEXT NOT NULL,\n'
+        '   "updated_at" TEXT NOT NULL,\n'
+        '   "turn_count" INTEGER,\n'
+        '   "event_count" INTEGER,\n'
+        '   "status" TEXT NOT NULL,\n'
+        '   "in_turn" INTEGER,\n'
+        '   "persisted_file_len" INTEGER,\n'
+        '   "retained_turn_base" INTEGER,\n'
+        '   "next_seq" INTEGER,\n'
+        '   "generation" INTEGER,\n'
+        '   "source" TEXT,\n'
+        '   "tail" BLOB NOT NULL\n'
+        ")",
+        'CREATE TABLE "turns" (\n'
+        '   "number" INTEGER PRIMARY KEY,\n'
+        '   "status" TEXT NOT NULL,\n'
+        '   "start_offset" INTEGER NOT NULL,\n'
+        '   "end_offset" INTEGER NOT NULL,\n'
+        '   "event_count" INTEGER NOT NULL,\n'
+        '   "first_seq" INTEGER,\n'
+        '   "last_seq" INTEGER,\n'
+        '   "started_at" TEXT,\n'
+        '   "ended_at" TEXT,\n'
+        '   "input_tokens" INTEGER,\n'
+        '   "cached_input_tokens" INTEGER,\n'
+        '   "cache_creation_tokens" INTEGER,\n'
+        '   "output_tokens" INTEGER,\n'
+        '   "error" TEXT,\n'
+        '   "model" TEXT\n'
+        ")",
+        # seq is the rowid: unique, and rows are stored in log order (offsets grow with seqs), so
+        # a lookup by seq needs no second index and an append is an append to the b-tree. What
+        # the event says (its item, tool, status) is in event_details, derived off the agent's
+        # path: binding those five columns cost more than the rest of the row.
+        'CREATE TABLE "events" (\n'
+        '   "seq" INTEGER PRIMARY KEY,\n'
+        '   "offset" INTEGER NOT NULL,\n'
+        '   "length" INTEGER NOT NULL,\n'
+        '   "turn" INTEGER,\n'
+        '   "ts" TEXT,\n'
+        '   "type" TEXT NOT NULL\n'
+        ")",
+        # How far the lazy derived tables have caught up: every record up to this seq is in them.
+        'CREATE TABLE "derived_state" (\n   "id" INTEGER PRIMARY KEY,\n   "seq" INTEGER NOT NULL\n)',
     )
-    db["turns"].create(
-        {
-            "number": int, "status": str, "start_offset": int, "end_offset": int, "event_count": int,
-            "first_seq": int, "last_seq": int, "started_at": str, "ended_at": str, "input_tokens": int,
-            "cached_input_tokens": int, "cache_creation_tokens": int, "output_tokens": int, "error": str,
-            "model": str,
-        },
-        pk="number",
-        not_null={"status", "start_offset", "end_offset", "event_count"},
-    )
-    # seq is the rowid: unique, and rows are stored in log order (offsets grow with seqs), so a
-    # lookup by seq needs no second index and an append is an append to the b-tree. What the
-    # event says (its item, tool, status) is in event_details, derived off the agent's path:
-    # binding those five columns cost more than the rest of the row.
-    db["events"].create(
-        {"seq": int, "offset": int, "length": int, "turn": int, "ts": str, "type": str},
-        pk="seq",
-        not_null={"offset", "length", "type"},
-    )
-    # How far the lazy derived tables have caught up: every record up to this seq is in them.
-    db["derived_state"].create({"id": int, "seq": int}, pk="id", not_null={"seq"})
+)
 
-
-LOG_MIGRATIONS = MigrationSet("memstore.session.index", (("log_tables_3", _log_tables),))
+LOG_MIGRATIONS = MigrationSet("memstore.session.index", (("log_tables_3", _LOG_TABLES),))
 
 
 @dataclass(slots=True)
@@ -163,19 +145,30 @@ class Turn:
     model: Optional[str] = None
 
     def as_row(self) -> tuple:
-        return (self.number, self.status, self.start_offset, self.end_offset, self.event_count,
-                self.first_seq, self.last_seq, self.started_at, self.ended_at, self.input_tokens,
-                self.cached_input_tokens, self.cache_creation_tokens, self.output_tokens, self.error,
-                self.model)
+        return (
+            self.number,
+            self.status,
+            self.start_offset,
+            self.end_offset,
+            self.event_count,
+            self.first_seq,
+            self.last_seq,
+            self.started_at,
+            self.ended_at,
+            self.input_tokens,
+            self.cached_input_tokens,
+            self.cache_creation_tokens,
+            self.output_tokens,
+            self.error,
+            self.model,
+        )
 
 
 TURN_COLUMNS = tuple(f.name for f in fields(Turn))
 EVENT_COLUMNS = ("seq", "offset", "length", "turn", "ts", "type")
 DETAIL_COLUMNS = ("seq", "item_type", "item_id", "name", "status", "exit_code")
 _TURN_SELECT = f"SELECT {', '.join(TURN_COLUMNS)} FROM turns"
-_TURN_UPSERT = (
-    f"INSERT OR REPLACE INTO turns ({', '.join(TURN_COLUMNS)}) VALUES ({', '.join('?' * len(TURN_COLUMNS))})"
-)
+_TURN_UPSERT = f"INSERT OR REPLACE INTO turns ({', '.join(TURN_COLUMNS)}) VALUES ({', '.join('?' * len(TURN_COLUMNS))})"
 # Raw executemany on the append path: per event it costs a fraction of what building dicts for
 # sqlite-utils' insert_all would (measured in bench/bench_log.py).
 _EVENT_INSERT = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join('?' * len(EVENT_COLUMNS))})"
@@ -197,6 +190,22 @@ class IndexChanged(StoreIOError):
 
 _REOPEN_ATTEMPTS = 3
 _MAX_ROWID = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class EvictSpec:
+    """A cap rewrite as the index applies it: turns before ``first_kept_turn`` and events before
+    ``truncate_offset`` go; the remaining offsets move back by ``truncate_offset`` and, from
+    ``pivot`` on, by ``delta`` more (the log head the rewrite wrote); with ``grown`` the line at
+    ``truncate_offset`` itself got ``delta`` bytes longer. ``next_seq`` is the session's next
+    seq at the rewrite (the derived tables' watermark when nothing is left)."""
+
+    truncate_offset: int
+    first_kept_turn: int
+    pivot: int
+    delta: int
+    grown: bool
+    next_seq: int
 
 
 @dataclass
@@ -221,16 +230,27 @@ class BatchRecord:
 
     __slots__ = ("seq", "turn", "ts", "offset", "length", "_event", "_line")
 
-    def __init__(self, seq: int, turn: Optional[int], ts: Optional[str], offset: int, length: int,
-                 event: Optional[dict] = None, line: Optional[bytes] = None):
+    def __init__(
+        self,
+        seq: int,
+        turn: Optional[int],
+        ts: Optional[str],
+        offset: int,
+        length: int,
+        event: Optional[dict] = None,
+        line: Optional[bytes] = None,
+    ):
         self.seq, self.turn, self.ts, self.offset, self.length = seq, turn, ts, offset, length
         self._event, self._line = event, line
 
     @property
     def event(self) -> dict:
-        if self._event is None:
-            self._event = orjson.loads(self._line)["event"]
-        return self._event
+        event = self._event
+        if event is None:
+            if self._line is None:
+                raise ValueError(f"record {self.seq} was made with neither its event nor its line")
+            event = self._event = orjson.loads(self._line)["event"]
+        return event
 
 
 @dataclass(frozen=True)
@@ -255,18 +275,27 @@ class DerivedTable:
 
     name: str
     migrations: MigrationSet
-    on_batch: Callable[[sqlite3.Connection, Sequence[BatchRecord]], None]
-    on_evict: Callable[[sqlite3.Connection, Optional[int]], None]
-    on_reset: Callable[[sqlite3.Connection], None]
+    on_batch: Callable[[sqlite3.Connection, Sequence[BatchRecord]], object]
+    on_evict: Callable[[sqlite3.Connection, Optional[int]], object]
+    on_reset: Callable[[sqlite3.Connection], object]
     lazy: bool = False
 
 
 _derived: list[DerivedTable] = []
 
 
-def _create_event_details(db: "sqlite_utils.Database") -> None:
-    db["event_details"].create(
-        {"seq": int, "item_type": str, "item_id": str, "name": str, "status": str, "exit_code": int}, pk="seq")
+_EVENT_DETAILS_TABLE = DDL(
+    (
+        'CREATE TABLE "event_details" (\n'
+        '   "seq" INTEGER PRIMARY KEY,\n'
+        '   "item_type" TEXT,\n'
+        '   "item_id" TEXT,\n'
+        '   "name" TEXT,\n'
+        '   "status" TEXT,\n'
+        '   "exit_code" INTEGER\n'
+        ")",
+    )
+)
 
 
 def details_rows(records: Iterable[BatchRecord]) -> Iterator[tuple]:
@@ -279,11 +308,12 @@ _DETAILS_INSERT = f"INSERT INTO event_details VALUES ({', '.join('?' * len(DETAI
 
 EVENT_DETAILS = DerivedTable(
     "event_details",
-    MigrationSet("memstore.event_details", (("event_details", _create_event_details),)),
+    MigrationSet("memstore.event_details", (("event_details", _EVENT_DETAILS_TABLE),)),
     lambda conn, records: conn.executemany(_DETAILS_INSERT, details_rows(records)),
     lambda conn, first_kept_seq: conn.execute(
         "DELETE FROM event_details" + ("" if first_kept_seq is None else " WHERE seq < ?"),
-        () if first_kept_seq is None else (first_kept_seq,)),
+        () if first_kept_seq is None else (first_kept_seq,),
+    ),
     lambda conn: conn.execute("DELETE FROM event_details"),
     lazy=True,
 )
@@ -332,7 +362,7 @@ class SessionIndex:
         # True when opening added tables (a newly registered derived table) to an index that
         # already had rows: those tables are empty, so the index must be rebuilt.
         self.needs_rebuild = False
-        self.in_memory = False  # built by in_memory(), not yet written by persist()
+        self.memory_only = False  # built by in_memory(), not yet written by persist()
         # Every lazy derived table was filled as the rows went in (see commit's derive_lazy).
         self.fully_derived = False
         self.lazy_failure: Optional[BaseException] = None  # why that stopped
@@ -358,7 +388,7 @@ class SessionIndex:
     # -- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: os.PathLike | str) -> "SessionIndex":
+    def open(cls, path: os.PathLike | str) -> SessionIndex:
         """Open (creating and migrating as needed) the index at ``path`` for writing.
 
         Raises :class:`IndexCorrupt` when the file is not a database or has a format this
@@ -391,7 +421,7 @@ class SessionIndex:
         return index
 
     @classmethod
-    def in_memory(cls, path: os.PathLike | str) -> "SessionIndex":
+    def in_memory(cls, path: os.PathLike | str) -> SessionIndex:
         """A new, empty index held in memory, to be written to ``path`` whole by
         :meth:`persist` (a rescan of a small log: nothing touches the disk until it is done,
         and then one write and one fdatasync replace what was there)."""
@@ -402,10 +432,10 @@ class SessionIndex:
             conn.close()
             raise StoreIOError("build index", path, f"in memory: {exc}") from exc
         index = cls(path, conn)
-        index.in_memory = True
+        index.memory_only = True
         return index
 
-    def persist(self) -> "SessionIndex":
+    def persist(self) -> SessionIndex:
         """Write an index built by :meth:`in_memory` to its path and return it opened there
         (connecting on first use: a rebuild that closes the session at once never does).
 
@@ -467,7 +497,7 @@ class SessionIndex:
         return conn
 
     @classmethod
-    def open_readonly(cls, path: os.PathLike | str) -> Optional["SessionIndex"]:
+    def open_readonly(cls, path: os.PathLike | str) -> Optional[SessionIndex]:
         """Open the index read-only, creating and writing nothing; ``None`` when it does not
         exist or is not of this memstore's format (the caller then reads the log instead)."""
         path = Path(path)
@@ -645,17 +675,39 @@ class SessionIndex:
         rows = self._read("SELECT offset, length, turn FROM events WHERE seq = ?", (seq,))
         return rows[0] if rows else None
 
+    def make_durable(self) -> None:
+        """Make every committed transaction survive a power cut: the WAL is synced (a passive
+        checkpoint syncs it before it copies anything back), and so is the index's directory
+        entry (an index written whole by :meth:`persist` was synced before its rename)."""
+        if self._conn is not None and not self.memory_only:
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error as exc:
+                raise StoreIOError("sync index", self.path, str(exc)) from exc
+        fsync_dir(self.path.parent)
+
+    def committed_generation(self) -> Optional[int]:
+        """The generation the index's manifest row holds (``None``: no row yet)."""
+        rows = self._read("SELECT generation FROM manifest WHERE id = 1")
+        return rows[0][0] if rows else None
+
     def derived_watermark(self) -> int:
         """The seq up to which the lazy derived tables hold every record (0: none)."""
         rows = self._read("SELECT seq FROM derived_state WHERE id = 1")
         return rows[0][0] if rows else 0
 
-    def underived(self, after: int, limit: int, upto: Optional[int] = None,
-                  ) -> list[tuple[int, int, int, Optional[int], Optional[str]]]:
+    def underived(
+        self,
+        after: int,
+        limit: int,
+        upto: Optional[int] = None,
+    ) -> list[tuple[int, int, int, Optional[int], Optional[str]]]:
         """``(seq, offset, length, turn, ts)`` of up to ``limit`` records past seq ``after``
         (and not past ``upto``, when given)."""
-        return self._read("SELECT seq, offset, length, turn, ts FROM events WHERE seq > ? AND seq <= ? "
-                          "ORDER BY seq LIMIT ?", (after, _MAX_ROWID if upto is None else upto, limit))
+        return self._read(
+            "SELECT seq, offset, length, turn, ts FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            (after, _MAX_ROWID if upto is None else upto, limit),
+        )
 
     def commit_derived(self, records: Sequence[BatchRecord], watermark: int) -> None:
         """Give ``records`` to the lazy derived tables and advance the watermark, in one
@@ -666,10 +718,14 @@ class SessionIndex:
                     table.on_batch(conn, records)
             conn.execute("INSERT OR REPLACE INTO derived_state (id, seq) VALUES (1, ?)", (watermark,))
 
-    def count_events_before(self, offset: int) -> int:
-        """How many records lie before byte ``offset`` (what a cap rewrite cut there evicts)."""
-        # Rows are in log order (no index on offset: it is only asked here, at a cap rewrite).
-        return self._read("SELECT count(*) FROM events WHERE offset < ?", (offset,))[0][0]
+    def types_before(self, offset: int) -> dict[str, int]:
+        """How many records of each type lie before byte ``offset`` (what a cap rewrite cut
+        there evicts, for its summary)."""
+        # offset grows with seq (the rowid), so the scan stops at the first record past it.
+        first = self._read("SELECT seq FROM events WHERE offset >= ? ORDER BY seq LIMIT 1", (offset,))
+        bound = first[0][0] if first else _MAX_ROWID
+        rows = self._read("SELECT type, count(*) FROM events WHERE seq < ? GROUP BY type", (bound,))
+        return {kind: count for kind, count in rows}
 
     def first_seq_from(self, offset: int) -> Optional[int]:
         """The seq of the first record at or after byte ``offset``."""
@@ -752,8 +808,15 @@ class SessionIndex:
         commits in batches (so an interrupted one resumes where it stopped), so a concurrent
         reader may see a partly rebuilt index until it finishes.
         """
-        self.commit_rows(events, [t.as_row() for t in turns], manifest_row(manifest), tail, reset=reset,
-                         records=records, derive_lazy=derive_lazy)
+        self.commit_rows(
+            events,
+            [t.as_row() for t in turns],
+            manifest_row(manifest),
+            tail,
+            reset=reset,
+            records=records,
+            derive_lazy=derive_lazy,
+        )
 
     def commit_rows(
         self,
@@ -766,15 +829,27 @@ class SessionIndex:
         records: Optional[Sequence[BatchRecord]] = None,
         lines: Optional[Sequence[bytes]] = None,
         derive_lazy: bool = False,
+        evict: Optional[EvictSpec] = None,
+        durable: bool = False,
     ) -> None:
         """:meth:`commit` with the turn and manifest rows already made (the publisher builds
         them on the writer's thread, which goes on changing the live objects); ``lines`` are
-        the events' lines, from which the records for eager derived tables are made."""
+        the events' lines, from which the records for eager derived tables are made.
+
+        With ``evict`` a cap rewrite is applied first, in the same transaction (the rows are of
+        the rewritten log). With ``durable`` the commit syncs the WAL (``synchronous=FULL`` for
+        this transaction), so it and every commit before it survive a power cut."""
         faults.check("index.commit", path=self.path)
+        if durable:
+            faults.check("index.sync", path=self.path)
         if records is None and lines is not None and any(not t.lazy for t in _derived):
-            records = [BatchRecord(row[0], row[3], row[4], row[1], row[2], line=line) for row, line in zip(events, lines)]
-        with self._transaction() as conn:
-            if reset and not self.in_memory:  # (a new index built in memory has nothing to drop)
+            records = [
+                BatchRecord(row[0], row[3], row[4], row[1], row[2], line=line) for row, line in zip(events, lines)
+            ]
+        with self._transaction(durable=durable) as conn:
+            if evict is not None:
+                self._apply_evict(conn, evict)
+            if reset and not self.memory_only:  # (a new index built in memory has nothing to drop)
                 conn.execute("DELETE FROM events")
                 conn.execute("DELETE FROM turns")
                 conn.execute("DELETE FROM manifest")
@@ -810,55 +885,61 @@ class SessionIndex:
             conn.execute("ROLLBACK TO derive_lazy")
             conn.execute("RELEASE derive_lazy")
             self.lazy_failure = exc
-            logger.warning("%s: the derived tables were not filled with the index (they are derived later): %s",
-                           self.path, exc)
+            logger.warning(
+                "%s: the derived tables were not filled with the index (they are derived later): %s", self.path, exc
+            )
             return False
         conn.execute("RELEASE derive_lazy")
         return True
 
-    def evict(
-        self, truncate_offset: int, first_kept_turn: int, manifest: Manifest, tail: bytes,
-        *, pivot: int, delta: int, grown: bool,
-    ) -> None:
-        """Apply a cap rewrite: drop turns before ``first_kept_turn`` and events before
-        ``truncate_offset``, move the remaining offsets back by ``truncate_offset`` and, from
-        ``pivot`` on, by ``delta`` more (the log head the rewrite wrote); with ``grown`` the
-        line at ``truncate_offset`` itself got ``delta`` bytes longer. Stores the new manifest
-        row and tells the derived tables, all in one transaction."""
+    def _apply_evict(self, conn: sqlite3.Connection, spec: EvictSpec) -> None:
         faults.check("index.evict", path=self.path)
-        params = {"cut": truncate_offset, "pivot": pivot, "delta": delta,
-                  "grown": truncate_offset if grown else -1}
-        with self._transaction() as conn:
-            first_kept_seq = conn.execute(
-                "SELECT seq FROM events WHERE offset >= ? ORDER BY seq LIMIT 1", (truncate_offset,)
-            ).fetchone()
-            conn.execute("DELETE FROM turns WHERE number < ?", (first_kept_turn,))
-            conn.execute("DELETE FROM events WHERE offset < ?", (truncate_offset,))
-            conn.execute(
-                "UPDATE turns SET "
-                "start_offset = start_offset - :cut + (CASE WHEN start_offset >= :pivot THEN :delta ELSE 0 END), "
-                "end_offset = end_offset - :cut + (CASE WHEN end_offset >= :pivot THEN :delta ELSE 0 END)",
-                params,
-            )
-            conn.execute(
-                "UPDATE events SET "
-                "offset = offset - :cut + (CASE WHEN offset >= :pivot THEN :delta ELSE 0 END), "
-                "length = length + (CASE WHEN offset = :grown THEN :delta ELSE 0 END)",
-                params,
-            )
-            for table in _derived:
-                table.on_evict(conn, first_kept_seq[0] if first_kept_seq else None)
-            # What was evicted needs no deriving any more.
-            conn.execute(
-                "UPDATE derived_state SET seq = max(seq, coalesce((SELECT min(seq) FROM events), ?) - 1) WHERE id = 1",
-                (manifest.next_seq,),
-            )
-            conn.execute(_MANIFEST_UPSERT, (*manifest_row(manifest), tail))
+        cut = spec.truncate_offset
+        params = {"cut": cut, "pivot": spec.pivot, "delta": spec.delta, "grown": cut if spec.grown else -1}
+        first_kept_seq = conn.execute(
+            "SELECT seq FROM events WHERE offset >= ? ORDER BY seq LIMIT 1", (cut,)
+        ).fetchone()
+        conn.execute("DELETE FROM turns WHERE number < ?", (spec.first_kept_turn,))
+        conn.execute("DELETE FROM events WHERE offset < ?", (cut,))
+        conn.execute(
+            "UPDATE turns SET "
+            "start_offset = start_offset - :cut + (CASE WHEN start_offset >= :pivot THEN :delta ELSE 0 END), "
+            "end_offset = end_offset - :cut + (CASE WHEN end_offset >= :pivot THEN :delta ELSE 0 END)",
+            params,
+        )
+        conn.execute(
+            "UPDATE events SET "
+            "offset = offset - :cut + (CASE WHEN offset >= :pivot THEN :delta ELSE 0 END), "
+            "length = length + (CASE WHEN offset = :grown THEN :delta ELSE 0 END)",
+            params,
+        )
+        for table in _derived:
+            table.on_evict(conn, first_kept_seq[0] if first_kept_seq else None)
+        # What was evicted needs no deriving any more.
+        conn.execute(
+            "UPDATE derived_state SET seq = max(seq, coalesce((SELECT min(seq) FROM events), ?) - 1) WHERE id = 1",
+            (spec.next_seq,),
+        )
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; any failure rolls back and surfaces as a StoreIOError."""
+    def _transaction(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
+        """One write transaction; any failure rolls back and surfaces as a StoreIOError. With
+        ``durable`` its commit syncs the WAL."""
         conn = self.conn
+        if durable:
+            try:
+                conn.execute("PRAGMA synchronous=FULL")
+            except sqlite3.Error as exc:
+                raise StoreIOError("update index", self.path, str(exc)) from exc
+            try:
+                with self._transaction() as conn:
+                    yield conn
+            finally:
+                try:
+                    conn.execute("PRAGMA synchronous=NORMAL")
+                except sqlite3.Error as exc:
+                    logger.warning("%s: could not go back to synchronous=NORMAL: %s", self.path, exc)
+            return
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -922,24 +1003,17 @@ _WAL_FORMAT = b"\x02\x02"
 
 def _template(*, wal: bool = True) -> bytes:
     """The bytes of an empty index with every migration applied (the log's and the registered
-    derived tables'), built once per process with sqlite-utils in memory. A new index starts as
-    a copy of it: writing 60 KB costs a fraction of creating a dozen tables and an FTS5 index."""
-    key = (wal, LOG_MIGRATIONS, *(t.migrations for t in _derived))
+    derived tables'), made once per process (see ``schema.template_bytes``: without sqlite-utils
+    on the agent's path). A new index starts as a copy of it: writing 60 KB costs a fraction of
+    creating a dozen tables and an FTS5 index."""
+    sets = (LOG_MIGRATIONS, *(t.migrations for t in _derived))
+    key = (wal, sets)
     data = _templates.get(key)
     if data is None:
-        conn = sqlite3.connect(":memory:", isolation_level=None)
-        try:
-            LOG_MIGRATIONS.apply(conn)
-            for table in _derived:
-                table.migrations.apply(conn)
-            conn.execute(f"PRAGMA user_version={INDEX_FORMAT}")
-            data = bytearray(conn.serialize())
-        finally:
-            conn.close()
+        built = bytearray(template_bytes(sets, INDEX_FORMAT))
         if wal:
-            data[18:20] = _WAL_FORMAT
-        data = bytes(data)
-        _templates[key] = data
+            built[18:20] = _WAL_FORMAT
+        data = _templates[key] = bytes(built)
     return data
 
 
@@ -947,7 +1021,13 @@ def _create_private(path: Path) -> tuple[int, int]:
     """Make sure ``path`` is a regular file, creating it 0600 (from its first byte) as a copy of
     the empty index (see :func:`_template`) when missing or empty; never through a symlink.
     Returns its ``(st_dev, st_ino)``."""
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    flags = (
+        os.O_RDWR
+        | os.O_CREAT
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+    )
     try:
         fd = os.open(path, flags, 0o600)
     except OSError as exc:

@@ -7,7 +7,8 @@ the session, and every other event inside an open turn belongs to that turn.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from .. import events as ev
 from ..events import Record
@@ -36,7 +37,9 @@ class LogState:
         # redaction, set by the writer): the index must not hold a secret such a message quotes.
         self.redact_error: Optional[Callable[[Any], Any]] = None
 
-    def apply(self, kind: str, event: dict, start: int, end: int, seq: Optional[int], ts: Optional[str]) -> tuple[bool, Optional[int]]:
+    def apply(
+        self, kind: str, event: dict, start: int, end: int, seq: Optional[int], ts: Optional[str]
+    ) -> tuple[bool, Optional[int]]:
         """Advance the state by one accepted event occupying bytes ``[start, end)``.
 
         Returns ``(boundary, turn)``: whether the event ends a unit of work (a turn closed or the
@@ -88,8 +91,9 @@ class LogState:
         if kind in ev.TURN_ENDS:
             turn.status = _TURN_STATUS[kind]
             turn.ended_at = ts or event.get("completed_at")
-            (turn.input_tokens, turn.cached_input_tokens, turn.cache_creation_tokens,
-             turn.output_tokens) = ev.usage_of(event)
+            (turn.input_tokens, turn.cached_input_tokens, turn.cache_creation_tokens, turn.output_tokens) = ev.usage_of(
+                event
+            )
             if kind == ev.TURN_FAILED:
                 turn.error = event.get("message")
             elif kind == ev.TURN_ABORTED:
@@ -174,6 +178,8 @@ def _context_timestamp(event: dict) -> Optional[str]:
     return None
 
 
-def event_row(seq: Optional[int], offset: int, length: int, turn: Optional[int], ts: Optional[str], event: dict) -> tuple:
+def event_row(
+    seq: Optional[int], offset: int, length: int, turn: Optional[int], ts: Optional[str], event: dict
+) -> tuple:
     """The ``events`` index row of one record (what it says goes to ``event_details``, later)."""
     return (seq, offset, length, turn, ts, str(event["type"]))

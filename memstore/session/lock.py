@@ -19,6 +19,7 @@ import stat
 import time
 from typing import Optional
 
+from .. import faults
 from ..errors import StoreIOError
 from ..fsio import open_private_rw
 from ..layout import lock_path
@@ -66,13 +67,19 @@ class LivenessLock:
             raise
         for attempt in range(_ATTEMPTS):
             try:
+                faults.check("lock.flock", path=self.path)
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError as exc:
                 self.holder_elsewhere = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
                 if not self.holder_elsewhere:
                     os.close(fd)
-                    logger.warning("cannot flock %s (%s): the session stays unlocked", self.path, exc)
+                    logger.warning(
+                        "cannot flock %s (%s): the session stays unlocked, so another process "
+                        "opening it is not kept out, and retention cannot tell it is live",
+                        self.path,
+                        exc,
+                    )
                     return False
                 if attempt == _ATTEMPTS - 1:
                     os.close(fd)
@@ -123,8 +130,9 @@ def is_live(session_dir: os.PathLike | str) -> bool:
     """
     path = lock_path(session_dir)
     try:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-                     | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(
+            path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+        )
     except FileNotFoundError:
         return False
     except OSError:

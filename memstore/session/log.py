@@ -12,18 +12,19 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
-from ..layout import EVENTS_FILE, session_directory, sessions_root
 from .. import events as ev
-from . import registry
-from .cap import CapPlan, EvictionHook, cap_low_water, plan_cap_eviction, write_eviction_summary
-from .deriver import derive_all
 from ..errors import SessionBusyError, SessionClosedError, StoreIOError
 from ..events import Record
 from ..fsio import ensure_private_dir, fsync_dir
+from ..layout import EVENTS_FILE, session_directory, sessions_root
 from ..store_redaction import StoreRedaction, store_redaction
+from . import registry
+from .cap import CapPlan, EvictionHook, cap_low_water, plan_cap_eviction, write_eviction_summary
+from .deriver import derive_all
 from .index import Turn
 from .lifecycle import LogState
 from .lock import SessionGone
@@ -120,7 +121,7 @@ class SessionLog:
         self._closed = True
         self._writer.release(flush_metadata=True)
 
-    def __enter__(self) -> "SessionLog":
+    def __enter__(self) -> SessionLog:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -215,8 +216,15 @@ def open_session(
     return _open(root, session_id, max_events, durability, on_evict, force_rescan=False)
 
 
-def _open(root: os.PathLike | str, session_id: str, max_events: int, durability: str,
-          on_evict: Optional[EvictionHook], *, force_rescan: bool) -> SessionLog:
+def _open(
+    root: os.PathLike | str,
+    session_id: str,
+    max_events: int,
+    durability: str,
+    on_evict: Optional[EvictionHook],
+    *,
+    force_rescan: bool,
+) -> SessionLog:
     if durability not in DURABILITY_POLICIES:
         raise ValueError(f"durability must be one of {DURABILITY_POLICIES}, not {durability!r}")
     if type(max_events) is not int or max_events < 0:

@@ -11,21 +11,25 @@ import logging
 import os
 import re
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional
+from typing import BinaryIO, Optional
 
 import orjson
 
-from ..layout import EVENTS_FILE, TORN_INFIX, torn_name
 from .. import events as ev
 from .. import faults
 from ..errors import StoreIOError
 from ..events import Record
 from ..fsio import open_private_append, open_read_no_follow, write_all, write_new_file
+from ..layout import EVENTS_FILE, TORN_INFIX, torn_name
 
 logger = logging.getLogger("memstore")
 
 TAIL_BYTES = 256
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _READ_CHUNK = 1 << 20
 
 
@@ -71,6 +75,13 @@ class LogFile:
             raise FileNotFoundError(self.path)
         self.rfd = rfd
         self.length = os.fstat(rfd).st_size
+
+    def detach(self) -> list[int]:
+        """Give up the descriptors without closing them (the caller closes them, for instance
+        off the agent's thread: closing the last descriptor of a replaced log frees its blocks)."""
+        fds = [fd for fd in (self.fd, self.rfd) if fd >= 0]
+        self.fd = self.rfd = -1
+        return fds
 
     def close(self) -> None:
         for name in ("fd", "rfd"):
@@ -146,6 +157,61 @@ class LogFile:
             if last:
                 carry.append(last)
 
+    def lines_matching(self, start: int, end: int, pattern: re.Pattern[bytes]) -> Iterator[bytes]:
+        """Every complete line in ``[start, end)`` in which ``pattern`` (which must not match a
+        ``\\n``) matches, without its ``\\n``, in log order. The search runs over whole chunks;
+        only the lines it finds are cut out, so a scan for a rare pattern costs about a read."""
+        pos = start
+        carry = b""
+        while pos < end:
+            chunk = self.pread(pos, min(_READ_CHUNK, end - pos))
+            if not chunk:
+                return
+            pos += len(chunk)
+            data = carry + chunk if carry else chunk
+            last = data.rfind(b"\n")
+            if last < 0:
+                carry = data
+                continue
+            line_end = -1
+            for match in pattern.finditer(data, 0, last + 1):
+                if match.start() < line_end:
+                    continue  # in the line just yielded
+                line_start = data.rfind(b"\n", 0, match.start()) + 1
+                line_end = data.find(b"\n", match.start())
+                yield data[line_start:line_end]
+            carry = data[last + 1 :]
+
+    def lines_matching_backward(self, start: int, end: int, pattern: re.Pattern[bytes]) -> Iterator[bytes]:
+        """:meth:`lines_matching` newest first: every complete line in ``[start, end)`` (``start``
+        a line's start) in which ``pattern`` (which must not match a ``\\n``) matches, without
+        its ``\\n``, from the last to the first. Reads backwards from ``end`` in large chunks, so
+        a caller that needs only the last few such lines reads little more than what holds them."""
+        pos = end
+        carry = b""  # the bytes after an earlier chunk's first newline: a line that starts before
+        partial_tail = True  # until a newline is seen, the bytes read end a partial last line
+        while pos > start:
+            size = min(_READ_CHUNK, pos - start)
+            chunk = self.pread(pos - size, size)
+            if len(chunk) != size:
+                raise StoreIOError("read", self.path, f"short read at offset {pos - size} (the log shrank)")
+            pos -= size
+            data = chunk + carry if carry else chunk
+            if partial_tail:
+                data = data[: data.rfind(b"\n") + 1]
+                if not data:
+                    continue
+                partial_tail = False
+            # Lines before ``edge`` may begin in the previous chunk: they wait for it.
+            edge = data.find(b"\n") + 1 if pos > start else 0
+            carry = data[:edge]
+            yielded_from = len(data)
+            for match in reversed(list(pattern.finditer(data, edge))):
+                if match.start() >= yielded_from:
+                    continue  # in the line just yielded
+                yielded_from = data.rfind(b"\n", 0, match.start()) + 1
+                yield data[yielded_from : data.find(b"\n", match.start())]
+
     def records(self, start: int, end: int) -> Iterator[Record]:
         """Decode the valid records in ``[start, end)``; lines that fail decoding are skipped."""
         pos = start
@@ -209,7 +275,7 @@ class LogFile:
         if cut >= self.length:
             return None
         torn = self.pread(cut, self.length - cut)
-        keep = self.dir / torn_name(cut, ev.utc_now().replace(':', ''))
+        keep = self.dir / torn_name(cut, ev.utc_now().replace(":", ""))
         kept = write_new_file(keep, torn)
         try:
             os.ftruncate(self.fd, cut)
@@ -250,8 +316,9 @@ class LogFile:
                 try:
                     os.ftruncate(self.fd, self.length)
                 except OSError as exc:
-                    logger.warning("could not truncate %s back after a failed write (the next open cuts it): %s",
-                                   self.path, exc)
+                    logger.warning(
+                        "could not truncate %s back after a failed write (the next open cuts it): %s", self.path, exc
+                    )
                 raise
             self.length += len(buffer)
             self.written += len(buffer)
@@ -265,35 +332,68 @@ class LogFile:
                 raise StoreIOError.from_os_error("fdatasync", self.path, exc) from exc
             self.unsynced = False
 
-    def replace_from(self, start: int, head: bytes) -> None:
-        """Atomically replace the log by ``head`` followed by its bytes from ``start`` on (copy to
-        a temp file, fsync, rename). The caller syncs the directory and reopens the descriptors."""
+    def write_replacement(self, start: int, head: bytes) -> Replacement:
+        """Write ``head`` followed by the log's bytes from ``start`` on to a new private temp file
+        beside the log, not synced (the caller syncs it with its other files, then
+        :meth:`install_replacement` or :meth:`discard_replacement`)."""
         tmp = self.dir / f".{EVENTS_FILE}.cap-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        fd, _ = open_private_append(tmp)
         try:
-            try:
-                write_all(fd, head, tmp)
-                faults.check("cap.copy", path=tmp)
-                pos = start
-                while pos < self.length:
+            # (Its name needs no directory sync: it is renamed, and that rename synced.)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("create", tmp, exc) from exc
+        replacement = Replacement(tmp, fd)
+        try:
+            write_all(fd, head, tmp)
+            faults.check("cap.copy", path=tmp)
+            pos = start
+            while pos < self.length:
+                try:
                     chunk = os.pread(self.rfd, min(_READ_CHUNK, self.length - pos), pos)
-                    if not chunk:
-                        raise StoreIOError("cap rewrite", self.path, "log shrank while copying")
-                    write_all(fd, chunk, tmp)
-                    faults.check("cap.copy", path=tmp)
-                    pos += len(chunk)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-        except BaseException as exc:
-            try:
-                os.unlink(tmp)
-            except OSError as cleanup:
-                logger.warning("could not remove the cap rewrite's temp file %s: %s", tmp, cleanup)
-            if isinstance(exc, OSError):
-                raise StoreIOError.from_os_error("cap rewrite", self.path, exc) from exc
+                except OSError as exc:
+                    raise StoreIOError.from_os_error("read", self.path, exc) from exc
+                if not chunk:
+                    raise StoreIOError("cap rewrite", self.path, "log shrank while copying")
+                write_all(fd, chunk, tmp)
+                faults.check("cap.copy", path=tmp)
+                pos += len(chunk)
+        except BaseException:
+            self.discard_replacement(replacement)
             raise
+        return replacement
+
+    def install_replacement(self, replacement: Replacement) -> None:
+        """Rename the synced replacement over the log (the caller syncs the directory and
+        reopens the descriptors)."""
+        replacement.close()
+        try:
+            os.replace(replacement.tmp, self.path)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("cap rewrite", self.path, exc) from exc
+
+    def discard_replacement(self, replacement: Replacement) -> None:
+        """Remove a replacement that is not to be installed (logged if it cannot be)."""
+        replacement.close()
+        try:
+            os.unlink(replacement.tmp)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            logger.warning("could not remove the cap rewrite's temp file %s: %s", replacement.tmp, exc)
+
+
+@dataclass
+class Replacement:
+    """A copy of the log a cap rewrite made (see :meth:`LogFile.write_replacement`), its
+    descriptor open until it is installed or discarded."""
+
+    tmp: Path
+    fd: int
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 _SEQ = re.compile(rb'"seq":(\d{1,19})')
@@ -324,3 +424,13 @@ def _is_json(line: bytes) -> bool:
         return True
     except orjson.JSONDecodeError:
         return False
+
+
+def close_fds(fds: list[int], path: Path) -> None:
+    """Close descriptors :meth:`LogFile.detach` gave up (errors logged: after ``fdatasync`` a
+    close error says nothing about the data)."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError as exc:
+            logger.debug("closing a replaced descriptor of %s: %s", path, exc)

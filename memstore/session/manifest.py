@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import stat
 import threading
 import time
@@ -28,7 +27,7 @@ import orjson
 
 from ..errors import StoreIOError, UnsafePathError
 from ..events import MAX_SEQ, utc_now
-from ..fsio import atomic_write, file_kind, read_no_follow, remove_if_exists
+from ..fsio import atomic_write, file_kind, read_no_follow, remove_if_exists, remove_temp, write_temp_beside
 from ..layout import MANIFEST_FILE, cap_marker_path, iter_session_dirs, unusable_name
 
 logger = logging.getLogger(__name__)
@@ -102,7 +101,9 @@ class Manifest:
 def new_generation() -> int:
     """A fresh generation number (random, positive, fits SQLite): tells every consumer that the
     views were rebuilt or the log rewritten, whatever they saw before."""
-    return secrets.randbits(62) + 1
+    # 62 random bits from the OS (what secrets.randbits reads, without importing it: an agent
+    # hook pays for every module ``import memstore`` loads).
+    return (int.from_bytes(os.urandom(8), "big") >> 2) + 1
 
 
 def _ints_ok(m: Manifest) -> bool:
@@ -112,8 +113,12 @@ def _ints_ok(m: Manifest) -> bool:
             return False
     if m.next_seq > MAX_SEQ + 1 or m.retained_turn_base > MAX_SEQ or m.turn_count > MAX_SEQ:
         return False  # implausible: distrusted, and the log decides
-    return (isinstance(m.in_turn, bool) and isinstance(m.created_at, str) and m.retained_turn_base >= 1
-            and (m.source is None or isinstance(m.source, dict)))
+    return (
+        isinstance(m.in_turn, bool)
+        and isinstance(m.created_at, str)
+        and m.retained_turn_base >= 1
+        and (m.source is None or isinstance(m.source, dict))
+    )
 
 
 @dataclass(frozen=True)
@@ -248,9 +253,67 @@ def marker_path(session_dir: os.PathLike | str) -> Path:
     return cap_marker_path(session_dir)
 
 
-def write_marker(session_dir: os.PathLike | str, marker: CapRewriteMarker) -> None:
-    """Durably record the intent of a cap rewrite, before the log is replaced."""
-    atomic_write(marker_path(session_dir), orjson.dumps(asdict(marker)), durable=True)
+@dataclass
+class StagedFile:
+    """A file written but not yet synced, its descriptor open for the caller's sync; ``tmp`` is
+    the temp file it still is, if it was not renamed into place yet."""
+
+    path: Path
+    fd: int
+    tmp: Optional[Path] = None
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def install(self) -> None:
+        """Rename the temp file into place (the caller syncs the directory)."""
+        self.close()
+        if self.tmp is None:
+            return
+        try:
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            raise StoreIOError.from_os_error("rename", self.path, exc) from exc
+        self.tmp = None
+
+    def discard(self) -> None:
+        """Remove the temp file of a file not to be installed."""
+        self.close()
+        if self.tmp is not None:
+            remove_temp(self.tmp)
+            self.tmp = None
+
+
+def stage_file(path: os.PathLike | str, data: bytes) -> StagedFile:
+    """Write ``data`` to a private temp file beside ``path``, not synced, its descriptor open
+    (for the caller's sync), to be renamed over ``path`` by :meth:`StagedFile.install`."""
+    path = Path(path)
+    tmp, _st = write_temp_beside(path, data, sync=False, write_op="write")
+    try:
+        fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        remove_temp(tmp)
+        raise StoreIOError.from_os_error("open", tmp, exc) from exc
+    return StagedFile(path, fd, Path(tmp))
+
+
+def stage_marker(session_dir: os.PathLike | str, marker: CapRewriteMarker) -> StagedFile:
+    """Put the intent record of a cap rewrite in place, not yet synced (written to a temp file
+    and renamed over any stale one: a reader sees a whole marker or none). The caller syncs it
+    and the index directory before it replaces the log; until then a crash leaves a marker
+    that does not match the log, which every open ignores and removes."""
+    staged = stage_file(marker_path(session_dir), orjson.dumps(asdict(marker)))
+    fd, staged.fd = staged.fd, -1
+    try:
+        staged.install()
+    except BaseException:
+        os.close(fd)
+        staged.discard()
+        raise
+    staged.fd = fd
+    return staged
 
 
 def load_marker(session_dir: os.PathLike | str) -> Optional[CapRewriteMarker]:
@@ -267,8 +330,12 @@ def load_marker(session_dir: os.PathLike | str) -> Optional[CapRewriteMarker]:
     return CapRewriteMarker(*values)
 
 
-def clear_marker(session_dir: os.PathLike | str) -> bool:
-    """Remove the pending marker; return whether one was there."""
+def clear_marker(session_dir: os.PathLike | str, only: Optional[CapRewriteMarker] = None) -> bool:
+    """Remove the pending marker (with ``only``, only if it is that one); return whether one
+    was removed. Not synced: a removal a crash undoes leaves a marker that no longer matches the
+    log (it grew) or that finishes a rewrite already finished, both harmless."""
+    if only is not None and load_marker(session_dir) != only:
+        return False
     return remove_if_exists(marker_path(session_dir))
 
 
@@ -331,8 +398,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=summary_cache.reset_after_fork)
 
 
-def list_sessions(root: os.PathLike | str, limit: Optional[int] = None, *,
-                  on_skip: Optional[Callable[[str, str], None]] = None) -> list[SessionSummary]:
+def list_sessions(
+    root: os.PathLike | str, limit: Optional[int] = None, *, on_skip: Optional[Callable[[str, str], None]] = None
+) -> list[SessionSummary]:
     """Summaries of the sessions under ``root``, most recently updated first.
 
     The directories are those of :func:`memstore.layout.iter_session_dirs` (no symlink is

@@ -17,31 +17,48 @@ as it exists (``use_state``), so the writer's view is the state being scanned in
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 import orjson
 
-from .. import faults
-from ..layout import INDEX_DIR, MANIFEST_FILE
 from .. import events as ev
+from .. import faults
 from ..errors import MemstoreError, StoreIOError
 from ..fsio import atomic_write, read_no_follow
+from ..layout import INDEX_DIR, MANIFEST_FILE
 from .index import BatchRecord, SavedState, SessionIndex, derived_tables
 from .indexslot import IndexSlot
 from .lifecycle import LogState
 from .logfile import TAIL_BYTES, LogFile, torn_seq_floor
-from .manifest import STATUS_ACTIVE, CapRewriteMarker, Manifest, clear_marker, load_manifest, load_marker, new_generation
+from .manifest import (
+    STATUS_ACTIVE,
+    CapRewriteMarker,
+    Manifest,
+    clear_marker,
+    load_manifest,
+    load_marker,
+    new_generation,
+)
 from .publisher import Publisher
 from .tuning import TUNING
 
 logger = logging.getLogger("memstore")
 
 
-def recover(log: LogFile, slot: IndexSlot, publisher: Publisher, session_dir: Path, session_id: str, *,
-            force_rescan: bool, use_state: Callable[[LogState], None],
-            redact_event: Optional[Callable[[dict], dict]] = None) -> None:
+def recover(
+    log: LogFile,
+    slot: IndexSlot,
+    publisher: Publisher,
+    session_dir: Path,
+    session_id: str,
+    *,
+    force_rescan: bool,
+    use_state: Callable[[LogState], None],
+    redact_event: Optional[Callable[[dict], dict]] = None,
+) -> None:
     """Bring the state, index and manifest of the session ``session_id`` in ``session_dir`` in
     line with its ``log`` (called on open, with the log's descriptors open and the session's
     lock held; ``force_rescan`` rebuilds the index from the log whatever it says). The index is
@@ -51,8 +68,7 @@ def recover(log: LogFile, slot: IndexSlot, publisher: Publisher, session_dir: Pa
     marker = load_marker(session_dir)
     on_disk = load_manifest(session_dir)
     if on_disk is None and log.length and (session_dir / MANIFEST_FILE).exists():
-        logger.warning("%s: manifest.json is malformed or its counters are implausible; the log decides",
-                       session_dir)
+        logger.warning("%s: manifest.json is malformed or its counters are implausible; the log decides", session_dir)
     had_index = slot.path.exists()
     # A rebuild of a small log reads the old index only for what it knew, and builds the new
     # one in memory: opening the old one for writing would cost its WAL and a checkpoint.
@@ -77,10 +93,18 @@ def recover(log: LogFile, slot: IndexSlot, publisher: Publisher, session_dir: Pa
         why = None
     fast = why is None
     adopted = False
-    if fast and on_disk is not None and saved is not None and on_disk.persisted_file_len == saved.manifest.persisted_file_len:
+    if (
+        fast
+        and on_disk is not None
+        and saved is not None
+        and on_disk.persisted_file_len == saved.manifest.persisted_file_len
+    ):
         mine, theirs = saved.manifest, on_disk
         if (mine.turn_count, mine.event_count, mine.in_turn, mine.retained_turn_base) != (
-            theirs.turn_count, theirs.event_count, theirs.in_turn, theirs.retained_turn_base
+            theirs.turn_count,
+            theirs.event_count,
+            theirs.in_turn,
+            theirs.retained_turn_base,
         ):
             fast = False
             why = "manifest.json and the index disagree on the counts"
@@ -114,8 +138,9 @@ def recover(log: LogFile, slot: IndexSlot, publisher: Publisher, session_dir: Pa
             # metadata (see _catch_up): the index's next_seq and status must survive there,
             # or the next scan hands out again seqs the old index had counted past a lost
             # suffix of the log.
-            atomic_write(session_dir / MANIFEST_FILE,
-                         replace(saved.manifest, session_id=session_id).to_json(), durable=False)
+            atomic_write(
+                session_dir / MANIFEST_FILE, replace(saved.manifest, session_id=session_id).to_json(), durable=False
+            )
         # The rescan writes a new index file: deleting the old rows would only cost time and
         # disk space (what the old index knew is in ``saved``).
         if small:
@@ -129,13 +154,19 @@ def recover(log: LogFile, slot: IndexSlot, publisher: Publisher, session_dir: Pa
         # and from the records at hand it costs no second read of the log.
         state = _rescan_state(log, session_id, base, on_disk, saved)
         use_state(state)
-        _rescan(log, _index(slot), state, on_disk, saved, derive_lazy=force_rescan and small,
-                redact_event=redact_event)
+        _rescan(log, _index(slot), state, on_disk, saved, derive_lazy=force_rescan and small, redact_event=redact_event)
         if small:
             slot.persist()
-    publisher.publish_manifest_now(state.manifest.to_json())
-    if marker is not None:
-        clear_marker(session_dir)
+    if marker is None:
+        publisher.publish_manifest_now(state.manifest.to_json())
+        return
+    # A cap rewrite's marker (finished here, or stale) goes only once the index and
+    # manifest.json that describe the log are durable (VT Code reads the marker until then).
+    with slot.lock:
+        _index(slot).make_durable()
+    publisher.publish_manifest_now(state.manifest.to_json(), durable=True)
+    faults.check("cap.unmark", path=session_dir)
+    clear_marker(session_dir)
 
 
 def _index(slot: IndexSlot) -> SessionIndex:
@@ -186,8 +217,12 @@ def covers_prefix(log: LogFile, saved: SavedState) -> bool:
 
 
 def scan_turn_base(
-    log: LogFile, index: Optional[SessionIndex], session_dir: Path, marker: Optional[CapRewriteMarker],
-    on_disk: Optional[Manifest], saved: Optional[SavedState],
+    log: LogFile,
+    index: Optional[SessionIndex],
+    session_dir: Path,
+    marker: Optional[CapRewriteMarker],
+    on_disk: Optional[Manifest],
+    saved: Optional[SavedState],
 ) -> int:
     """The ordinal of the first turn ``log`` holds, for a rescan (reference 5.3 step 6, with
     memstore's log head first: a log memstore rewrote says its base itself), from the rewrite
@@ -203,8 +238,12 @@ def scan_turn_base(
 
 
 def _scan_turn_base(
-    log: LogFile, index: Optional[SessionIndex], session_dir: Path, marker: Optional[CapRewriteMarker],
-    on_disk: Optional[Manifest], saved: Optional[SavedState],
+    log: LogFile,
+    index: Optional[SessionIndex],
+    session_dir: Path,
+    marker: Optional[CapRewriteMarker],
+    on_disk: Optional[Manifest],
+    saved: Optional[SavedState],
 ) -> int:
     if marker is not None:
         return max(1, marker.retained_turn_base)
@@ -231,8 +270,10 @@ def _scan_turn_base(
     # above). A tampered manifest cannot renumber the turns: the log decides.
     first = log.first_record()
     written_by_memstore = first is not None and first[2].seq is not None
-    for believed in (on_disk if on_disk is not None and on_disk.has("retained_turn_base") else None,
-                     saved.manifest if saved is not None else None):
+    for believed in (
+        on_disk if on_disk is not None and on_disk.has("retained_turn_base") else None,
+        saved.manifest if saved is not None else None,
+    ):
         if believed is None:
             continue
         base = believed.retained_turn_base
@@ -244,8 +285,9 @@ def _scan_turn_base(
     return 1
 
 
-def _prefix_removed(log: LogFile, index: Optional[SessionIndex], saved: Optional[SavedState],
-                    removed: int) -> Optional[bool]:
+def _prefix_removed(
+    log: LogFile, index: Optional[SessionIndex], saved: Optional[SavedState], removed: int
+) -> Optional[bool]:
     """When the log is shorter than the stale metadata says, was a prefix removed (a cap
     rewrite that crashed before its index caught up) or a suffix lost (a power cut took bytes
     the metadata already described)? Answered by finding the log's first record in the stale
@@ -265,8 +307,9 @@ def _prefix_removed(log: LogFile, index: Optional[SessionIndex], saved: Optional
     return None
 
 
-def _rescan_state(log: LogFile, session_id: str, base: int, on_disk: Optional[Manifest],
-                  saved: Optional[SavedState]) -> LogState:
+def _rescan_state(
+    log: LogFile, session_id: str, base: int, on_disk: Optional[Manifest], saved: Optional[SavedState]
+) -> LogState:
     """The state a rescan of the whole log starts from: what the log cannot say, kept from the
     old metadata; the first turn numbered ``base``."""
     known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
@@ -294,9 +337,16 @@ def _rescan_state(log: LogFile, session_id: str, base: int, on_disk: Optional[Ma
     return LogState(manifest)
 
 
-def _rescan(log: LogFile, index: SessionIndex, state: LogState, on_disk: Optional[Manifest],
-            saved: Optional[SavedState], *, derive_lazy: bool = False,
-            redact_event: Optional[Callable[[dict], dict]] = None) -> None:
+def _rescan(
+    log: LogFile,
+    index: SessionIndex,
+    state: LogState,
+    on_disk: Optional[Manifest],
+    saved: Optional[SavedState],
+    *,
+    derive_lazy: bool = False,
+    redact_event: Optional[Callable[[dict], dict]] = None,
+) -> None:
     """Index the whole log into ``index``, from ``state`` (see :func:`_rescan_state`)."""
     known = [m for m in (on_disk, saved.manifest if saved else None) if m is not None]
     log.tail = b""
@@ -307,12 +357,31 @@ def _rescan(log: LogFile, index: SessionIndex, state: LogState, on_disk: Optiona
     # Seqs handed out for bytes a torn-tail repair cut (kept beside the log), and any the old
     # metadata counted past the log (a log the cap emptied keeps none), are never reused.
     seq_floor = max([torn_seq_floor(*log.torn_files())] + [_believed_floor(m.next_seq) for m in known])
-    scan(log, index, state, 0, reset=True, status_floor=status_floor, seq_floor=seq_floor, derive_lazy=derive_lazy,
-         redact_event=redact_event)
+    scan(
+        log,
+        index,
+        state,
+        0,
+        reset=True,
+        status_floor=status_floor,
+        seq_floor=seq_floor,
+        derive_lazy=derive_lazy,
+        redact_event=redact_event,
+    )
 
 
-def scan(log: LogFile, index: SessionIndex, state: LogState, start: int, *, reset: bool, status_floor: int = 0,
-         seq_floor: int = 0, derive_lazy: bool = False, redact_event: Optional[Callable[[dict], dict]] = None) -> None:
+def scan(
+    log: LogFile,
+    index: SessionIndex,
+    state: LogState,
+    start: int,
+    *,
+    reset: bool,
+    status_floor: int = 0,
+    seq_floor: int = 0,
+    derive_lazy: bool = False,
+    redact_event: Optional[Callable[[dict], dict]] = None,
+) -> None:
     """Index ``log`` from byte ``start`` to the end of the file into ``index``, advancing
     ``state``, committing in batches (of ``TUNING.scan_batch_events``) so an interrupted scan
     resumes where it stopped. ``next_seq`` ends at least at ``seq_floor``. With ``derive_lazy``
@@ -346,13 +415,26 @@ def scan(log: LogFile, index: SessionIndex, state: LogState, start: int, *, rese
     _commit_scan(log, index, state, rows, offset, reset, records, derive_lazy)
     if skipped:
         # Kept in the log (nothing is cut from its middle), left out of every view.
-        logger.warning("%s: skipped %d line%s that %s not a valid event (the first at byte %d)",
-                       log.path, skipped, "" if skipped == 1 else "s", "is" if skipped == 1 else "are",
-                       first_skipped)
+        logger.warning(
+            "%s: skipped %d line%s that %s not a valid event (the first at byte %d)",
+            log.path,
+            skipped,
+            "" if skipped == 1 else "s",
+            "is" if skipped == 1 else "are",
+            first_skipped,
+        )
 
 
-def _commit_scan(log: LogFile, index: SessionIndex, state: LogState, rows: list, offset: int, reset: bool,
-                 records: list, derive_lazy: bool) -> None:
+def _commit_scan(
+    log: LogFile,
+    index: SessionIndex,
+    state: LogState,
+    rows: list,
+    offset: int,
+    reset: bool,
+    records: list,
+    derive_lazy: bool,
+) -> None:
     manifest = state.manifest
     if not manifest.created_at:  # no record with a time yet (VT Code lines have none)
         manifest.created_at = ev.utc_now()
@@ -362,12 +444,14 @@ def _commit_scan(log: LogFile, index: SessionIndex, state: LogState, rows: list,
     log.tail = log.read_tail(offset)
     try:
         faults.check("recovery.batch", path=log.path, offset=offset)
-        index.commit(rows, state.dirty.values(), manifest, log.tail, reset=reset, records=records,
-                     derive_lazy=derive_lazy)
+        index.commit(
+            rows, state.dirty.values(), manifest, log.tail, reset=reset, records=records, derive_lazy=derive_lazy
+        )
     except StoreIOError as exc:
         first = rows[0][1] if rows else offset
-        raise StoreIOError(exc.op, exc.path, f"{exc.detail} (while indexing bytes {first}-{offset} of "
-                                             f"{log.path})", exc.errno) from exc
+        raise StoreIOError(
+            exc.op, exc.path, f"{exc.detail} (while indexing bytes {first}-{offset} of {log.path})", exc.errno
+        ) from exc
     state.dirty.clear()
 
 

@@ -15,7 +15,8 @@ import logging
 import os
 import queue
 import threading
-from typing import Callable, Optional, Protocol, TypeVar, cast
+from collections.abc import Callable
+from typing import Optional, Protocol, TypeVar, cast
 
 from .. import faults
 
@@ -38,7 +39,7 @@ _sessions: dict[str, Shared] = {}
 _closing: dict[str, threading.Event] = {}
 _lock = threading.Lock()
 # Sessions of handles dropped without close(); SimpleQueue.put is safe to call from __del__.
-_dropped: "queue.SimpleQueue[Shared]" = queue.SimpleQueue()
+_dropped: queue.SimpleQueue[Shared] = queue.SimpleQueue()
 _reaper: Optional[threading.Thread] = None
 
 S = TypeVar("S", bound=Shared)

@@ -31,6 +31,11 @@ class Tuning:
     # The deriver's batch: at most this many records and (past the first record) bytes.
     derive_batch_events: int = 500
     derive_batch_bytes: int = 256 * 1024
+    # manifest.json is replaced at most this often while turns end faster than that (the newest
+    # version waits, and is written once due, or at once by a flush, close, read or cap rewrite):
+    # each replacement is a new file and a rename, metadata the next fdatasync of the log has to
+    # commit too. An agent's turns are seconds apart, and meet no delay.
+    manifest_interval_seconds: float = 0.1
     # When this many event rows wait for the publisher, the writer waits for it: memory stays
     # bounded however fast a bulk import appends.
     max_pending_rows: int = 200_000

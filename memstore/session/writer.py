@@ -6,7 +6,7 @@ part only what that part needs: the log file (``logfile.py``) holds the bytes; t
 (``indexslot.py``) the index connection and its lock; the publisher (``publisher.py``) commits
 rows and publishes the manifest from the slot; the deriver (``deriver.py``) reads a narrow view
 of it (:class:`~memstore.session.deriver.DeriveSource`); the cap policy (``cap.py``) owns its
-back-off and asks the writer for three things (:class:`~memstore.session.cap.CapWriter`);
+back-off and asks the writer for the few things it needs (:class:`~memstore.session.cap.CapWriter`);
 recovery (``recovery.py``) gets the log file, the slot, the publisher and the directory.
 
 Durability ordering at every write point: (1) one ``write()`` of whole lines, (2) ``fdatasync``
@@ -23,10 +23,11 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional
+from typing import BinaryIO, Optional
 
 import orjson
 
@@ -38,12 +39,12 @@ from ..store_redaction import StoreRedaction
 from . import registry
 from .cap import CapPolicy, EvictionHook, HookRunning, log_head
 from .deriver import Deriver
-from .index import SessionIndex, Turn, derived_tables, manifest_row
+from .index import EvictSpec, SessionIndex, Turn, derived_tables, manifest_row
 from .indexslot import IndexSlot
 from .lifecycle import LogState
 from .lock import LivenessLock
 from .logfile import LogFile
-from .manifest import Manifest
+from .manifest import CapRewriteMarker, Manifest
 from .publisher import Batch, Publisher
 from .recovery import recover
 
@@ -104,6 +105,8 @@ class SessionWriter:
         self.publisher = Publisher(self.slot, directory / MANIFEST_FILE)
         self.cap = CapPolicy(self.log, self.publisher, directory, self.head_id, self)
         self.deriver: Optional[Deriver] = Deriver(self) if Deriver.needed() else None
+        if self.deriver is not None:
+            self.publisher.on_commit = self.deriver.wake
 
     @property
     def events_path(self) -> Path:
@@ -144,9 +147,16 @@ class SessionWriter:
 
     def recover(self, *, force_rescan: bool) -> None:
         """Bring the state, index and manifest in line with the log (see ``recovery.py``)."""
-        recover(self.log, self.slot, self.publisher, self.dir, self.session_id, force_rescan=force_rescan,
-                use_state=self._use_state,
-                redact_event=self.redaction.redact_event if self.redaction is not None else None)
+        recover(
+            self.log,
+            self.slot,
+            self.publisher,
+            self.dir,
+            self.session_id,
+            force_rescan=force_rescan,
+            use_state=self._use_state,
+            redact_event=self.redaction.redact_event if self.redaction is not None else None,
+        )
 
     def _use_state(self, state: LogState) -> None:
         self.state = state
@@ -222,8 +232,9 @@ class SessionWriter:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def append(self, event: dict, durability: str, max_events: int, on_evict: Optional[EvictionHook],
-               ts: Optional[str] = None) -> int:
+    def append(
+        self, event: dict, durability: str, max_events: int, on_evict: Optional[EvictionHook], ts: Optional[str] = None
+    ) -> int:
         # The agent's hot path: kept flat on purpose (locals, few helper calls per event).
         kind = _check_event(event)
         if self._redact_on_write is not None:
@@ -237,8 +248,10 @@ class SessionWriter:
             manifest = state.manifest
             seq = manifest.next_seq
             if seq > _MAX_SEQ:  # only a log edited to claim the last seqs gets here
-                raise MemstoreError(f"{self.events_path}: no sequence number is left (its records claim the last "
-                                    f"ones, up to {_MAX_SEQ}); nothing was written")
+                raise MemstoreError(
+                    f"{self.events_path}: no sequence number is left (its records claim the last "
+                    f"ones, up to {_MAX_SEQ}); nothing was written"
+                )
             if ts is None:
                 ts = state.now = _utc_now()
             log = self.log
@@ -292,7 +305,7 @@ class SessionWriter:
                     self.write_out(sync=False)
                     self.publish(manifest=False, inline=True)
                 if max_events > 0 and manifest.event_count > max_events:
-                    self.cap.enforce(state, self._index(), max_events, on_evict)
+                    self.cap.enforce(state, self._index(), max_events, on_evict, sync=durability != "none")
             except MemstoreError as exc:
                 # Say whether the event is in the log already: a caller that retries an event
                 # that is would write it twice.
@@ -320,8 +333,14 @@ class SessionWriter:
         state = self.state
         m = state.manifest
         m.persisted_file_len = self.log.length
-        batch = Batch(self.pending, self.pending_lines, {t.number: t.as_row() for t in state.dirty.values()},
-                      manifest_row(m), self.log.tail, m.to_json() if manifest else None)
+        batch = Batch(
+            self.pending,
+            self.pending_lines,
+            {t.number: t.as_row() for t in state.dirty.values()},
+            manifest_row(m),
+            self.log.tail,
+            m.to_json() if manifest else None,
+        )
         if inline:
             self.publisher.publish_here(batch)
         else:
@@ -331,15 +350,61 @@ class SessionWriter:
         if self.pending_lines is not None:
             self.pending_lines = []
         self.unpublished = 0
-        if self.deriver is not None:
-            self.deriver.wake()
 
-    def settle(self) -> None:
-        """Write and sync the buffer, and hand the publisher every row not handed yet (what a
-        cap rewrite needs before it plans on the index)."""
-        self.write_out(sync=True)
+    def settle(self, *, sync: bool = True) -> None:
+        """Write the buffer (and sync it, with ``sync``), and hand the publisher every row not
+        handed yet (what a cap rewrite needs before it plans on the index)."""
+        self.write_out(sync=sync)
         if self.pending or self.state.dirty or self.unpublished:
             self.publish()
+
+    def rows_pending_from(self, offset: int) -> bool:
+        """Whether a row not handed to the publisher yet describes a record at or before
+        ``offset`` (the rows are in log order: the first is the oldest)."""
+        return bool(self.pending) and self.pending[0][1] <= offset
+
+    def publish_rewrite(
+        self,
+        shift: Callable[[int], int],
+        evict: EvictSpec,
+        marker: CapRewriteMarker,
+        after: list[Callable[[], None]],
+    ) -> None:
+        """After a cap rewrite replaced the log: move every offset not yet in the index (rows and
+        turns not handed over, the open turn) by ``shift`` to the rewritten log's, and hand them
+        to the publisher with the rewrite itself, which the index applies first, in the same
+        transaction, with a synced WAL; the marker is removed once that is durable, and then
+        ``after`` runs (see ``Batch.after``)."""
+        state = self.state
+        moved = []
+        for turn in state.dirty.values():
+            turn.start_offset, turn.end_offset = shift(turn.start_offset), shift(turn.end_offset)
+            moved.append(turn)
+        open_turn = state.open_turn
+        if open_turn is not None and not any(turn is open_turn for turn in moved):
+            open_turn.start_offset, open_turn.end_offset = shift(open_turn.start_offset), shift(open_turn.end_offset)
+        self.pending = [(seq, shift(start), size, turn, ts, kind) for seq, start, size, turn, ts, kind in self.pending]
+        m = state.manifest
+        m.persisted_file_len = self.log.length
+        self.publisher.submit(
+            Batch(
+                self.pending,
+                self.pending_lines,
+                {t.number: t.as_row() for t in state.dirty.values()},
+                manifest_row(m),
+                self.log.tail,
+                None,  # manifest.json is in place already (the rewrite installed it)
+                evict=evict,
+                durable=True,
+                clear_marker=marker,
+                after=after,
+            )
+        )
+        state.dirty.clear()
+        self.pending = []
+        if self.pending_lines is not None:
+            self.pending_lines = []
+        self.unpublished = 0
 
     def publish_manifest(self, *, wait: bool = False) -> None:
         """Publish the manifest (the index already holds its row): from the publisher's thread,

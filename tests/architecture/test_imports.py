@@ -159,3 +159,24 @@ def test_every_lazy_name_resolves():
     """Each public name the package lists loads from the module it names."""
     for name in memstore.__all__:
         assert getattr(memstore, name) is not None, name
+
+
+def test_opening_a_new_session_and_appending_loads_no_numpy_and_no_sqlite_utils(tmp_path):
+    """What an agent hook does in a fresh process: open a session that does not exist yet, append
+    one event, close. Its index is a copy of the empty index (made once per schema and cached),
+    so the hook loads neither sqlite-utils nor numpy (nor what they import)."""
+    code = ("import sys, memstore\n"
+            "log = memstore.open_session(sys.argv[1], sys.argv[2])\n"
+            "log.append({'type': 'item.completed', 'item': {'type': 'agent_message', 'text': 'ran the tests'}})\n"
+            "log.close()\n"
+            "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in\n"
+            "    ('numpy', 'sqlite_utils', 'dateutil', 'pluggy', 'click', 'datasette'))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "MEMSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    root = tmp_path / "store"
+    runs = [subprocess.run([sys.executable, "-c", code, str(root), f"hook-{n}"], capture_output=True, text=True,
+                           check=True, env=env) for n in range(3)]
+    # The first process of a schema may build the cached empty index; every later one copies it.
+    assert [run.stdout.strip() for run in runs[1:]] == ["", ""]
+    for n in range(3):
+        with memstore.open_session(root, f"hook-{n}") as log:
+            assert [e["type"] for e in log.iter_events()] == ["item.completed"]

@@ -3,6 +3,7 @@ removing a session without ever racing a writer."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -34,6 +35,31 @@ def test_a_session_lock_that_is_not_a_regular_file_refuses_the_open(tmp_path, ki
     with pytest.raises(memstore.StoreIOError, match="session.lock"):
         memstore.open_session(tmp_path, "s")
     assert is_live(directory)  # an unusable lock file reads as live: retention keeps away
+
+
+@pytest.mark.parametrize("error", [errno.ENOLCK, errno.EOPNOTSUPP])
+def test_a_filesystem_without_flock_leaves_the_session_open_but_unlocked(tmp_path, fault, caplog, error):
+    """VT Code's rule, kept: when the lock file cannot be flocked at all (an NFS mount without a
+    lock daemon answers ENOLCK, some FUSE filesystems EOPNOTSUPP), the open proceeds unlocked and
+    says so (a warning naming the lock file); the session works as usual, and is not live."""
+
+    def no_flock(path):
+        raise OSError(error, os.strerror(error), str(path))
+
+    fault.arm("lock.flock", no_flock)
+    with caplog.at_level("WARNING", logger="memstore.session.lock"):
+        log = memstore.open_session(tmp_path, "s")
+    warnings = [r.getMessage() for r in caplog.records if "session.lock" in r.getMessage()]
+    assert warnings and "unlocked" in warnings[0], warnings
+    assert not log._writer.liveness.held
+    log.append(TURN_STARTED)
+    log.append(TURN_COMPLETED)
+    assert not is_live(log.directory)
+    log.close()
+    fault.disarm("lock.flock")
+    with memstore.open_session(tmp_path, "s") as log:
+        assert [(t.number, t.status) for t in log.turns()] == [(1, "completed")]
+        assert log._writer.liveness.held and is_live(log.directory)
 
 
 def test_store_locks_exclude_each_other_across_processes(tmp_path):

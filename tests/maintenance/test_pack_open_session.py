@@ -153,11 +153,11 @@ HOLDER = textwrap.dedent("""
     import os
     import sys
     import memstore
-    import memstore.session.deriver
+    from memstore.session.tuning import TUNING
     root, sid = sys.argv[1], sys.argv[2]
     sys.path[:0] = [sys.argv[3], os.path.dirname(sys.argv[3])]
     from test_pack_open_session import derive_now, write_turns
-    memstore.session.deriver.IDLE_SECONDS = 3600  # derived when the test says so (see resting_deriver)
+    TUNING.derive_idle_seconds = 3600  # derived when the test says so (see resting_deriver)
     log = memstore.open_session(root, sid)
     write_turns(log, 5)
     print(log.manifest.next_seq - 1, flush=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 import orjson
 import pytest
 import support
+import vtcode_view
 
 import memstore
 
@@ -121,7 +123,9 @@ def run_and_kill(root: Path, durability: str, max_events: int, rng: random.Rando
     acknowledged: one tuple of seqs per acknowledgement line it completed."""
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(root), SESSION_ID, durability, str(rng.randrange(2**32)), str(max_events)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=support.writer_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=support.writer_env(),
     )
     lines: list[bytes] = []
     ready = threading.Event()
@@ -199,7 +203,9 @@ def crash_many_times(tmp_path: Path, durability: str, kills: int, max_events: in
         except orjson.JSONDecodeError:
             raise AssertionError(f"{what}: line {number} is not JSON: {line[:120]!r}") from None
         assert isinstance(envelope.get("seq"), int), f"{what}: line {number} has no seq: {line[:120]!r}"
-    assert len(records) == len(lines) == event_count, f"{what}: {len(records)} records, {len(lines)} lines, event_count {event_count}"
+    assert len(records) == len(lines) == event_count, (
+        f"{what}: {len(records)} records, {len(lines)} lines, event_count {event_count}"
+    )
     seqs = [r.seq for r in records]
     assert all(a < b for a, b in zip(seqs, seqs[1:])), f"{what}: seqs in the log are not strictly increasing"
 
@@ -219,9 +225,11 @@ def crash_many_times(tmp_path: Path, durability: str, kills: int, max_events: in
                 continue  # evicted by the cap
             turn = by_last_seq.get(ack[-1])
             assert turn is not None, f"{what}: no turn ends at acknowledged seq {ack[-1]}"
-            assert (turn.first_seq, turn.event_count, turn.status in ("completed", "failed")) == (ack[0], len(ack), True), (
-                f"{what}: acknowledged turn {ack} is indexed as {turn}"
-            )
+            assert (turn.first_seq, turn.event_count, turn.status in ("completed", "failed")) == (
+                ack[0],
+                len(ack),
+                True,
+            ), f"{what}: acknowledged turn {ack} is indexed as {turn}"
 
     # The counters, the index and a fresh rebuild agree with the log.
     closed, in_turn = closed_turns([r.event for r in records])
@@ -275,14 +283,14 @@ def test_sigkilled_writer_during_cap_rewrites(tmp_path):
     crash_many_times(tmp_path, "turn", kills=15, max_events=30)
 
 
-# Dies like a SIGKILL at one precise moment of a cap rewrite: its eviction summary (which records
-# the retained turn base the rewrite is about to establish) is written, the intent marker and the
-# log replacement have not happened yet.
+# Dies like a SIGKILL at one precise moment of a cap rewrite (argv[3]: the fault point): its
+# eviction summary is written; at cap.marker the intent marker is not, at cap.synced it is, synced
+# with the summary and the log's copy; the log's replacement has not happened yet.
 KILLED_INSIDE_CAP_REWRITE = r"""
 import os, signal, sys
 import memstore
 from memstore import faults
-faults.arm("cap.marker", lambda **context: os.kill(os.getpid(), signal.SIGKILL))
+faults.arm(sys.argv[3], lambda **context: os.kill(os.getpid(), signal.SIGKILL))
 log = memstore.open_session(sys.argv[1], sys.argv[2], max_events=4)
 for n in range(3):
     log.append({"type": "turn.started"})
@@ -290,18 +298,26 @@ for n in range(3):
 """
 
 
-def test_cap_rewrite_killed_after_its_summary_does_not_renumber_turns_on_rebuild(tmp_path):
-    """A writer killed inside its first cap rewrite, after the eviction summary was written but
-    before the log was cut: nothing was evicted, the log still holds turns 1 and 2 and the open
-    turn 3. Rebuilding without index and manifest (the design's "delete index/ and manifest.json,
-    run rebuild") must number them 1, 2, 3 as the recovered session does, not take the retained
-    turn base of the summary of a rewrite that never happened."""
+@pytest.mark.parametrize("point", ["cap.marker", "cap.synced"])
+def test_cap_rewrite_killed_after_its_summary_does_not_renumber_turns_on_rebuild(tmp_path, point):
+    """A writer killed inside its first cap rewrite, after the eviction summary was written (and,
+    at cap.synced, the marker too) but before the log was cut: nothing was evicted, the log still
+    holds turns 1 and 2 and the open turn 3. Rebuilding without index and manifest (the design's
+    "delete index/ and manifest.json, run rebuild") must number them 1, 2, 3 as the recovered
+    session does, not take the retained turn base of a marker or summary of a rewrite that never
+    happened; VT Code's view agrees."""
     root = tmp_path / "store"
-    proc = subprocess.run([sys.executable, "-c", KILLED_INSIDE_CAP_REWRITE, str(root), SESSION_ID],
-                          capture_output=True, timeout=60, env=support.writer_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_INSIDE_CAP_REWRITE, str(root), SESSION_ID, point],
+        capture_output=True,
+        timeout=60,
+        env=support.writer_env(),
+    )
     assert proc.returncode == -signal.SIGKILL, f"writer was not killed inside the cap rewrite: {proc.stderr.decode()}"
     sdir = session_dir(root)
-    assert list((sdir / "derived").glob("eviction-summary-*.json")), "the summary hook did not run before the kill"
+    assert (sdir / "derived" / "eviction-summaries.jsonl").read_bytes(), "the summary was not written before the kill"
+    assert (sdir / "index" / "pending-cap-rewrite.json").exists() == (point == "cap.synced")
+    assert vtcode_view.open_view(sdir).numbers() == [1, 2, 3]
 
     with memstore.open_session(root, SESSION_ID, max_events=0) as log:
         recovered = [(t.number, t.status, t.first_seq) for t in log.turns()]
@@ -341,8 +357,12 @@ def test_reopen_after_a_cap_rewrite_killed_mid_copy_leaves_no_copy_of_the_log_be
     session lock, so no writer can still own it: the log must be intact and the copy gone,
     or every crash during a rewrite leaks another copy of the log."""
     root = tmp_path / "store"
-    proc = subprocess.run([sys.executable, "-c", KILLED_WHILE_COPYING_THE_LOG, str(root), SESSION_ID],
-                          capture_output=True, timeout=60, env=support.writer_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WHILE_COPYING_THE_LOG, str(root), SESSION_ID],
+        capture_output=True,
+        timeout=60,
+        env=support.writer_env(),
+    )
     assert proc.returncode == -signal.SIGKILL, f"writer was not killed inside the cap rewrite: {proc.stderr.decode()}"
     sdir = session_dir(root)
     assert list(sdir.glob(".events.jsonl.cap-*")), "the kill did not leave the temporary copy this test is about"
@@ -352,3 +372,188 @@ def test_reopen_after_a_cap_rewrite_killed_mid_copy_leaves_no_copy_of_the_log_be
         assert log.turn_count == 1
     leftovers = sorted(p.name for p in sdir.glob(".events.jsonl.cap-*"))
     assert not leftovers, f"temporary log copies of dead writers were left behind: {leftovers}"
+
+
+# --------------------------------------------------------------------------------------------
+# The cap rewrite's marker: VT Code's view at every step, and the order of the syncs
+
+# A writer that turns the cap over once and dies (SIGKILL) at one fault point of the rewrite
+# (argv[3]). Turns hold two events, the cap is 6, so the seventh append (the 4th turn's start)
+# evicts turn 1; with argv[4] == "grow", the writer runs in bulk mode (no synced write waits for
+# the rewrite's views) and goes on appending turns, so the log grows past the rewrite while the
+# publisher's thread is held at the point, and the kill comes from there. It prints "ack <turn>"
+# after each turn's closing append returned.
+KILLED_AT_A_REWRITE_STEP = r"""
+import os, signal, sys, threading, time
+import memstore
+from memstore import faults
+root, sid, point, grow = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "grow"
+hit = threading.Event()
+def die(**context):
+    if grow and threading.current_thread() is not threading.main_thread():
+        hit.set()
+        time.sleep(0.5)  # the writer appends meanwhile
+    os.kill(os.getpid(), signal.SIGKILL)
+faults.arm(point, die)
+log = memstore.open_session(root, sid, max_events=6, durability="none" if grow else "turn")
+for n in range(1, 40):
+    log.append({"type": "turn.started"})
+    log.append({"type": "item.completed", "item": {"id": str(n), "type": "agent_message", "text": f"turn {n}"}})
+    log.append({"type": "turn.completed", "usage": {}})
+    print("ack", n, flush=True)
+    if n >= 3 and not grow:
+        time.sleep(0.05)
+time.sleep(5)
+"""
+
+REWRITE_STEPS = ["cap.copy", "cap.marker", "cap.synced", "cap.replaced", "index.evict", "index.sync", "cap.unmark"]
+
+
+@pytest.mark.parametrize("grow", ["", "grow"])
+@pytest.mark.parametrize("point", REWRITE_STEPS)
+def test_a_writer_killed_at_any_step_of_a_cap_rewrite_leaves_turns_vtcode_numbers_right(tmp_path, point, grow):
+    """SIGKILL at each step of a cap rewrite (before and after the log's replacement, in the
+    writer's thread and in the publisher's, with and without appends after the rewrite): VT
+    Code, opening the directory as it was left, numbers the turns the log holds as memstore does
+    (it relies on the marker while the log is the rewritten one, on manifest.json once the log
+    grew), and memstore reopens with every acknowledged turn, numbered as before the kill."""
+    if grow and point.startswith("cap.") and point not in ("cap.unmark",):
+        pytest.skip("a step of the writer's own thread: nothing is appended after it")
+    root = tmp_path / "store"
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_A_REWRITE_STEP, str(root), SESSION_ID, point, grow],
+        capture_output=True,
+        timeout=120,
+        env=support.writer_env(),
+    )
+    assert proc.returncode == -signal.SIGKILL, f"not killed at {point}: {proc.stderr.decode()[-2000:]}"
+    acked = [int(line.split()[1]) for line in proc.stdout.decode().splitlines() if line.startswith("ack")]
+    sdir = session_dir(root)
+    vt = vtcode_view.open_view(sdir)
+    with memstore.open_session(root, SESSION_ID, max_events=0) as log:
+        turns = log.turns()
+        mine = [t.number for t in turns]
+        texts = {t.number: log.reconstruct_turn(t.number)[1]["item"]["text"] for t in turns if t.event_count > 1}
+    assert vt.numbers() == mine, f"VT Code numbers {vt.numbers()}, memstore {mine} (killed at {point})"
+    assert all(text == f"turn {number}" for number, text in texts.items()), texts
+    assert acked and mine[-1] >= acked[-1] and set(range(mine[0], acked[-1] + 1)) <= set(mine)
+    if grow:
+        # The rewrite came with turn 3's start; its message and end were written after it.
+        assert (3, "completed") in [(t.number, t.status) for t in turns], f"the log did not grow: {turns}"
+    assert not (sdir / "index" / "pending-cap-rewrite.json").exists()  # the reopen finished the rewrite
+
+
+def test_a_cap_rewrite_reaches_its_steps_in_order_and_removes_the_marker_last(tmp_path, fault):
+    """The rewrite's named steps, in the order they are reached (the writer's thread and then the
+    publisher's): summary and marker staged, all synced (with the log's copy and manifest.json's
+    next version), the log replaced, the index committed with a synced WAL, and only then the
+    marker removed; the marker exists from its staging to its removal. (The syscalls
+    themselves: the strace test below.)"""
+    marker = memstore.session_directory(tmp_path, "s") / "index" / "pending-cap-rewrite.json"
+    seen: list[tuple[str, bool]] = []
+    for point in ("cap.marker", "cap.synced", "cap.replaced", "index.sync", "manifest.sync", "cap.unmark"):
+        fault.arm(point, lambda point=point, **context: seen.append((point, marker.exists())))
+    log = memstore.open_session(tmp_path, "s", max_events=6)
+    for _ in range(4):
+        log.append(TURN_STARTED_EVENT)
+        log.append(TURN_COMPLETED_EVENT)
+    log.flush()
+    assert seen == [
+        ("cap.marker", False),
+        ("cap.synced", True),
+        ("cap.replaced", True),
+        ("index.sync", True),
+        ("cap.unmark", True),
+    ], seen
+    assert not marker.exists()
+    log.close()
+
+
+TURN_STARTED_EVENT = {"type": "turn.started"}
+TURN_COMPLETED_EVENT = {"type": "turn.completed", "usage": {}}
+
+
+def test_a_cap_rewrite_makes_each_step_durable_before_the_next(tmp_path):
+    """The syscalls of a cap rewrite, as strace sees them: the log's copy, the summary's line, the
+    marker and manifest.json's next version are synced before the copy replaces the log; the
+    directory is synced; only then is manifest.json renamed in, and the directory synced again;
+    the index's WAL is synced after that; the marker is removed last of all."""
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed")
+    root = tmp_path / "store"
+    script = (
+        "import sys, memstore\n"
+        "log = memstore.open_session(sys.argv[1], 's', max_events=6)\n"
+        "for n in range(4):\n"
+        "    log.append({'type': 'turn.started'})\n"
+        "    log.append({'type': 'turn.completed', 'usage': {}})\n"
+        "log.close()\n"
+    )
+    trace = tmp_path / "trace"
+    proc = subprocess.run(
+        [
+            strace,
+            "-f",
+            "-y",
+            "-qq",
+            "-e",
+            "trace=fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat,openat",
+            "-o",
+            str(trace),
+            sys.executable,
+            "-c",
+            script,
+            str(root),
+        ],
+        capture_output=True,
+        timeout=120,
+        env=support.writer_env(),
+    )
+    if proc.returncode != 0 and b"ptrace" in proc.stderr:
+        pytest.skip(f"strace cannot trace here: {proc.stderr.decode()[:200]}")
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    # "PID call(args) = result": calls in the order they began (a call another thread interrupts
+    # is printed "<unfinished ...>" and resumed later; every order checked is within one thread).
+    calls = [
+        line.split(None, 1)[1]
+        for line in trace.read_text().splitlines()
+        if " " in line and not line.split(None, 1)[1].startswith("<...")
+    ]
+
+    def first(predicate, after: int = 0) -> int:
+        for i in range(after, len(calls)):
+            if predicate(calls[i]):
+                return i
+        raise AssertionError(f"no such call after #{after}:\n" + "\n".join(calls[after : after + 60]))
+
+    def synced(name: str, exact: bool = False):
+        def match(call: str) -> bool:
+            if not call.startswith(("fsync(", "fdatasync(")):
+                return False
+            path = call.split("<", 1)[1].split(">", 1)[0]
+            return path.endswith(name) if exact else name in path
+
+        return match
+
+    def renamed(source: str, target: str):
+        def match(call: str) -> bool:
+            names = re.findall(r'"([^"]*)"', call)
+            return call.startswith("rename") and len(names) >= 2 and source in names[-2] and names[-1].endswith(target)
+
+        return match
+
+    directory = str(memstore.session_directory(root, "s"))
+    replaced = first(renamed(".events.jsonl.cap-", "/events.jsonl"))
+    copied = max(i for i in range(replaced) if calls[i].startswith("openat") and ".events.jsonl.cap-" in calls[i])
+    marker_named = first(renamed("pending-cap-rewrite.json.tmp-", "/pending-cap-rewrite.json"), copied)
+    for name in (".events.jsonl.cap-", "pending-cap-rewrite.json", "eviction-summaries.jsonl", ".manifest.json.tmp-"):
+        assert copied < first(synced(name), copied) < replaced, name
+    assert marker_named < first(synced("/index", exact=True), marker_named) < replaced
+    log_dir_synced = first(synced(directory, exact=True), replaced)
+    manifest_named = first(renamed(".manifest.json.tmp-", "/manifest.json"), replaced)
+    assert log_dir_synced < manifest_named, "manifest.json was renamed in before the log's rename was durable"
+    dir_synced = first(synced(directory, exact=True), manifest_named)
+    wal = first(synced("session.db-wal"), dir_synced)
+    unmarked = first(lambda c: c.startswith("unlink") and "pending-cap-rewrite.json" in c, replaced)
+    assert dir_synced < wal < unmarked, "the marker went before the index's WAL was synced"

@@ -22,8 +22,9 @@ def small_disk(tmp_path):
     mount_point.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=384k", "tmpfs", str(mount_point)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=384k", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     try:
@@ -40,9 +41,19 @@ def fill(log, acknowledged):
         try:
             log.append({"type": "turn.started"})
             for i in range(3):
-                log.append({"type": "item.completed", "item": {
-                    "id": f"{turn}-{i}", "type": "command_execution", "command": "make",
-                    "aggregated_output": uuid.uuid4().hex * 32, "exit_code": 0, "status": "completed"}})
+                log.append(
+                    {
+                        "type": "item.completed",
+                        "item": {
+                            "id": f"{turn}-{i}",
+                            "type": "command_execution",
+                            "command": "make",
+                            "aggregated_output": uuid.uuid4().hex * 32,
+                            "exit_code": 0,
+                            "status": "completed",
+                        },
+                    }
+                )
             seq = log.append({"type": "turn.completed", "usage": {"input_tokens": turn}})
         except memstore.MemstoreError as exc:
             return exc
@@ -96,6 +107,7 @@ def test_full_disk_fails_with_the_path_and_loses_nothing_acknowledged(small_disk
     assert (small_disk / "sessions" / "s" / "events.jsonl").read_bytes() == data
     # The views are regenerable: dropping them frees the room they took, and the log decides.
     import shutil
+
     shutil.rmtree(small_disk / "sessions" / "s" / "index")
     shutil.rmtree(small_disk / "sessions" / "s" / "derived")
     with memstore.open_session(small_disk, "s", max_events=0) as log:

@@ -26,8 +26,18 @@ def test_non_finite_numbers_are_refused_and_nothing_is_written(tmp_path, value):
         with pytest.raises(memstore.InvalidEvent, match=r"item\.arguments\.weights\[1\]"):
             log.append({"type": "item.completed", "item": {"arguments": {"weights": [1.0, value]}}})
         with pytest.raises(memstore.InvalidEvent, match="total_cost_usd"):
-            log.append({"type": "thread.completed", "thread_id": "t", "session_id": "s", "subtype": "success",
-                        "outcome_code": "ok", "usage": {}, "num_turns": 1, "total_cost_usd": value})
+            log.append(
+                {
+                    "type": "thread.completed",
+                    "thread_id": "t",
+                    "session_id": "s",
+                    "subtype": "success",
+                    "outcome_code": "ok",
+                    "usage": {},
+                    "num_turns": 1,
+                    "total_cost_usd": value,
+                }
+            )
         log.append({"type": "note", "nothing": None, "zero": 0.0})  # null and finite floats are fine
     assert [json.loads(line)["event"]["type"] for line in log_lines(tmp_path)] == ["turn.started", "note"]
 
@@ -47,7 +57,8 @@ def test_a_huge_seq_in_the_log_does_not_brick_the_session(tmp_path):
     directory.mkdir(parents=True)
     (directory / "events.jsonl").write_bytes(
         b'{"schema_version":"0.18.0","seq":9223372036854775807,"event":{"type":"turn.started"}}\n'
-        b'{"schema_version":"0.18.0","seq":99999999999999999999,"event":{"type":"turn.completed","usage":{}}}\n')
+        b'{"schema_version":"0.18.0","seq":99999999999999999999,"event":{"type":"turn.completed","usage":{}}}\n'
+    )
     with memstore.open_session(tmp_path, "s") as log:
         assert log.turn_count == 1
         assert [r.seq for r in log.iter_records()] == [1, 2]

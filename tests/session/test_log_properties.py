@@ -91,7 +91,9 @@ def rebuild_from_log_alone(root: Path, scratch_base: Path) -> dict:
         shutil.copyfile(path, target / path.name)
     rebuilt_manifest = memstore.rebuild(scratch, SESSION_ID)
     rebuilt = read_index(scratch)
-    assert manifest_counters(rebuilt_manifest) == rebuilt["manifest"], "rebuild() returned a manifest unlike its index row"
+    assert manifest_counters(rebuilt_manifest) == rebuilt["manifest"], (
+        "rebuild() returned a manifest unlike its index row"
+    )
     shutil.rmtree(scratch)
     return rebuilt
 
@@ -110,7 +112,9 @@ def assert_same_index(incremental: dict, rebuilt: dict, context: str) -> None:
         f"{context}: events table has {len(incremental['events'])} rows, a rebuild has {len(rebuilt['events'])}"
     )
     for mine, theirs in zip(incremental["events"], rebuilt["events"]):
-        assert mine == theirs, f"{context}: events row differs from a rebuild\n  incremental: {mine}\n  rebuilt:     {theirs}"
+        assert mine == theirs, (
+            f"{context}: events row differs from a rebuild\n  incremental: {mine}\n  rebuilt:     {theirs}"
+        )
 
 
 def model(events: list[dict], seqs: Optional[list[int]] = None) -> dict:
@@ -174,13 +178,23 @@ def wait_until_released(root: Path) -> None:
 
 def torn_seq_floor(root: Path) -> int:
     """One past the largest seq written in the torn tails kept beside the log (0 if none)."""
-    seqs = [int(s) for p in session_dir(root).glob("events.jsonl.torn-*")
-            for s in re.findall(rb'"seq":(\d+)', p.read_bytes())]
+    seqs = [
+        int(s)
+        for p in session_dir(root).glob("events.jsonl.torn-*")
+        for s in re.findall(rb'"seq":(\d+)', p.read_bytes())
+    ]
     return max(seqs) + 1 if seqs else 0
 
 
-def check_session(root: Path, scratch_base: Path, appended: list[dict], log=None, context: str = "",
-                  capped: bool = False, seqs: Optional[list[int]] = None) -> dict:
+def check_session(
+    root: Path,
+    scratch_base: Path,
+    appended: list[dict],
+    log=None,
+    context: str = "",
+    capped: bool = False,
+    seqs: Optional[list[int]] = None,
+) -> dict:
     """Everything that must hold once all appended events were flushed (or the log closed):
     the index equals a rebuild from the log alone and the lifecycle model; manifest.json, the
     index's manifest row and the open handle agree; the log holds exactly the appended events
@@ -200,11 +214,17 @@ def check_session(root: Path, scratch_base: Path, appended: list[dict], log=None
     expected["next_seq"] = max(expected["next_seq"], torn_seq_floor(root))
     m = incremental["manifest"]
     for key in ("turn_count", "in_turn", "next_seq"):
-        assert m[key] == expected[key], f"{context}: index says {key}={m[key]!r}, the lifecycle model says {expected[key]!r}"
-    assert m["persisted_file_len"] == len(data), f"{context}: index covers {m['persisted_file_len']} bytes, log has {len(data)}"
+        assert m[key] == expected[key], (
+            f"{context}: index says {key}={m[key]!r}, the lifecycle model says {expected[key]!r}"
+        )
+    assert m["persisted_file_len"] == len(data), (
+        f"{context}: index covers {m['persisted_file_len']} bytes, log has {len(data)}"
+    )
     lines = split_lines(data)
     first = len(appended) - len(lines)
-    assert m["event_count"] == len(lines), f"{context}: event_count is {m['event_count']}, the log has {len(lines)} lines"
+    assert m["event_count"] == len(lines), (
+        f"{context}: event_count is {m['event_count']}, the log has {len(lines)} lines"
+    )
     if not capped:
         assert first == 0, f"{context}: log has {len(lines)} lines, {len(appended)} events were appended"
     kept_turns = [t for t in expected["turns"] if t[0] >= m["retained_turn_base"]]
@@ -245,11 +265,19 @@ text = st.lists(st.one_of(TRICKY, st.characters(blacklist_categories=("Cs",))), 
 u64 = st.one_of(st.integers(0, 10_000), st.just(2**64 - 1))
 usage = st.fixed_dictionaries(
     {},
-    optional={f: st.one_of(st.none(), u64) for f in ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")},
+    optional={
+        f: st.one_of(st.none(), u64)
+        for f in ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
+    },
 )
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
-              st.floats(allow_nan=False, allow_infinity=False), text),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**63 - 1),
+        st.floats(allow_nan=False, allow_infinity=False),
+        text,
+    ),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(text, inner, max_size=3)),
     max_leaves=6,
 )
@@ -266,21 +294,42 @@ agent_message = st.builds(
 command = st.builds(
     lambda i, c, out, code, status: {
         "type": "item.completed",
-        "item": {"id": i, "type": "command_execution", "command": c, "aggregated_output": out,
-                 **({} if code is None else {"exit_code": code}), "status": status},
+        "item": {
+            "id": i,
+            "type": "command_execution",
+            "command": c,
+            "aggregated_output": out,
+            **({} if code is None else {"exit_code": code}),
+            "status": status,
+        },
     },
-    text, text, st.one_of(text, st.text(min_size=200, max_size=3000)),
-    st.one_of(st.none(), st.integers(-255, 255)), st.sampled_from(["completed", "failed", "in_progress"]),
+    text,
+    text,
+    st.one_of(text, st.text(min_size=200, max_size=3000)),
+    st.one_of(st.none(), st.integers(-255, 255)),
+    st.sampled_from(["completed", "failed", "in_progress"]),
 )
 turn_completed = st.builds(lambda u: {"type": "turn.completed", "usage": u}, usage)
 turn_failed = st.builds(
     lambda msg, u: {"type": "turn.failed", "message": msg, **({} if u is None else {"usage": u})},
-    text, st.one_of(st.none(), usage),
+    text,
+    st.one_of(st.none(), usage),
 )
 thread_completed = st.builds(
-    lambda tid, sid, sub, code, u, n: {"type": "thread.completed", "thread_id": tid, "session_id": sid,
-                                       "subtype": sub, "outcome_code": code, "usage": u, "num_turns": n},
-    text, text, st.sampled_from(["success", "error_max_turns", "cancelled", "whatever"]), text, usage,
+    lambda tid, sid, sub, code, u, n: {
+        "type": "thread.completed",
+        "thread_id": tid,
+        "session_id": sid,
+        "subtype": sub,
+        "outcome_code": code,
+        "usage": u,
+        "num_turns": n,
+    },
+    text,
+    text,
+    st.sampled_from(["success", "error_max_turns", "cancelled", "whatever"]),
+    text,
+    usage,
     st.integers(0, 1000),
 )
 unknown = st.builds(
@@ -290,15 +339,23 @@ unknown = st.builds(
 )
 permission = st.builds(lambda name: {"type": "permission.requested", "tool_name": name}, text)
 events = st.one_of(
-    turn_started, agent_message, command, turn_completed, turn_failed,
-    thread_started, thread_completed, unknown, permission,
+    turn_started,
+    agent_message,
+    command,
+    turn_completed,
+    turn_failed,
+    thread_started,
+    thread_completed,
+    unknown,
+    permission,
 )
 durabilities = st.sampled_from(["turn", "event", "none"])
 # A well-formed turn (so that closed turns, and cap rewrites, are common): turn.started, a few
 # items or unknown events, and a turn.completed or turn.failed.
 whole_turn = st.builds(
     lambda start, body, end: [start, *body, end],
-    turn_started, st.lists(st.one_of(agent_message, command, unknown, permission), max_size=4),
+    turn_started,
+    st.lists(st.one_of(agent_message, command, unknown, permission), max_size=4),
     st.one_of(turn_completed, turn_failed),
 )
 
@@ -314,14 +371,16 @@ scenarios = st.lists(steps, max_size=30)
 
 partial_line = st.builds(
     lambda event, seq, cut: encode_record(seq, "2026-11-30T08:30:29.123Z", event)[: max(1, cut)],
-    events, st.integers(1, 10_000), st.integers(1, 60),
+    events,
+    st.integers(1, 10_000),
+    st.integers(1, 60),
 ).map(lambda line: line[:-1] if line.endswith(b"\n") else line)
 torn_tails = st.one_of(
-    partial_line,                                                             # crash mid-line
-    st.integers(1, 4096).map(lambda n: b"\x00" * n),                          # NUL run (no data written)
+    partial_line,  # crash mid-line
+    st.integers(1, 4096).map(lambda n: b"\x00" * n),  # NUL run (no data written)
     st.tuples(st.integers(1, 64), st.integers(0, 64)).map(lambda t: b"\x00" * t[0] + b"\n" + b"\x00" * t[1]),
     st.binary(min_size=1, max_size=300).map(lambda b: b.replace(b"\n", b"")).filter(bool),  # random bytes
-    st.tuples(partial_line, st.integers(1, 512)).map(lambda t: t[0] + b"\x00" * t[1]),      # partial + NULs
+    st.tuples(partial_line, st.integers(1, 512)).map(lambda t: t[0] + b"\x00" * t[1]),  # partial + NULs
     st.tuples(partial_line, partial_line).map(lambda t: t[0] + b"\n" + t[1]),  # a torn line, then another
 )
 
@@ -350,7 +409,7 @@ class Runner:
         ``event_count`` of them."""
         if not self.capped:
             return self.appended
-        return self.appended[len(self.appended) - self.log.event_count:]
+        return self.appended[len(self.appended) - self.log.event_count :]
 
     def step(self, op: str, arg) -> None:
         context = f"after step {op} (#{len(self.appended)} events appended)"
@@ -370,7 +429,9 @@ class Runner:
             assert [t.number for t in turns] == [t[0] for t in model(self.appended)["turns"] if t[0] >= base], context
             for t in turns:
                 got = self.log.reconstruct_turn(t.number)
-                assert got == self.appended[t.first_seq - 1 : t.last_seq], f"{context}: turn {t.number} reconstructs wrong"
+                assert got == self.appended[t.first_seq - 1 : t.last_seq], (
+                    f"{context}: turn {t.number} reconstructs wrong"
+                )
             assert list(self.log.iter_events()) == self.expected_log(), f"{context}: iter_events differs"
             # A read writes the buffer out (unsynced) and indexes it; it need not publish
             # manifest.json, so the full check waits for the next flush or close.
@@ -391,7 +452,9 @@ class Runner:
     def check(self, context: str) -> None:
         check_session(self.root, self.scratch, self.appended, self.log, context, capped=self.capped)
         if self.log is not None:
-            assert list(self.log.iter_events()) == self.expected_log(), f"{context}: iter_events differs from the appended events"
+            assert list(self.log.iter_events()) == self.expected_log(), (
+                f"{context}: iter_events differs from the appended events"
+            )
 
     def close(self, *, drop: bool = False) -> None:
         """Close the handle, or with ``drop`` let it go without close() (bytes only)."""
@@ -405,7 +468,11 @@ class Runner:
                 log.close()
 
 
-SETTINGS = settings(max_examples=int(os.environ.get("MEMSTORE_PROPERTY_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=int(os.environ.get("MEMSTORE_PROPERTY_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -556,8 +623,9 @@ def test_rebuild_without_manifest_after_cap_rewrites_keeps_turn_ordinals_whateve
     the wrong summary if it goes by timestamp."""
     ticks = itertools.count()
     start = datetime(2026, 11, 30, 8, 30, 29, tzinfo=timezone.utc)
-    monkeypatch.setattr(memstore.events, "utc_now",
-                        lambda: memstore.events.format_ts(start - timedelta(milliseconds=next(ticks))))
+    monkeypatch.setattr(
+        memstore.events, "utc_now", lambda: memstore.events.format_ts(start - timedelta(milliseconds=next(ticks)))
+    )
     root = fresh_dir(tmp_path, "store")
     with memstore.open_session(root, SESSION_ID, max_events=4) as log:
         for _ in range(8):
@@ -616,8 +684,15 @@ def test_rebuild_keeps_completed_status_after_the_cap_evicted_thread_completed(t
     says so), and a rebuild, which keeps the manifest's ``retained_turn_base`` and ``next_seq``,
     must not silently flip the session back to ``active`` (retention treats the two differently)."""
     root = fresh_dir(tmp_path, "store")
-    thread_completed = {"type": "thread.completed", "thread_id": "t", "session_id": "s", "subtype": "success",
-                        "outcome_code": "completed", "usage": {}, "num_turns": 1}
+    thread_completed = {
+        "type": "thread.completed",
+        "thread_id": "t",
+        "session_id": "s",
+        "subtype": "success",
+        "outcome_code": "completed",
+        "usage": {},
+        "num_turns": 1,
+    }
     with memstore.open_session(root, SESSION_ID, max_events=1) as log:
         log.append({"type": "turn.started"})
         log.append(thread_completed)

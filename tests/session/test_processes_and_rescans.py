@@ -76,8 +76,18 @@ def test_a_lost_suffix_of_a_vt_code_log_is_not_taken_for_a_removed_prefix(tmp_pa
     log = memstore.open_session(tmp_path, SID, durability="none")
     assert [t.number for t in log.turns()] == [1, 2, 3]
     log.append({"type": "turn.started"})
-    log.append({"type": "item.completed", "item": {"id": "c", "type": "command_execution", "command": "make",
-                                                   "aggregated_output": "x" * 400, "status": "completed"}})
+    log.append(
+        {
+            "type": "item.completed",
+            "item": {
+                "id": "c",
+                "type": "command_execution",
+                "command": "make",
+                "aggregated_output": "x" * 400,
+                "status": "completed",
+            },
+        }
+    )
     assert [t.number for t in log.turns()] == [1, 2, 3, 4]  # a bulk-mode read: indexed, published, not synced
     directory = log.directory
     del log  # the process dies: no close(); the reaper writes the bytes, nothing syncs them
@@ -206,7 +216,9 @@ def test_a_forked_child_cannot_open_a_session_its_parent_holds(tmp_path):
     """)
     seqs = [r["seq"] for r in log_records(tmp_path)]
     assert len(seqs) == len(set(seqs)), f"two processes handed out the same seqs: {seqs}"
-    assert result.returncode == 0, f"the forked child opened the parent's session (rc {result.returncode}) {result.stderr}"
+    assert result.returncode == 0, (
+        f"the forked child opened the parent's session (rc {result.returncode}) {result.stderr}"
+    )
 
 
 def test_a_handle_dropped_in_a_forked_child_is_released(tmp_path):
@@ -262,4 +274,6 @@ def test_a_dropped_handle_writes_its_buffered_bytes_at_the_drop(tmp_path):
         os._exit(0)
     """)
     assert result.returncode == 0, result.stderr
-    assert [r["event"]["type"] for r in log_records(tmp_path)] == ["thread.started"], "the dropped handle's event was lost"
+    assert [r["event"]["type"] for r in log_records(tmp_path)] == ["thread.started"], (
+        "the dropped handle's event was lost"
+    )

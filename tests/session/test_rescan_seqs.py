@@ -8,7 +8,9 @@ from support import TURN_COMPLETED, TURN_STARTED
 import memstore
 
 
-def test_a_rescan_interrupted_between_batches_without_manifest_json_never_reuses_the_old_indexs_seqs(tmp_path, monkeypatch, fault):
+def test_a_rescan_interrupted_between_batches_without_manifest_json_never_reuses_the_old_indexs_seqs(
+    tmp_path, monkeypatch, fault
+):
     """The index described seqs up to 10, the log lost its last four lines (a power cut) and
     manifest.json is gone: a rescan keeps next_seq at 11 from the old index. Interrupted after
     its first batch (the old index is discarded by then) and resumed, it must too: seqs 7-10

@@ -6,9 +6,9 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import sqlite3
 import stat
-import shutil
 import subprocess
 import sys
 import threading
@@ -30,8 +30,16 @@ TURN_COMPLETED = {"type": "turn.completed", "usage": USAGE}
 
 
 def thread_completed(subtype="success", outcome="completed", num_turns=1):
-    return {"type": "thread.completed", "thread_id": "run-1", "session_id": "run-1", "subtype": subtype,
-            "outcome_code": outcome, "usage": USAGE, "total_cost_usd": 0.0123, "num_turns": num_turns}
+    return {
+        "type": "thread.completed",
+        "thread_id": "run-1",
+        "session_id": "run-1",
+        "subtype": subtype,
+        "outcome_code": outcome,
+        "usage": USAGE,
+        "total_cost_usd": 0.0123,
+        "num_turns": num_turns,
+    }
 
 
 def sample_turn(log):
@@ -249,12 +257,34 @@ def test_legacy_manifest_uses_valid_index_base_when_scanning(tmp_path):
     (d / "index").mkdir(parents=True)
     data = _vtcode_line(TURN_STARTED) + _vtcode_line(TURN_COMPLETED)
     (d / "events.jsonl").write_bytes(data)
-    (d / "manifest.json").write_text(json.dumps({
-        "session_id": "s", "schema_version": 1, "created_at": "2026-09-01T10:00:00+00:00",
-        "updated_at": "2026-09-01T10:00:00+00:00", "turn_count": 3, "event_count": 2, "status": "active"}))
-    (d / "index" / "turns.json").write_text(json.dumps({"entries": [
-        {"turn_number": 3, "start_offset": 0, "end_offset": len(data), "event_count": 2,
-         "ts": "2026-09-01T10:00:00+00:00"}]}))
+    (d / "manifest.json").write_text(
+        json.dumps(
+            {
+                "session_id": "s",
+                "schema_version": 1,
+                "created_at": "2026-09-01T10:00:00+00:00",
+                "updated_at": "2026-09-01T10:00:00+00:00",
+                "turn_count": 3,
+                "event_count": 2,
+                "status": "active",
+            }
+        )
+    )
+    (d / "index" / "turns.json").write_text(
+        json.dumps(
+            {
+                "entries": [
+                    {
+                        "turn_number": 3,
+                        "start_offset": 0,
+                        "end_offset": len(data),
+                        "event_count": 2,
+                        "ts": "2026-09-01T10:00:00+00:00",
+                    }
+                ]
+            }
+        )
+    )
     with memstore.open_session(tmp_path, "s") as log:
         assert log.turn_count == 3
         for missing in (1, 2):
@@ -267,11 +297,23 @@ def test_legacy_manifest_uses_valid_index_base_when_scanning(tmp_path):
 def test_vtcode_lines_without_seq_or_ts_are_accepted(tmp_path):
     d = session_dir(tmp_path)
     d.mkdir(parents=True)
-    item = {"id": "tool_1", "type": "tool_invocation", "tool_name": "read_file",
-            "arguments": {"path": "README.md"}, "tool_call_id": "call_0", "status": "completed",
-            "outcome": "success", "future_key": [1, 2]}
-    lines = [THREAD_STARTED, TURN_STARTED, {"type": "item.completed", "item": item},
-             {"type": "matrix.updated", "snapshot": {"x": 1}}, TURN_COMPLETED]
+    item = {
+        "id": "tool_1",
+        "type": "tool_invocation",
+        "tool_name": "read_file",
+        "arguments": {"path": "README.md"},
+        "tool_call_id": "call_0",
+        "status": "completed",
+        "outcome": "success",
+        "future_key": [1, 2],
+    }
+    lines = [
+        THREAD_STARTED,
+        TURN_STARTED,
+        {"type": "item.completed", "item": item},
+        {"type": "matrix.updated", "snapshot": {"x": 1}},
+        TURN_COMPLETED,
+    ]
     (d / "events.jsonl").write_bytes(b"".join(_vtcode_line(e) for e in lines))
     with memstore.open_session(tmp_path, "s") as log:
         assert list(log.iter_events()) == lines
@@ -281,9 +323,58 @@ def test_vtcode_lines_without_seq_or_ts_are_accepted(tmp_path):
         records = list(log.iter_records())
         assert [r.seq for r in records] == [1, 2, 3, 4, 5, 6]  # every record has a seq
     memstore.rebuild(tmp_path, "s", refresh=False)  # derives event_details (else done when the agent rests)
-    row = db(tmp_path).execute("SELECT name, status, turn FROM events JOIN event_details USING (seq) "
-                               "WHERE type = 'item.completed'").fetchone()
+    row = (
+        db(tmp_path)
+        .execute("SELECT name, status, turn FROM events JOIN event_details USING (seq) WHERE type = 'item.completed'")
+        .fetchone()
+    )
     assert row == ("read_file", "completed", 1)
+
+
+def test_a_line_without_a_string_schema_version_is_skipped_as_vtcode_skips_it(tmp_path, caplog):
+    """VT Code's envelope requires a string ``schema_version``; memstore's lines and VT Code's
+    always carry one. A line without it (or with a number) is not a record for memstore either,
+    so both count the same events and number the same turns: here VT Code sees two turns, and
+    memstore must not make the unversioned turn.started a third. The line stays in the log (the
+    scan warns about it), and a rebuild agrees with the open."""
+    import vtcode_view
+
+    d = session_dir(tmp_path)
+    d.mkdir(parents=True)
+    unversioned = json.dumps({"event": TURN_STARTED}).encode() + b"\n"
+    numbered = (
+        json.dumps(
+            {
+                "schema_version": 18,
+                "event": {
+                    "type": "item.completed",
+                    "item": {"id": "x", "type": "agent_message", "text": "a number is not a version"},
+                },
+            }
+        ).encode()
+        + b"\n"
+    )
+    data = (
+        _vtcode_line(TURN_STARTED)
+        + _vtcode_line(TURN_COMPLETED)
+        + unversioned
+        + numbered
+        + _vtcode_line(TURN_STARTED)
+        + _vtcode_line(TURN_COMPLETED)
+    )
+    (d / "events.jsonl").write_bytes(data)
+    vt = vtcode_view.open_view(d)
+    assert (vt.numbers(), vt.turn_count, vt.event_count) == ([1, 2], 2, 4)
+    with caplog.at_level("WARNING", logger="memstore"):
+        with memstore.open_session(tmp_path, "s") as log:
+            assert [t.number for t in log.turns()] == vt.numbers()
+            assert (log.turn_count, log.event_count) == (vt.turn_count, vt.event_count)
+            assert [r.seq for r in log.iter_records()] == [1, 2, 3, 4]
+            assert log.reconstruct_turn(2) == [TURN_STARTED, TURN_COMPLETED]
+    assert any("skipped 2 lines" in r.getMessage() for r in caplog.records)
+    assert (d / "events.jsonl").read_bytes() == data  # kept, not cut
+    assert memstore.rebuild(tmp_path, "s").event_count == 4
+    assert not memstore.search_memory(tmp_path, "version")
 
 
 def test_scan_fallback_when_manifest_missing(tmp_path):
@@ -313,28 +404,33 @@ def test_scan_skips_malformed_lifecycle_payloads(tmp_path):
 
 def test_malformed_lifecycle_events_are_refused_on_append(tmp_path):
     with memstore.open_session(tmp_path, "s") as log:
-        for bad in ({"type": "thread.started", "thread_id": 123},
-                    {"type": "turn.started", "token_breakdown": "invalid"},
-                    {"type": "turn.completed", "usage": "invalid"},
-                    {"type": "turn.completed"},
-                    {"type": "turn.failed"},
-                    {"type": "thread.completed", "thread_id": "t"}):
+        for bad in (
+            {"type": "thread.started", "thread_id": 123},
+            {"type": "turn.started", "token_breakdown": "invalid"},
+            {"type": "turn.completed", "usage": "invalid"},
+            {"type": "turn.completed"},
+            {"type": "turn.failed"},
+            {"type": "thread.completed", "thread_id": "t"},
+        ):
             with pytest.raises(memstore.InvalidEvent):
                 log.append(bad)
         assert log.event_count == 0
     assert log_lines(tmp_path) == []
 
 
-@pytest.mark.parametrize("bad", [
-    "turn.started",
-    ["type", "x"],
-    {},
-    {"type": 5},
-    {"type": ""},
-    {"type": "x", "payload": {1, 2}},
-    {"type": "x", 1: "non-string key"},
-    {"type": "x", "n": 2**70},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "turn.started",
+        ["type", "x"],
+        {},
+        {"type": 5},
+        {"type": ""},
+        {"type": "x", "payload": {1, 2}},
+        {"type": "x", 1: "non-string key"},
+        {"type": "x", "n": 2**70},
+    ],
+)
 def test_invalid_events_raise_and_write_nothing(tmp_path, bad):
     with memstore.open_session(tmp_path, "s") as log:
         log.append(TURN_STARTED)
@@ -375,20 +471,38 @@ def test_seq_never_repeats_after_a_full_cap_rewrite_and_index_loss(tmp_path):
 
 
 def test_encoded_envelope_matches_compact_json(tmp_path):
-    event = {"type": "item.completed", "item": {"id": "x", "type": "agent_message",
-                                                "text": "naïve “quotes” \u0001 tab\t line\n / \\ 日本"}}
+    event = {
+        "type": "item.completed",
+        "item": {"id": "x", "type": "agent_message", "text": "naïve “quotes” \u0001 tab\t line\n / \\ 日本"},
+    }
     line = ev.encode_record(7, "2026-11-30T08:30:29.123Z", event)
-    expected = json.dumps({"schema_version": ev.SCHEMA_VERSION, "seq": 7, "ts": "2026-11-30T08:30:29.123Z",
-                           "event": event}, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    expected = (
+        json.dumps(
+            {"schema_version": ev.SCHEMA_VERSION, "seq": 7, "ts": "2026-11-30T08:30:29.123Z", "event": event},
+            separators=(",", ":"),
+            ensure_ascii=False,
+        ).encode()
+        + b"\n"
+    )
     assert line == expected
 
 
 def test_turns_record_status_usage_and_interruptions(tmp_path):
     with memstore.open_session(tmp_path, "s") as log:
         log.append(TURN_STARTED)
-        log.append({"type": "item.completed", "item": {"id": "c", "type": "command_execution",
-                                                       "command": "cargo test", "aggregated_output": "boom",
-                                                       "exit_code": 101, "status": "failed"}})
+        log.append(
+            {
+                "type": "item.completed",
+                "item": {
+                    "id": "c",
+                    "type": "command_execution",
+                    "command": "cargo test",
+                    "aggregated_output": "boom",
+                    "exit_code": 101,
+                    "status": "failed",
+                },
+            }
+        )
         log.append({"type": "turn.failed", "message": "tests failed", "usage": {"input_tokens": 5}})
         log.append(TURN_STARTED)
         log.append(TURN_STARTED)  # the previous turn never closed
@@ -396,14 +510,23 @@ def test_turns_record_status_usage_and_interruptions(tmp_path):
         log.append(TURN_STARTED)
         turns = log.turns()
     assert [(t.number, t.status, t.event_count) for t in turns] == [
-        (1, "failed", 3), (2, "interrupted", 1), (3, "completed", 2), (4, "open", 1)]
+        (1, "failed", 3),
+        (2, "interrupted", 1),
+        (3, "completed", 2),
+        (4, "open", 1),
+    ]
     assert turns[0].error == "tests failed" and turns[0].input_tokens == 5
     assert turns[2].input_tokens == 1200 and turns[2].output_tokens == 150
     assert turns[0].first_seq == 1 and turns[0].last_seq == 3
     memstore.rebuild(tmp_path, "s", refresh=False)  # derives event_details (else done when the agent rests)
-    row = db(tmp_path).execute(
-        "SELECT name, exit_code, status, item_type FROM events JOIN event_details USING (seq) "
-        "WHERE type = 'item.completed'").fetchone()
+    row = (
+        db(tmp_path)
+        .execute(
+            "SELECT name, exit_code, status, item_type FROM events JOIN event_details USING (seq) "
+            "WHERE type = 'item.completed'"
+        )
+        .fetchone()
+    )
     assert row == ("cargo test", 101, "failed", "command_execution")
 
 
@@ -459,8 +582,12 @@ def test_eviction_summary_facts_are_bounded(tmp_path):
     with memstore.open_session(tmp_path, "s", max_events=8) as log:
         log.append(TURN_STARTED)
         for i in range(7):
-            log.append({"type": "item.completed", "item": {"id": str(i), "type": "agent_message",
-                                                           "text": f"fact {i}  " + "x" * 300}})
+            log.append(
+                {
+                    "type": "item.completed",
+                    "item": {"id": str(i), "type": "agent_message", "text": f"fact {i}  " + "x" * 300},
+                }
+            )
         log.append(TURN_COMPLETED)
         log.append(TURN_STARTED)
     (summary_path,) = (session_dir(tmp_path) / "derived").glob("eviction-summary-*.json")
@@ -468,6 +595,139 @@ def test_eviction_summary_facts_are_bounded(tmp_path):
     assert len(facts) == 5
     assert facts[0].startswith("fact 2 x") and facts[-1].startswith("fact 6 x")
     assert all(len(f) == 180 and f.endswith("...") for f in facts)
+
+
+def _vtcode_summary(n: int) -> dict:
+    return {
+        "session_id": "s",
+        "evicted_event_count": 2 + n,
+        "event_types": {"turn.completed": 1, "turn.started": 1},
+        "created_at": f"2026-09-01T10:{n:02d}:00+00:00",
+        "grounded_facts": [f"VT Code fact number {n}"],
+    }
+
+
+def test_eviction_summaries_vtcode_wrote_survive_memstore_cap_rewrites(tmp_path):
+    """A session VT Code had already capped holds its summary files (15 here). memstore keeps
+    only the newest ten files, but nothing a previous writer left is removed before its content
+    is a line of eviction-summaries.jsonl (tagged with the file it came from); memstore's own
+    files are removed only because their line was written first. A file that is not a summary
+    (not a JSON object) is never removed. Every summary appears exactly once, however many
+    rewrites follow."""
+    d = session_dir(tmp_path)
+    (d / "derived").mkdir(parents=True)
+    vtcode = {}
+    for n in range(15):
+        path = d / "derived" / f"eviction-summary-{n:032x}.json"
+        path.write_text(json.dumps(_vtcode_summary(n), indent=2))
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))  # older than anything memstore writes
+        vtcode[path.name] = _vtcode_summary(n)
+    broken = d / "derived" / f"eviction-summary-{99:032x}.json"
+    broken.write_text("{ not json")
+    os.utime(broken, (1_600_000_000, 1_600_000_000))
+    with memstore.open_session(tmp_path, "s", max_events=6) as log:
+        for n in range(30):
+            two_event_turn(log, text=f"memstore fact {n}")
+    names = sorted(p.name for p in (d / "derived").glob("eviction-summary-*.json"))
+    lines = [json.loads(line) for line in (d / "derived" / "eviction-summaries.jsonl").read_bytes().splitlines()]
+    carried = {
+        line["carried_from"]: {k: v for k, v in line.items() if k != "carried_from"}
+        for line in lines
+        if "carried_from" in line
+    }
+    own = [line for line in lines if "carried_from" not in line]
+    assert broken.name in names  # not a summary: left where it is
+    assert len(names) == 11
+    # Every VT Code summary is still a file, or (exactly once) a carried line with its content.
+    for name, content in vtcode.items():
+        on_disk = json.loads((d / "derived" / name).read_text()) if name in names else None
+        assert (on_disk == content) != (carried.get(name) == content), name
+    assert len(carried) == len([line for line in lines if "carried_from" in line])
+    assert {line["writer"] for line in own} == {"memstore"} and len(own) >= 10
+    # memstore's files kept are its newest; each has its line.
+    for name in names:
+        content = json.loads((d / "derived" / name).read_text()) if name != broken.name else None
+        if content is not None and content.get("writer") == "memstore":
+            assert content in own
+
+
+def test_the_default_summary_equals_the_summary_of_the_evicted_events(tmp_path):
+    """The cap's default summary takes its counts from the index and its facts from the raw lines
+    of the evicted prefix: it must say exactly what ``write_eviction_summary`` says of the evicted
+    events themselves, given as a hook: here with an agent message whose type is spelled with
+    JSON escapes, messages repeated in other case, a tool output that mentions agent_message, an
+    escaped control character, and lines that are not records (no schema_version, broken JSON)."""
+    from memstore.session.summaries import EvictionSummary
+
+    def line(event, version="0.18.0"):
+        envelope = {"event": event} if version is None else {"schema_version": version, "event": event}
+        return json.dumps(envelope, ensure_ascii=False).encode() + b"\n"
+
+    def message(text):
+        return {"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": text}}
+
+    turn1 = [
+        line(TURN_STARTED),
+        line(message("Fixed   the build")),
+        b'{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"e","type":'
+        b'"\\u0061gent_message","text":"spelled with escapes \\u001b[0m"}}}\n',
+        line({"type": "item.completed", "item": {"id": "t", "type": "tool_output", "output": "agent_message"}}),
+        line(message("not a record"), version=None),
+        b'{"schema_version": "0.18.0", "event": {"broken\n',
+        line(message("FIXED THE BUILD")),
+        line(TURN_COMPLETED),
+    ]
+    turn2 = (
+        [line(TURN_STARTED)] + [line(message(f"fact {n} " + "word " * n)) for n in range(2)] + [line(TURN_COMPLETED)]
+    )
+    turn3 = [line(TURN_STARTED), line(message("kept")), line(TURN_COMPLETED)]
+    data = b"".join(turn1 + turn2 + turn3)
+    captured: list[list[dict]] = []
+    for sid, hook in (("default", None), ("hooked", lambda d, s, events: captured.append(list(events)))):
+        directory = session_dir(tmp_path, sid)
+        directory.mkdir(parents=True)
+        (directory / "events.jsonl").write_bytes(data)
+        with memstore.open_session(tmp_path, sid, max_events=7, on_evict=hook) as log:
+            log.append(TURN_STARTED)  # 13 records + 1: the cap evicts turns 1 (6 records) and 2 (4)
+            assert log.manifest.retained_turn_base == 3
+    (evicted,) = captured
+    expected = EvictionSummary("default")
+    for event in evicted:
+        expected.add_event(event)
+    lines = (session_dir(tmp_path, "default") / "derived" / "eviction-summaries.jsonl").read_bytes().splitlines()
+    (written,) = [json.loads(line) for line in lines]
+    want = expected.to_dict()
+    for summary in (written, want):
+        del summary["created_at"]
+    assert written == want
+    assert written["grounded_facts"] == ["spelled with escapes \u001b[0m", "FIXED THE BUILD", "fact 0", "fact 1 word"]
+    assert written["evicted_event_count"] == 10
+
+
+def test_an_interrupted_carry_of_an_old_summary_is_not_carried_twice(tmp_path, monkeypatch):
+    """Carrying a file another writer left appends and syncs its line, then removes the file: a
+    crash in between leaves both, and the next prune must remove the file without a second line."""
+    from memstore.session import summaries
+
+    derived = tmp_path / "derived"
+    derived.mkdir()
+    for n in range(12):
+        path = derived / f"eviction-summary-{n:032x}.json"
+        path.write_text(json.dumps(_vtcode_summary(n)))
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+    real_unlink = os.unlink
+
+    def crash_before_removal(path, *args, **kwargs):
+        raise KeyboardInterrupt  # the process dies after the carry's sync, before any removal
+
+    monkeypatch.setattr(summaries.os, "unlink", crash_before_removal)
+    with pytest.raises(KeyboardInterrupt):
+        summaries.prune_summary_files(derived)
+    monkeypatch.setattr(summaries.os, "unlink", real_unlink)
+    summaries.prune_summary_files(derived)
+    lines = [json.loads(line) for line in (derived / "eviction-summaries.jsonl").read_bytes().splitlines()]
+    assert sorted(line["carried_from"] for line in lines) == [f"eviction-summary-{n:032x}.json" for n in (0, 1)]
+    assert len(list(derived.glob("eviction-summary-*.json"))) == 10
 
 
 def test_cap_eviction_counts_session_records_removed_with_oldest_turn(tmp_path):
@@ -554,7 +814,7 @@ def test_pending_cap_rewrite_recovers(tmp_path, index_state):
             two_event_turn(log)
     d = session_dir(tmp_path)
     data = (d / "events.jsonl").read_bytes()
-    rest = data[len(_first_lines(data, 2)):]
+    rest = data[len(_first_lines(data, 2)) :]
     (d / "events.jsonl").write_bytes(rest)
     marker = d / "index" / "pending-cap-rewrite.json"
     marker.write_text(json.dumps({"previous_file_len": len(data), "new_file_len": len(rest), "retained_turn_base": 2}))
@@ -645,8 +905,12 @@ log.close()
 
 def test_another_process_holding_the_session(tmp_path):
     repo = str(Path(memstore.__file__).resolve().parent.parent)
-    child = subprocess.Popen([sys.executable, "-c", CHILD_HOLDS_SESSION.format(repo=repo, root=str(tmp_path))],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_HOLDS_SESSION.format(repo=repo, root=str(tmp_path))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "ready"
         assert memstore.is_live(session_dir(tmp_path))
@@ -688,13 +952,16 @@ def test_existing_directories_are_made_private(tmp_path):
 # Hostile ids and symlinks
 
 
-@pytest.mark.parametrize("sid, sanitized, prefix", [
-    ("../outside", "_outside", "_outside~"),
-    ("a/b\\c", "a_b_c", "a_b_c~"),
-    ("...hidden", "hidden", "hidden~"),
-    ("séance", "s_ance", "s_ance~"),
-    ("ok-id_1.2", "ok-id_1.2", None),
-])
+@pytest.mark.parametrize(
+    "sid, sanitized, prefix",
+    [
+        ("../outside", "_outside", "_outside~"),
+        ("a/b\\c", "a_b_c", "a_b_c~"),
+        ("...hidden", "hidden", "hidden~"),
+        ("séance", "s_ance", "s_ance~"),
+        ("ok-id_1.2", "ok-id_1.2", None),
+    ],
+)
 def test_session_ids_map_to_directories_inside_the_store(tmp_path, sid, sanitized, prefix):
     assert memstore.sanitize_session_id(sid) == sanitized  # VT Code's sanitizer, unchanged
     with memstore.open_session(tmp_path, sid) as log:
@@ -763,12 +1030,15 @@ def test_store_root_behind_a_symlink_is_allowed(tmp_path):
 # Torn tails
 
 
-@pytest.mark.parametrize("tail", [
-    b'{"schema_version":"0.18.0","seq":9,"ts":"2026',  # a partial line
-    b"\x00" * 4096,  # a run of NUL bytes (delayed allocation after a crash)
-    b'{"schema_version":"0.18.0","se\x00\x00\x00\n\x00\x00',  # garbage lines, then NULs
-    b"\xff\xfe garbage \n",  # a complete line that is not JSON
-])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b'{"schema_version":"0.18.0","seq":9,"ts":"2026',  # a partial line
+        b"\x00" * 4096,  # a run of NUL bytes (delayed allocation after a crash)
+        b'{"schema_version":"0.18.0","se\x00\x00\x00\n\x00\x00',  # garbage lines, then NULs
+        b"\xff\xfe garbage \n",  # a complete line that is not JSON
+    ],
+)
 def test_torn_tail_is_cut_kept_and_never_welded(tmp_path, tail):
     with memstore.open_session(tmp_path, "s") as log:
         two_event_turn(log)
@@ -885,8 +1155,12 @@ print("size", log.events_path.stat().st_size, size)
 
 def test_short_write_on_a_full_file_truncates_back_and_fails_closed(tmp_path):
     repo = str(Path(memstore.__file__).resolve().parent.parent)
-    out = subprocess.run([sys.executable, "-c", CHILD_FILE_SIZE_LIMIT.format(repo=repo, root=str(tmp_path))],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD_FILE_SIZE_LIMIT.format(repo=repo, root=str(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("write-error ") and lines[0].endswith("events.jsonl write")
@@ -1021,8 +1295,12 @@ def test_cap_planning():
 
 
 def test_parse_ts_accepts_reference_formats():
-    for text in ("2026-09-01T10:00:00Z", "2026-09-01T10:00:00+00:00", "2026-09-01T10:00:00.123456789+00:00",
-                 "2026-11-30T08:30:29.123Z"):
+    for text in (
+        "2026-09-01T10:00:00Z",
+        "2026-09-01T10:00:00+00:00",
+        "2026-09-01T10:00:00.123456789+00:00",
+        "2026-11-30T08:30:29.123Z",
+    ):
         assert ev.parse_ts(text) is not None, text
     assert ev.parse_ts("yesterday") is None
     assert ev.parse_ts(None) is None
@@ -1149,24 +1427,51 @@ def test_bulk_mode_publishes_the_manifest_on_flush_not_per_batch(tmp_path):
     log.close()
 
 
-def test_index_failure_after_the_cap_rewrite_fails_closed_and_reopen_recovers(tmp_path, fault):
+def test_an_index_failure_after_the_cap_rewrite_is_retried_and_the_marker_waits_for_it(tmp_path, fault):
+    """The cap rewrite's index update runs off the agent's thread, after the log was replaced:
+    its failure does not fail the append (the event is in the rewritten log) but the next flush
+    reports it, and the rewrite's marker stays until the index and manifest.json describing the
+    rewritten log are durable. Once the index works again nothing is lost; a writer that closes
+    while it still fails leaves the marker, and the next open finishes the rewrite."""
+
     def broken_evict(path):
         raise memstore.StoreIOError("update index", path, "I/O error")
 
-    log = memstore.open_session(tmp_path, "s", max_events=4)
-    two_event_turn(log)
-    two_event_turn(log)
-    fault.arm("index.evict", broken_evict)
-    with pytest.raises(memstore.StoreIOError):
-        log.append(TURN_STARTED)  # the fifth event: turn 1 is evicted, then the index fails
-    assert log.failed
-    fault.disarm("index.evict")
-    log.close()
-    assert (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
-    with memstore.open_session(tmp_path, "s", max_events=4) as log:
-        assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
-        assert log.event_count == 3 and log.turn_count == 2
-    assert not (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
+    marker = session_dir(tmp_path) / "index" / "pending-cap-rewrite.json"
+    for closes_while_failing in (False, True):
+        sid = f"s{int(closes_while_failing)}"
+        log = memstore.open_session(tmp_path, sid, max_events=4)
+        two_event_turn(log)
+        two_event_turn(log)
+        fault.arm("index.evict", broken_evict)
+        log.append(TURN_STARTED)  # the fifth event: turn 1 is evicted from the log, the index fails
+        assert not log.failed
+        marker = session_dir(tmp_path, sid) / "index" / "pending-cap-rewrite.json"
+        with pytest.raises(memstore.StoreIOError, match="I/O error"):
+            log.flush()
+        assert marker.exists()
+        if closes_while_failing:
+            with pytest.raises(memstore.StoreIOError, match="I/O error"):
+                log.close()
+            fault.disarm("index.evict")
+        else:
+            fault.disarm("index.evict")
+            log.flush()
+            assert not marker.exists()
+            assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
+            log.close()
+        with memstore.open_session(tmp_path, sid, max_events=4) as log:
+            assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
+            assert log.event_count == 3 and log.turn_count == 2
+        assert not marker.exists()
+        assert rebuilt_turns(tmp_path, sid) == [(2, "completed"), (3, "open")]
+
+
+def rebuilt_turns(root, sid):
+    """The turns of the session after a rebuild from its log."""
+    memstore.rebuild(root, sid, refresh=False)
+    with memstore.open_session(root, sid, max_events=0) as log:
+        return [(t.number, t.status) for t in log.turns()]
 
 
 def test_cap_rewrite_tags_the_first_retained_line_and_keeps_its_event_bytes(tmp_path):
@@ -1268,6 +1573,20 @@ def test_turn_aborted_closes_the_turn_as_aborted(tmp_path):
     assert log.turn_count == 1
     assert [(t.status, t.error, t.event_count, t.input_tokens) for t in turns] == [("aborted", "interrupted", 3, 5)]
     assert memstore.rebuild(tmp_path, "s").turn_count == 1
+
+
+def test_turn_aborted_is_numbered_differently_by_vtcode_as_documented(tmp_path):
+    """docs/vtcode.md: VT Code does not know ``turn.aborted``; the aborted turn stays open for it,
+    so the next turn gets the same number and later ones are one lower. memstore numbers them
+    1, 2, 3; VT Code's open of the same directory numbers them 1, 1, 2."""
+    import vtcode_view
+
+    with memstore.open_session(tmp_path, "s") as log:
+        for closing in ({"type": "turn.aborted", "reason": "interrupted"}, TURN_COMPLETED, TURN_COMPLETED):
+            log.append(TURN_STARTED)
+            log.append(closing)
+        assert [t.number for t in log.turns()] == [1, 2, 3]
+    assert vtcode_view.open_view(session_dir(tmp_path)).numbers() == [1, 1, 2]
 
 
 def test_a_rebuild_brings_a_future_updated_at_from_older_metadata_back_to_the_present(tmp_path):

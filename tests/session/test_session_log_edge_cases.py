@@ -96,6 +96,7 @@ def test_a_mid_turn_read_never_publishes_metadata_ahead_of_the_synced_log(tmp_pa
                 return
             if (st.st_dev, st.st_ino) == (log_st.st_dev, log_st.st_ino):
                 synced["len"] = st.st_size
+
         return wrapper
 
     monkeypatch.setattr(os, "fdatasync", track(real_fdatasync))
@@ -157,7 +158,6 @@ def test_a_failure_after_the_cap_rewrite_replaced_the_log_does_not_lose_later_ev
         capped.append(TURN_STARTED)  # the fifth event: the cap rewrite replaces the log, then fails
     fault.disarm("cap.replaced")
     assert failed, "the failing directory sync never ran"
-
 
     marker = {"type": "note", "text": "acknowledged after the failed rewrite"}
     try:
@@ -338,10 +338,26 @@ def test_index_rows_of_dict_subclasses_and_str_enums_equal_a_rebuild(tmp_path, m
     monkeypatch.setattr(TUNING, "derive_idle_seconds", 0.01)
     with memstore.open_session(tmp_path, "s") as log:
         log.append(TURN_STARTED)
-        log.append({"type": "item.completed", "item": OrderedDict(
-            id="c1", type="command_execution", command="cargo test", exit_code=101, status="failed")})
-        log.append({"type": "item.completed", "item": {
-            "id": "c2", "type": ItemType.COMMAND, "command": "cargo build", "exit_code": 0, "status": "completed"}})
+        log.append(
+            {
+                "type": "item.completed",
+                "item": OrderedDict(
+                    id="c1", type="command_execution", command="cargo test", exit_code=101, status="failed"
+                ),
+            }
+        )
+        log.append(
+            {
+                "type": "item.completed",
+                "item": {
+                    "id": "c2",
+                    "type": ItemType.COMMAND,
+                    "command": "cargo build",
+                    "exit_code": 0,
+                    "status": "completed",
+                },
+            }
+        )
         log.append(TURN_COMPLETED)
         support.wait_until_derived(session_dir(tmp_path), 4)
     incremental = index_rows(tmp_path)

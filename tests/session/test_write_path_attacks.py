@@ -119,8 +119,12 @@ def test_complete_never_moves_updated_at_backwards(tmp_path):
 
 def run_script(script: str, *args, timeout: float = 30) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the script hung (killed after {timeout} s); stderr: {exc.stderr!r}")
 
@@ -130,7 +134,8 @@ def test_a_handle_collected_in_the_publishers_thread_does_not_deadlock_it(tmp_pa
     included. When it collects the session's last handle there, releasing the handle must not
     make the publisher wait for itself (the last release stops the publisher, which waits for
     the batch the publisher is committing)."""
-    result = run_script("""
+    result = run_script(
+        """
         import gc, os, sys, threading
         import memstore
         from memstore import faults
@@ -156,7 +161,10 @@ def test_a_handle_collected_in_the_publishers_thread_does_not_deadlock_it(tmp_pa
             os._exit(3)
         with memstore.open_session(sys.argv[1], "s") as log:  # after the release
             print("reopened", log.turn_count)
-    """, tmp_path, timeout=20)
+    """,
+        tmp_path,
+        timeout=20,
+    )
     assert result.returncode == 0 and "reopened 1" in result.stdout, result.stderr
 
 
@@ -185,8 +193,10 @@ def test_an_index_failure_does_not_fail_appends_past_the_cap(tmp_path, fault):
             seqs.append(log.append(event))
         except memstore.MemstoreError as exc:
             # (A caller is told to append again an event whose error says it is not durable.)
-            pytest.fail(f"an append past the cap failed on the index's error, durable={exc.durable}, "
-                        f"but its event is in the buffer, to be written: {exc}")
+            pytest.fail(
+                f"an append past the cap failed on the index's error, durable={exc.durable}, "
+                f"but its event is in the buffer, to be written: {exc}"
+            )
     with pytest.raises(memstore.StoreIOError, match="disk is full"):
         log.flush()
     fault.disarm("index.commit")
@@ -245,17 +255,19 @@ def test_a_seq_inside_a_torn_events_payload_is_not_taken_for_its_envelopes(tmp_p
         log.append(TURN_STARTED)
         log.append(TURN_COMPLETED)
     with open(session_dir(tmp_path) / "events.jsonl", "ab") as f:  # killed mid-write of seq 3
-        f.write(b'{"schema_version":"0.18.0","seq":3,"ts":"2026-01-01T00:00:00.000Z","event":{"type":"item.completed",'
-                b'"item":{"type":"tool_output","output":{"seq":1700000000000000,"rows":[1,2')
+        f.write(
+            b'{"schema_version":"0.18.0","seq":3,"ts":"2026-01-01T00:00:00.000Z","event":{"type":"item.completed",'
+            b'"item":{"type":"tool_output","output":{"seq":1700000000000000,"rows":[1,2'
+        )
     with memstore.open_session(tmp_path, "s") as log:
         assert log.append(TURN_STARTED) == 4
     assert rebuilt_index(tmp_path)["manifest"]["next_seq"] == 5
 
 
 def test_a_manifest_failure_after_a_cap_rewrite_does_not_fail_the_append(tmp_path, fault):
-    """manifest.json is a view like the index: failing to publish it after a cap rewrite that
-    succeeded is reported by the next flush, not raised by the append (which said nothing of
-    whether the rewrite happened)."""
+    """manifest.json is a view like the index: the cap rewrite itself writes the manifest of the
+    rewritten log (synced with it), and failing to publish a later one is reported by the next
+    flush, not raised by the append."""
     log = memstore.open_session(tmp_path, "s", max_events=4)
     for _ in range(2):
         log.append(TURN_STARTED)
@@ -269,19 +281,74 @@ def test_a_manifest_failure_after_a_cap_rewrite_does_not_fail_the_append(tmp_pat
     fault.arm("manifest.publish", full_disk_after_the_rewrite)
     log.append(TURN_STARTED)  # the fifth event: the cap evicts the first turn
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5]
+    assert json.loads((session_dir(tmp_path) / "manifest.json").read_bytes())["retained_turn_base"] == 2
+    log.append(TURN_COMPLETED)  # a boundary: its manifest fails, in the publisher's thread
     with pytest.raises(memstore.StoreIOError, match="no space"):
         log.flush()
     fault.disarm("manifest.publish")
-    log.append(TURN_COMPLETED)
     log.close()
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5, 6]
     on_disk = json.loads((session_dir(tmp_path) / "manifest.json").read_bytes())
     live = support.read_index(session_dir(tmp_path))
     assert {k: on_disk[k] for k in support.MANIFEST_COUNTERS} == live["manifest"]
-    with memstore.open_session(tmp_path, "s") as log:  # drops the rewrite's marker if it is left
+    with memstore.open_session(tmp_path, "s") as log:
         assert (log.turn_count, log.event_count) == (3, 4)
     assert not (session_dir(tmp_path) / "index" / "pending-cap-rewrite.json").exists()
     assert rebuilt_index(tmp_path) == live
+
+
+def test_a_cap_rewrite_that_fails_before_the_log_is_replaced_leaves_everything_as_it_was(tmp_path, fault):
+    """A rewrite that fails after it copied the log, wrote the summary and manifest.json's next
+    version (here: no space for its marker) raises from the append that crossed the cap (the
+    event is durable) and takes everything back: the log, manifest.json and the summaries are as
+    they were, no temp file or marker is left, the session goes on, and the next crossing of the
+    cap evicts."""
+    directory = session_dir(tmp_path)
+    log = memstore.open_session(tmp_path, "s", max_events=4)
+    for _ in range(2):
+        log.append(TURN_STARTED)
+        log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "kept"}})
+    log.flush()
+    log_before = (directory / "events.jsonl").read_bytes()
+
+    def no_space(path):
+        raise memstore.StoreIOError("write", path, "no space left on device")
+
+    fault.arm("cap.marker", no_space)
+    with pytest.raises(memstore.StoreIOError, match="no space") as info:
+        log.append(TURN_COMPLETED)  # the fifth event
+    fault.disarm("cap.marker")
+    assert info.value.durable is True and info.value.seq == 5
+    assert (directory / "events.jsonl").read_bytes() == log_before + log_lines_of(info.value.seq, directory)
+    manifest = json.loads((directory / "manifest.json").read_bytes())  # (the boundary's, not the cap's)
+    assert (manifest["retained_turn_base"], manifest["persisted_file_len"]) == (
+        1,
+        len(log_before) + len(log_lines_of(5, directory)),
+    )
+    assert not (directory / "index" / "pending-cap-rewrite.json").exists()
+    derived = directory / "derived"
+    assert not list(derived.glob("eviction-summary-*")) and not (derived / "eviction-summaries.jsonl").read_bytes()
+    leftovers = [
+        p.name
+        for d in (directory, directory / "index", derived)
+        for p in d.iterdir()
+        if ".tmp-" in p.name or ".cap-" in p.name
+    ]
+    assert leftovers == []
+    assert not log.failed
+    log.append(TURN_STARTED)  # crosses the cap again: evicts this time
+    log.close()
+    with memstore.open_session(tmp_path, "s") as log:
+        assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
+    assert len((derived / "eviction-summaries.jsonl").read_bytes().splitlines()) == 1
+
+
+def log_lines_of(seq: int, directory) -> bytes:
+    """The line of the record ``seq`` as the log holds it."""
+    for line in (directory / "events.jsonl").read_bytes().splitlines(keepends=True):
+        if json.loads(line).get("seq") == seq:
+            return line
+    raise AssertionError(f"seq {seq} is not in the log")
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,7 +383,8 @@ def test_an_inherited_handle_refuses_in_a_forked_child_even_if_a_thread_held_its
     held them do not exist there. A handle inherited while some thread of the parent held the
     session's lock (the deriver does, whenever the agent is idle; the publisher holds the index
     lock and the summary cache's) must refuse in the child, not hang it for ever."""
-    result = run_script("""
+    result = run_script(
+        """
         import os, signal, sys, threading
         import memstore
         from memstore.session.manifest import summary_cache
@@ -355,7 +423,10 @@ def test_an_inherited_handle_refuses_in_a_forked_child_even_if_a_thread_held_its
         thread.join()
         log.close()
         print("child status", status, flush=True)
-    """, tmp_path, timeout=30)
+    """,
+        tmp_path,
+        timeout=30,
+    )
     assert result.returncode == 0, result.stderr
     assert "child status 0" in result.stdout, result.stdout
     assert result.stdout.count("refused: ") == 2, result.stdout
@@ -364,25 +435,29 @@ def test_an_inherited_handle_refuses_in_a_forked_child_even_if_a_thread_held_its
 
 def test_an_error_after_a_cap_rewrite_says_the_event_is_durable(tmp_path, fault):
     """``durable`` must say whether the event reached the log. After a cap rewrite the log is
-    shorter than where the event was appended: an error raised after the rewrite (here the
-    index transaction fails) said ``durable=False`` of an event written, synced and kept, and a
+    shorter than where the event was appended: an error raised after the rewrite (here the sync
+    of the directory the log was renamed in fails; the index's own update no longer fails the
+    append, it is retried) said ``durable=False`` of an event written, synced and kept, and a
     caller that appended it again (on a reopened handle: this one failed closed) logged it twice."""
     log = memstore.open_session(tmp_path, "s", max_events=4)
     for _ in range(2):
         log.append(TURN_STARTED)
         log.append(TURN_COMPLETED)
 
-    def failing_evict(path):
-        raise memstore.StoreIOError("update index", path, "database or disk is full")
+    def failing_directory_sync(path):
+        raise memstore.StoreIOError("fsync directory", path, "input/output error")
 
-    fault.arm("index.evict", failing_evict)
+    fault.arm("cap.replaced", failing_directory_sync)
     with pytest.raises(memstore.StoreIOError) as info:
         log.append(TURN_STARTED)  # the fifth event: the cap rewrites the log
-    fault.disarm("index.evict")
+    fault.disarm("cap.replaced")
     assert info.value.seq == 5
     assert [r["seq"] for r in log_records(tmp_path)] == [3, 4, 5]
     assert info.value.durable is True
+    assert log.failed
     log.close()
+    with memstore.open_session(tmp_path, "s", max_events=4) as log:
+        assert [(t.number, t.status) for t in log.turns()] == [(2, "completed"), (3, "open")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,8 +496,17 @@ def test_catching_up_after_a_cap_rewrite_does_not_take_a_stale_manifests_status(
     log.append(TURN_COMPLETED)
     log.append(TURN_STARTED)
     log.append(TURN_COMPLETED)
-    log.append({"type": "thread.completed", "thread_id": "t", "session_id": "s", "subtype": "success",
-                "outcome_code": "ok", "usage": {}, "num_turns": 2})
+    log.append(
+        {
+            "type": "thread.completed",
+            "thread_id": "t",
+            "session_id": "s",
+            "subtype": "success",
+            "outcome_code": "ok",
+            "usage": {},
+            "num_turns": 2,
+        }
+    )
     log.flush()
     assert json.loads((session_dir(tmp_path) / "manifest.json").read_bytes())["status"] == "completed"
 
@@ -446,7 +530,8 @@ def test_a_cap_rewrite_waits_until_manifest_json_describes_the_log_it_rewrites(t
     change to the cap waited only for the index transactions, so with manifest.json failing
     the rewrite went ahead, and a writer killed during it came back with a status the session
     had left. (The cap now waits, without failing the append, until the views are current.)"""
-    result = run_script("""
+    result = run_script(
+        """
         import os, sys
         import memstore
         from memstore import faults
@@ -471,7 +556,10 @@ def test_a_cap_rewrite_waits_until_manifest_json_describes_the_log_it_rewrites(t
         faults.arm("index.evict", killed)
         log.append({"type": "turn.started"})  # active again, and over the cap
         os._exit(0)
-    """, tmp_path, timeout=30)
+    """,
+        tmp_path,
+        timeout=30,
+    )
     assert result.returncode == 0, result.stderr
     with memstore.open_session(tmp_path, "s") as log:
         assert (log.turn_count, log.manifest.status, log.manifest.in_turn) == (2, "active", True)
@@ -502,7 +590,8 @@ def test_a_log_claiming_the_last_seq_refuses_appends_rather_than_hand_out_an_unr
     directory.mkdir(parents=True)
     last = memstore.events.MAX_SEQ
     (directory / "events.jsonl").write_bytes(
-        b'{"schema_version":"0.18.0","seq":%d,"event":{"type":"turn.started"}}\n' % last)
+        b'{"schema_version":"0.18.0","seq":%d,"event":{"type":"turn.started"}}\n' % last
+    )
     with memstore.open_session(tmp_path, "s") as log:
         with pytest.raises(memstore.MemstoreError, match="no sequence number is left"):
             log.append(TURN_COMPLETED)
@@ -563,8 +652,10 @@ def test_an_absurd_turn_number_in_legacy_metadata_does_not_brick_the_session(tmp
     SQLite's integers: the index failed, and every later open with it."""
     directory = tmp_path / "sessions" / "s"
     (directory / "index").mkdir(parents=True)
-    lines = (b'{"schema_version":"0.11.0","event":{"type":"turn.started"}}\n'
-             b'{"schema_version":"0.11.0","event":{"type":"turn.completed","usage":{}}}\n')
+    lines = (
+        b'{"schema_version":"0.11.0","event":{"type":"turn.started"}}\n'
+        b'{"schema_version":"0.11.0","event":{"type":"turn.completed","usage":{}}}\n'
+    )
     (directory / "events.jsonl").write_bytes(lines)
     huge = 2**63 - 1
     if metadata == "turns.json":
@@ -626,7 +717,9 @@ def test_after_a_failing_eviction_hook_recovers_the_cap_is_the_cap_again(tmp_pat
     log.close()
     assert not failures
     recovered = max(i for i, count in enumerate(peaks) if count > 21)  # the last time over the cap
-    assert recovered < 100, f"the session went on past its cap until event {recovered}: {peaks[recovered - 5:recovered + 1]}"
+    assert recovered < 100, (
+        f"the session went on past its cap until event {recovered}: {peaks[recovered - 5 : recovered + 1]}"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -663,7 +756,10 @@ def test_an_index_that_cannot_be_trusted_is_rebuilt_with_the_reason(tmp_path, ca
         with memstore.open_session(tmp_path, "s") as log:
             assert log.event_count == 2
     messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert f"rebuilding the index of {events} from its log: the index describes another log, or more of it than there is" in messages
+    assert (
+        f"rebuilding the index of {events} from its log: the index describes another log, or more of it than there is"
+        in messages
+    )
 
 
 def test_a_manifest_with_implausible_counters_is_distrusted_with_a_warning(tmp_path, caplog):
@@ -698,7 +794,8 @@ def test_an_index_of_an_older_layout_is_rebuilt_without_a_warning(tmp_path, capl
             assert log.event_count == 2
     rebuilt = [r for r in caplog.records if "rebuilding the index" in r.getMessage()]
     assert [(r.levelname, r.getMessage().rsplit(": ", 1)[1]) for r in rebuilt] == [
-        ("INFO", "its index is of an older memstore's layout")]
+        ("INFO", "its index is of an older memstore's layout")
+    ]
 
 
 def test_a_rebuild_keeps_the_source_of_a_session_whose_thread_started_the_cap_evicted(tmp_path):

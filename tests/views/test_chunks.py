@@ -130,7 +130,7 @@ def test_a_foreign_line_nested_hundreds_of_levels_deep_is_chunked_by_its_words(t
         log.append({"type": "turn.started"})
     depth = 480  # a dict and a list per level: 960 levels
     arguments = b'{"a":[' * depth + b'"needle"' + b']}' * depth
-    line = (b'{"event":{"type":"item.completed","item":{"id":"t","type":"tool_call","tool_name":"probe",'
+    line = (b'{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"t","type":"tool_call","tool_name":"probe",'
             b'"arguments":' + arguments + b'}}}\n')
     with open(tmp_path / "sessions" / "s" / "events.jsonl", "ab") as fh:
         fh.write(line)
