@@ -264,7 +264,11 @@ class _WorkerProcess:
         self.area = f"w{number}"
         self.tasks: dict[int, Task] = {}  # sent and not answered yet
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _WORKER_MAIN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True
+            [sys.executable, "-c", _WORKER_MAIN],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+            env=_worker_environment(),
         )
         assert self.process.stdin is not None and self.process.stdout is not None
         self._stdin = self.process.stdin
@@ -310,6 +314,15 @@ class _WorkerProcess:
             self.process.wait()
         self._reader.join()
         self._stdout.close()
+
+
+def _worker_environment() -> dict[str, str]:
+    """The environment of a worker: this one, with the directory this very memstore package was
+    imported from first on ``PYTHONPATH``, so that a worker runs the same code as its parent
+    (whatever the parent's ``sys.path`` or working directory was)."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    existing = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=package_root + (os.pathsep + existing if existing else ""))
 
 
 def _run_parallel(
@@ -379,7 +392,8 @@ def _run_parallel(
                     worker._stdin.close()  # done: it ends, and its reader says so
         if failure is not None:
             raise failure
-        for task in orphaned:
+        # The tasks of workers that died, and those never sent because every worker died.
+        for task in orphaned + [task for _number, task in order]:
             collect(run_here(task), task)
     except BaseException:
         for worker in workers:

@@ -370,6 +370,39 @@ def test_the_tasks_of_a_worker_that_died_are_run_again(small_archive, tmp_path):
     assert report.sessions_created == 82 and not report.problems
 
 
+def test_an_import_whose_workers_cannot_start_imports_everything_here(small_archive, tmp_path, monkeypatch):
+    """Workers that end at once (an interpreter that cannot start them) leave no source out: their
+    tasks, and every task never sent, run in the importing process."""
+    reference = tmp_path / "reference"
+    memstore.import_logs(reference, small_archive, jobs=1)
+    monkeypatch.setattr(pipeline_module, "_WORKER_MAIN", "raise SystemExit(3)")
+    monkeypatch.setattr(pipeline_module, "TASK_FILES", 4)  # many more tasks than workers
+    root = tmp_path / "store"
+    report = memstore.import_logs(root, small_archive, jobs=2)
+    assert report.sessions_created == 82 and not report.problems
+    assert store_snapshot(root) == store_snapshot(reference)
+
+
+def test_workers_import_the_same_memstore_as_their_parent(small_archive, tmp_path):
+    """A parent that found memstore through its own ``sys.path`` (not the working directory nor
+    an installed copy) starts workers that import that same code."""
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import memstore; "
+        "r = memstore.import_logs(sys.argv[2], sys.argv[3], jobs=2); print(r.sessions_created, len(r.problems))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(REPO), str(tmp_path / "store"), str(small_archive)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.stdout.split() == ["82", "0"], done.stderr
+    assert "ended with" not in done.stderr  # no worker died
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the worker processes")
 def test_a_run_that_fails_stops_its_workers_and_a_rerun_completes(small_archive, tmp_path, monkeypatch):
     """A batch that cannot be published (a disk error, injected: no real disk fails on demand)
