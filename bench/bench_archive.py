@@ -22,7 +22,9 @@ seeded); archives are kept in ``--workdir`` and reused. For each size:
   Ratio = FTS5 / memstore. ``search_memory`` refreshes the catalog first, so the engine alone
   (``SearchIndex.search`` on the catalog) is shown too;
 - a refresh that finds nothing changed, against a floor that only lists the sessions and
-  ``stat``s the five files per session a refresh looks at.
+  ``stat``s the five files per session a refresh looks at: the full check
+  (``refresh_catalog``), the change feed with a sweep, the feed alone, and what a search pays
+  before it searches (``LiveCatalog.ensure_current``).
 
 Sides alternate where a repetition is cheap, and medians are reported. An import that runs
 past ``--import-timeout`` is stopped: the report then says how far it got and extrapolates the
@@ -299,6 +301,8 @@ def drop_store(store: Path) -> None:
 
 
 def fmt_s(seconds: float) -> str:
+    if seconds < 0.01:
+        return f"{seconds * 1000:9.3f} ms"
     return f"{seconds * 1000:9.1f} ms" if seconds < 1 else f"{seconds:9.2f} s "
 
 
@@ -457,21 +461,46 @@ def measure_catalog_search_refresh(sessions: int, args: argparse.Namespace, work
     fig.update(search_figures(store, fts_db, queries, args.search_reps))
 
     print("  refresh with nothing changed ...", flush=True)
-    noop, floor = [], []
-    for _ in range(5):
-        started = time.perf_counter()
-        report = memstore.refresh_catalog(store)
-        noop.append(time.perf_counter() - started)
-        if report.changed:
-            raise RuntimeError(f"an unchanged store's refresh changed something: {report}")
-        floor.append(stat_floor(store))
-    fig.update(noop_refresh_s=statistics.median(noop), noop_floor_s=statistics.median(floor),
-               load_at_end=os.getloadavg())
+    fig.update(noop_figures(store))
+    fig["load_at_end"] = os.getloadavg()
     print_size(fig)
     print(f"  (load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}; 2 cores)")
     if not args.keep:
         drop_store(store)
         fts_db.unlink(missing_ok=True)
+
+
+def noop_figures(store: Path, reps: int = 5) -> dict[str, Any]:
+    """A refresh of an unchanged store, three ways, each beside the list+stat floor in the same
+    loop: the full check (``refresh_catalog``: every file stamp of every session), the feed and
+    a sweep now (``Store.refresh(full=False)``), the feed alone (``Store.refresh(full=False,
+    sweep=False)``, the sweep not due), and what a search pays first when nothing changed
+    (``LiveCatalog.ensure_current``, its warm connection open)."""
+    from memstore.catalog import LiveCatalog, RefreshMode
+
+    times: dict[str, list[float]] = {"full": [], "sweep": [], "feed": [], "search": [], "floor": []}
+    live = LiveCatalog(store, sweep_interval=3600.0)  # the sweep is never due in the feed/search rows
+    try:
+        live.refresh(RefreshMode.SWEEP)
+        live.connection()
+        for _ in range(reps):
+            for mode, key in ((RefreshMode.FULL, "full"), (RefreshMode.SWEEP, "sweep"), (RefreshMode.FEED, "feed")):
+                started = time.perf_counter()
+                report = (memstore.refresh_catalog(store) if mode is RefreshMode.FULL else live.refresh(mode))
+                times[key].append(time.perf_counter() - started)
+                if report.changed:
+                    raise RuntimeError(f"an unchanged store's {key} refresh changed something: {report}")
+            started = time.perf_counter()
+            missing = live.ensure_current()
+            times["search"].append(time.perf_counter() - started)
+            if missing:
+                raise RuntimeError(f"an unchanged store's catalog misses sessions: {missing[:3]}")
+            times["floor"].append(stat_floor(store))
+    finally:
+        live.close()
+    out = {f"noop_{key}_s": statistics.median(values) for key, values in times.items()}
+    out["noop_refresh_s"] = out["noop_full_s"]
+    return out
 
 
 def decompose(n1: int, mb1: float, t1: float, n2: int, mb2: float, t2: float) -> tuple[float, float]:
@@ -609,6 +638,12 @@ def print_size(f: dict[str, Any]) -> None:
                 f"{f['floor_a_s'] / f['import_only_baseline_s']:.3f}x", "")
     row("refresh, nothing changed vs list+stat", fmt_s(f["noop_refresh_s"]), fmt_s(f["noop_floor_s"]),
         f"{f['noop_floor_s'] / f['noop_refresh_s']:.3f}x")
+    for key, label in (("sweep", "  feed + sweep now (Store.refresh(full=False))"),
+                       ("feed", "  feed alone (full=False, sweep=False)"),
+                       ("search", "  before a search (LiveCatalog.ensure_current)")):
+        if f"noop_{key}_s" in f:
+            row(label, fmt_s(f[f"noop_{key}_s"]), fmt_s(f["noop_floor_s"]),
+                f"{f['noop_floor_s'] / f[f'noop_{key}_s']:.3f}x")
 
 
 def print_import(f: dict[str, Any], n: int) -> None:
@@ -649,7 +684,9 @@ def print_growth(results: list[dict[str, Any]]) -> None:
              ("search_memory p50", "memstore_p50_s", None, None),
              ("search_memory p95", "memstore_p95_s", None, None),
              ("FTS5 bm25() p50", "fts5_p50_s", None, None),
-             ("refresh with nothing changed", "noop_refresh_s", None, None),
+             ("refresh with nothing changed (full check)", "noop_refresh_s", None, None),
+             ("refresh with nothing changed (feed alone)", "noop_feed_s", None, None),
+             ("before a search, nothing changed", "noop_search_s", None, None),
              ("peak RSS of the import child", "peak_rss_mb", None, None))
     for label, key, stand_in, per in pairs:
         values: list[float] = []

@@ -1273,7 +1273,9 @@ def search_command(query, session_id, since, source, limit, max_results, no_rece
         limit = max_results
     try:
         with _progress_bar("building the catalog", enabled=not as_json) as progress:
-            Store(root).refresh(progress=progress)
+            # The change feed (and a sweep when due), at the cost of what changed; the whole
+            # catalog only when it was never built.
+            Store(root).refresh(full=False, sweep=False, progress=progress)
     except errors.StoreIOError as exc:  # a read-only store: search what the catalog holds
         logger.warning("searching without refreshing the catalog first: %s", exc)
     try:
@@ -1282,6 +1284,17 @@ def search_command(query, session_id, since, source, limit, max_results, no_rece
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from exc
+    missing = getattr(results, "missing", ())
+    if missing:
+        # On stderr, so stdout stays the results (a list, with --json) whatever happened.
+        if as_json:
+            warning = {"warning": "partial results", "missing": [m.to_dict() for m in missing]}
+            click.echo(orjson.dumps(warning).decode(), err=True)
+        else:
+            names = ", ".join(f"{m.directory} ({m.reason})" for m in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            click.echo(f"warning: partial results: {plural(len(missing), 'session')} not searched: {names}{more}",
+                       err=True)
     base = _explorer_base(root, explorer_url)
     urls = Urls(base) if base is not None else None
     hits = [(r, _hit_url(urls, r) if urls is not None else None, _hit_command(r, root)) for r in results]

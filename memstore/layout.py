@@ -12,7 +12,7 @@ session ids and their directory names, and the one enumeration of session direct
     derived/import-state.json  derived/set-aside.json  derived/audit-pack.json
     derived/origin.json  derived/store-imports.json   (sessions imported from another store)
   catalog.db  gc-log.jsonl  store.json  tombstones.jsonl  import-versions.json  config.toml
-  locks/<name>.lock  .trash/
+  locks/<name>.lock  .trash/  changes/
 ```
 
 A **legacy session** is a directory VT Code's own migration made: ``manifest.json`` and its
@@ -49,6 +49,7 @@ CONFIG_FILE = "config.toml"  # the store's settings (its [redact] table: memstor
 LOCKS_DIR = "locks"
 TRASH_DIR = ".trash"
 IMPORT_STAGING_PREFIX = ".import-"  # sessions/.import-<hex>/: new sessions an import writes before publishing them
+CHANGES_DIR = "changes"  # changes/<session directory>: a session changed since the catalog looked
 
 # -- a session directory --------------------------------------------------------------------
 EVENTS_FILE = "events.jsonl"
@@ -190,6 +191,12 @@ def locks_dir(root: os.PathLike | str) -> Path:
 def trash_dir(root: os.PathLike | str) -> Path:
     """Where sessions being removed wait for their deletion."""
     return Path(root) / TRASH_DIR
+
+
+def changes_dir(root: os.PathLike | str) -> Path:
+    """The store's change feed: one empty marker per session directory changed since the
+    catalog last looked (see :mod:`memstore.changes`)."""
+    return Path(root) / CHANGES_DIR
 
 
 # -- paths of a session ---------------------------------------------------------------------

@@ -48,7 +48,7 @@ from typing import Optional, Union
 import orjson
 
 from . import events as ev
-from .catalog import refresh_catalog, set_aside_catalog
+from .catalog import layout_problem, refresh_catalog, set_aside_catalog
 from .errors import MemstoreError, SessionBusyError, SessionNotFound, StoreIOError, UnsafePathError
 from .fsio import atomic_write, file_kind, open_read_no_follow, read_no_follow
 from .layout import (
@@ -852,8 +852,12 @@ def _check_catalog(root: Path, report: DoctorReport, seen: dict, fix: bool) -> N
             try:
                 rows = {r[0]: r[1:] for r in conn.execute(
                     "SELECT directory, session_id, event_count, turn_count, generation FROM sessions")}
+                layout = layout_problem(conn)
             finally:
                 conn.close()
+            if layout is not None:  # as good as unreadable: set aside and built again
+                problem(f"catalog.db cannot be used: {layout}")
+                unreadable = True
         except sqlite3.Error as exc:
             problem(f"catalog.db cannot be read: {exc}")
             # Only a file that is not (or no longer) a database is set aside by --fix, never one

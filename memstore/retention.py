@@ -99,6 +99,7 @@ from .errors import (
     StoreIOError,
     UnsafePathError,
 )
+from .changes import mark_changed, mark_session_changed
 from .fsio import atomic_write, open_private_append, read_no_follow, write_all
 from .session.lock import LivenessLock, SessionGone, is_live
 from .locks import empty_trash, new_removal_id, remove_session_directory, store_lock
@@ -733,6 +734,7 @@ def _mark_abandoned(path: str, seen: _Seen, cutoff: int) -> Optional[str]:
             logger.warning("could not mark %s abandoned: %s", path, exc)
             return f"could not be marked completed ({exc})"
         summary_cache.invalidate(target)
+        mark_session_changed(path)
         seen.manifest = manifest
         seen.stamp = _stamp(path)
         return None
@@ -882,6 +884,7 @@ def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_lo
                     "live: opened by a writer while retention ran")
         return False
     report.removed.append(record)
+    mark_changed(root, seen.name)
     logger.info("retention removed %s (%s, %d bytes)", seen.path, reason, size)
     return True
 

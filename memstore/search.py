@@ -9,10 +9,17 @@ and owns what every caller shares: the query's terms, the FTS5 quoting of them, 
 
 Two calls:
 
-- :func:`search_memory` (public): refresh the catalog, then search it, so a search sees every
-  event flushed before it was called;
+- :func:`search_memory` (public): search a store through the process's warm state of it, which
+  every :class:`~memstore.Store` of that root shares (:meth:`memstore.Store.search` is the same
+  call): the catalog is kept current at the cost of what changed (see
+  :mod:`memstore.catalog.live` for how fresh that is), then searched;
 - :func:`search_catalog`: search the catalog a connection reads, as it is (no refresh, no
   write; a read-only connection will do), a page of results with the total number of hits.
+
+Both say when the answer is partial: the sessions the catalog could not copy (and, for
+:func:`search_memory`, those it could not bring up to date) are listed in ``missing``
+(:class:`SearchPage.missing`, and the ``missing`` attribute of the list :func:`search_memory`
+returns), each with the reason.
 
 Both use the process's kept index of the catalog (:func:`index_cache`): what a query loads (the
 segments' document arrays, the postings of recent terms) is kept for the next, whatever
@@ -22,33 +29,37 @@ by another connection or process is seen at once and only what changed is read a
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import sqlite3
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .bm25 import IndexCache, SearchIndex, database_path, tokenize
 from .bm25.tokens import WORD
-from .catalog import refresh_catalog
+from .catalog.report import CatalogProgress, MissingSession, recorded_missing
 from .errors import StoreIOError
 from .events import format_ts, parse_ts
-from .layout import catalog_path
-from .session.index import readonly_uri
+
+if TYPE_CHECKING:
+    from .catalog.live import LiveCatalog
 
 __all__ = [
     "MemorySearchResult",
+    "MissingSession",
     "SearchPage",
+    "SearchResults",
     "fts_match",
     "index_cache",
     "kept_index",
     "query_terms",
     "search_catalog",
+    "search_live",
     "search_memory",
     "snippet",
 ]
@@ -99,12 +110,33 @@ class MemorySearchResult:
 class SearchPage:
     """A page of a ranking: ``results`` are its hits ``offset`` to ``offset + limit`` (fewer at
     its end), ``total`` how many hits the whole ranking has (every chunk the query matches,
-    filters applied), so a caller can page through it."""
+    filters applied), so a caller can page through it. ``missing``: the sessions the search
+    could not look at (as the catalog records them, and as the caller knows besides), each with
+    why; the answer is ``partial`` when there is any."""
 
     results: list[MemorySearchResult]
     total: int
     offset: int
     limit: int
+    missing: tuple[MissingSession, ...] = ()
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.missing)
+
+
+class SearchResults(list):
+    """What :func:`search_memory` returns: the results, a plain ``list`` of
+    :class:`MemorySearchResult`, with ``missing`` (the sessions the search could not look at,
+    each with why) and ``partial`` (whether there are any)."""
+
+    def __init__(self, results: Sequence[MemorySearchResult] = (), missing: Sequence[MissingSession] = ()):
+        super().__init__(results)
+        self.missing: tuple[MissingSession, ...] = tuple(missing)
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.missing)
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,7 +179,7 @@ def snippet(text: str, tokens: Union[set[str], Sequence[str]], width: int = SNIP
         start = 0
     else:
         start = max(0, best - width // 3)
-    piece = " ".join(text[start:start + width].split())
+    piece = " ".join(text[start : start + width].split())
     return ("…" if start > 0 else "") + piece + ("…" if start + width < len(text) else "")
 
 
@@ -159,7 +191,7 @@ _kept: OrderedDict[str, IndexCache] = OrderedDict()
 _kept_lock = threading.Lock()
 
 
-def index_cache(database: Union[str, "os.PathLike[str]"]) -> IndexCache:
+def index_cache(database: Union[str, os.PathLike[str]]) -> IndexCache:
     """The process's kept :class:`IndexCache` for the database file ``database`` (one per file,
     whatever path names it), made on first use. At most ``KEPT_CATALOGS`` are kept."""
     key = os.path.realpath(database)
@@ -209,7 +241,7 @@ def search_catalog(
     source: Optional[str] = None,
     recency: bool = True,
     min_score: float = 0.0,
-    root: Union[None, str, "os.PathLike[str]"] = None,
+    root: Union[None, str, os.PathLike[str]] = None,
 ) -> SearchPage:
     """Search the catalog ``conn`` reads, as it is: no refresh and nothing written, so a
     read-only connection will do (the explorer's). Results ``offset`` to ``offset + limit`` of
@@ -220,7 +252,8 @@ def search_catalog(
     hits scoring less. ``path`` in each result is the catalog's, relative to the store, or
     absolute under ``root`` when it is given. A query without tokens gives an empty page.
 
-    One read transaction (unless the caller has one open): the rows read are those ranked.
+    One read transaction (unless the caller has one open): the rows read are those ranked, and
+    ``missing`` lists what the catalog records as left out (see :class:`SearchPage`).
     Raises :class:`StoreIOError` if SQLite fails, :class:`ValueError` for a ``since`` that is no
     time or a negative ``limit`` or ``offset``, :class:`TypeError` for one that is no int.
     """
@@ -239,11 +272,16 @@ def search_catalog(
         if own:
             conn.execute("BEGIN")
         now = time.time()  # one clock for the page and its total
-        hits = index.search(query, offset + limit, min_score=min_score, recency=recency, where=where,
-                            params=params, now=now)[offset:] if limit else []
-        total = index.count_matches(query, min_score=min_score, recency=recency, where=where, params=params,
-                                    now=now)
+        hits = (
+            index.search(
+                query, offset + limit, min_score=min_score, recency=recency, where=where, params=params, now=now
+            )[offset:]
+            if limit
+            else []
+        )
+        total = index.count_matches(query, min_score=min_score, recency=recency, where=where, params=params, now=now)
         results = _hydrate(conn, hits, set(terms), root)
+        missing = tuple(recorded_missing(conn))
     except sqlite3.Error as exc:
         raise StoreIOError("search", index.path, str(exc)) from exc
     finally:
@@ -252,11 +290,11 @@ def search_catalog(
                 conn.execute("COMMIT")
             except sqlite3.Error:
                 logger.warning("search: ending a read transaction on %s failed", index.path, exc_info=True)
-    return SearchPage(results, total, offset, limit)
+    return SearchPage(results, total, offset, limit, missing)
 
 
 def search_memory(
-    root: Union[str, "os.PathLike[str]"],
+    root: Union[str, os.PathLike[str]],
     query: str,
     max_results: int = 6,
     min_score: float = 0.0,
@@ -265,60 +303,102 @@ def search_memory(
     session_id: Optional[str] = None,
     since: Optional[str] = None,
     recency: bool = True,
-) -> list[MemorySearchResult]:
+) -> SearchResults:
     """BM25 search over every session under ``root`` (see the module docstring for the
-    scoring). The catalog is refreshed first, so the search sees every event flushed before it
-    was called. ``source`` (``event`` or ``session``), ``session_id`` and ``since`` (a date or an
-    RFC 3339 time: only chunks from then on) restrict the results, not the statistics.
-    An empty or punctuation-only query gives ``[]``; no query is ever an error.
+    scoring), through this process's warm state of that store, which every
+    :class:`~memstore.Store` of ``root`` shares (:func:`memstore.catalog.live_catalog`): the
+    catalog is kept current between calls at the cost of what changed. ``source`` (``event``
+    or ``session``), ``session_id`` and ``since`` (a date or an RFC 3339 time: only chunks from
+    then on) restrict the results, not the statistics.
+
+    Returns a list of :class:`MemorySearchResult` (a :class:`SearchResults`) whose ``missing``
+    names the sessions the search could not look at, and why; ``partial`` says whether there
+    are any. An empty or punctuation-only query gives ``[]``; no query is ever an error.
     """
     if isinstance(max_results, bool) or not isinstance(max_results, int):
         raise TypeError(f"max_results must be an int, not {type(max_results).__name__}")
-    if max_results <= 0 or not tokenize(query or ""):
-        return []
-    path = catalog_path(root)
-    uri = f"{Path(path).absolute().as_uri()}?mode=ro"
-    try:
-        refresh_catalog(root)
-    except StoreIOError as exc:
-        # A store that cannot be written (a read-only mount, another user's files) is searched
-        # as its catalog last saw it: stale, but an answer.
-        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or not Path(path).is_file():
-            raise
-        as_it_is = readonly_uri(path)
-        if as_it_is is None:
-            raise
-        uri = as_it_is
-        logger.warning("searching %s as it is, without refreshing it: %s", path, exc)
-    where, params = _filters(source, session_id, since)
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None)
-    try:
-        # One read transaction: the rows read are those ranked, whatever a refresh does meanwhile
-        # (a recopied session's chunk ids are free for other chunks).
-        conn.execute("BEGIN")
-        hits = kept_index(conn).search(query, max_results, min_score=min_score, recency=recency,
-                                       where=where, params=params)
-        results = _hydrate(conn, hits, set(tokenize(query)), root)
-        conn.execute("COMMIT")
-    except sqlite3.Error as exc:
-        raise StoreIOError("search", path, str(exc)) from exc
-    finally:
-        conn.close()
-    return results
+    from .catalog.live import live_catalog
+
+    page = search_live(
+        live_catalog(root),
+        query,
+        limit=max_results,
+        session=session_id,
+        since=since,
+        source=source,
+        recency=recency,
+        min_score=min_score,
+    )
+    return page.results  # type: ignore[return-value]
+
+
+def search_live(
+    live: LiveCatalog,
+    query: str,
+    *,
+    limit: int = 6,
+    offset: int = 0,
+    session: Optional[str] = None,
+    since: Optional[str] = None,
+    source: Optional[str] = None,
+    recency: bool = True,
+    min_score: float = 0.0,
+    on_progress: Optional[Callable[[CatalogProgress], None]] = None,
+) -> SearchPage:
+    """Bring the catalog ``live`` keeps up to date (at the cost of what changed, see
+    :mod:`memstore.catalog.live`), then search it (:func:`search_catalog`): a page whose
+    ``results`` are a :class:`SearchResults` and whose ``missing`` adds, to what the catalog
+    records, what ``live`` knows besides (a store it cannot write, a refresh it could not run).
+    ``on_progress`` is called while the catalog copies sessions (a first search of a large store
+    builds the whole catalog). A query without tokens or a ``limit`` of 0 gives an empty page
+    without looking at the store."""
+    for name, value in (("limit", limit), ("offset", offset)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if offset < 0:
+        raise ValueError(f"offset must not be negative, not {offset}")
+    if limit <= 0 or not isinstance(query, str) or not tokenize(query):
+        return SearchPage(SearchResults(), 0, offset, max(0, limit))
+    extra = live.ensure_current(on_progress=on_progress, index_for=kept_index)
+    page = search_catalog(
+        live.connection(),
+        query,
+        limit=limit,
+        offset=offset,
+        session=session,
+        since=since,
+        source=source,
+        recency=recency,
+        min_score=min_score,
+        root=live.root,
+    )
+    missing = {m.directory: m for m in page.missing}
+    for m in extra:
+        missing.setdefault(m.directory, m)
+    ordered = tuple(missing[name] for name in sorted(missing))
+    return SearchPage(SearchResults(page.results, ordered), page.total, page.offset, page.limit, ordered)
 
 
 _RESULT_COLUMNS = "id, chunk_id, path, start_line, end_line, source, created_at, session_id, turn, seq, kind, text"
 
 
-def _hydrate(conn: sqlite3.Connection, hits: list[tuple[int, float]], tokens: set[str],
-             root: Union[None, str, "os.PathLike[str]"]) -> list[MemorySearchResult]:
+def _hydrate(
+    conn: sqlite3.Connection,
+    hits: list[tuple[int, float]],
+    tokens: set[str],
+    root: Union[None, str, os.PathLike[str]],
+) -> list[MemorySearchResult]:
     """The hits ``(id, score)`` as results, in their order, from their chunks rows (a hit whose
     row is gone is left out)."""
     if not hits:
         return []
     ids = "[" + ",".join(str(doc) for doc, _ in hits) + "]"
-    rows = {row[0]: row for row in conn.execute(
-        f"SELECT {_RESULT_COLUMNS} FROM chunks WHERE id IN (SELECT value FROM json_each(?))", (ids,))}
+    rows = {
+        row[0]: row
+        for row in conn.execute(
+            f"SELECT {_RESULT_COLUMNS} FROM chunks WHERE id IN (SELECT value FROM json_each(?))", (ids,)
+        )
+    }
     results = []
     for doc, score in hits:
         row = rows.get(doc)
@@ -327,10 +407,22 @@ def _hydrate(conn: sqlite3.Connection, hits: list[tuple[int, float]], tokens: se
         file_path = row[2]
         if root is not None and not (row[2] and os.path.isabs(row[2])):
             file_path = str(Path(root) / (row[2] or ""))
-        results.append(MemorySearchResult(
-            chunk_id=row[1], path=file_path, start_line=row[3] or 0, end_line=row[4] or 0, score=score,
-            snippet=snippet(row[11], tokens), source=row[5], created_at=row[6], session_id=row[7],
-            turn=row[8], seq=row[9], kind=row[10]))
+        results.append(
+            MemorySearchResult(
+                chunk_id=row[1],
+                path=file_path,
+                start_line=row[3] or 0,
+                end_line=row[4] or 0,
+                score=score,
+                snippet=snippet(row[11], tokens),
+                source=row[5],
+                created_at=row[6],
+                session_id=row[7],
+                turn=row[8],
+                seq=row[9],
+                kind=row[10],
+            )
+        )
     return results
 
 

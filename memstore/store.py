@@ -35,18 +35,19 @@ from .views import memory_view
 from .views import progress as ledger
 
 if TYPE_CHECKING:
-    from .catalog import RefreshReport
+    from .catalog import CatalogProgress, LiveCatalog, RefreshReport
     from .forget import ForgetReport
-    from .scrub import ScrubReport
-    from .tombstones import Tombstone
     from .importers import ImportReport
     from .maintenance import DoctorReport
     from .migration import MigrationReport
     from .pack import PackVerification, SessionAuditPack
     from .retention import RetentionPolicy, RetentionReport
-    from .search import MemorySearchResult
+    from .scrub import ScrubReport
+    from .search import SearchPage, SearchResults
+    from .tombstones import Tombstone
 
 Progress = Optional[Callable[[int, int], None]]
+CatalogProgressCallback = Optional[Callable[["CatalogProgress"], None]]
 PathArg = Union[str, "os.PathLike[str]"]
 
 logger = logging.getLogger(__name__)
@@ -59,12 +60,21 @@ class Store:
 
     With no ``root``, the default store (see :mod:`memstore.location`): ``MEMSTORE_ROOT``, else
     the nearest VT Code workspace's ``.vtcode/``, else the per-user store; ``location`` says
-    which and why."""
+    which and why.
 
-    def __init__(self, root: Optional[PathArg] = None):
+    Searching keeps warm state: a connection to the catalog per thread and the search index's
+    cache, and the catalog is kept current at the cost of what changed (the change feed, and a
+    sweep of the sessions at most every ``sweep_interval`` seconds, by default
+    :data:`memstore.catalog.DEFAULT_SWEEP_SECONDS`). That state is the process's, shared by
+    every ``Store`` of the same root and :func:`memstore.search_memory` (a ``Store`` given its
+    own ``sweep_interval`` keeps its own). :meth:`close` releases it."""
+
+    def __init__(self, root: Optional[PathArg] = None, *, sweep_interval: Optional[float] = None):
         self.location: StoreLocation = locate_store(root)
         self.path = self.location.path
         self._lock = threading.Lock()
+        self._sweep_interval = sweep_interval
+        self._live: Optional[LiveCatalog] = None
 
     def __repr__(self) -> str:
         return f"<Store {str(self.path)!r}>"
@@ -82,7 +92,28 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Release what the store keeps warm (nothing a later call cannot reopen)."""
+        """Release what the store keeps warm: its connections to the catalog (in every thread;
+        shared with :func:`memstore.search_memory` and the other ``Store`` objects of this root
+        in this process, which reopen them when they need them)."""
+        with self._lock:
+            live, self._live = self._live, None
+        if live is not None:
+            live.close()
+        elif self._sweep_interval is None:
+            from .catalog.live import release_live_catalog
+
+            release_live_catalog(self.path)
+
+    def _catalog(self) -> LiveCatalog:
+        with self._lock:
+            if self._live is None:
+                from .catalog import LiveCatalog, live_catalog
+
+                if self._sweep_interval is None:
+                    self._live = live_catalog(self.path)  # shared with search_memory in this process
+                else:
+                    self._live = LiveCatalog(self.path, sweep_interval=self._sweep_interval)
+            return self._live
 
     # -- where things are --------------------------------------------------------------------
 
@@ -194,18 +225,76 @@ class Store:
         source: Optional[str] = None,
         recency: bool = True,
         min_score: float = 0.0,
-    ) -> list[MemorySearchResult]:
-        """BM25 search over every session (see :func:`memstore.search_memory`)."""
-        from .search import search_memory
+        on_progress: CatalogProgressCallback = None,
+    ) -> SearchResults:
+        """BM25 search over every session (see :func:`memstore.search_memory`). The catalog is
+        brought up to date first at the cost of what changed: on an unchanged store, one
+        ``scandir`` of the change feed and no walk of the sessions (a sweep of them runs when the
+        last is older than the sweep interval). ``on_progress`` is called with a
+        :class:`memstore.catalog.CatalogProgress` while that copies sessions (a first search of a
+        large store builds the whole catalog). The list returned has ``missing``: the sessions
+        the search could not look at, and why."""
+        return self.search_page(
+            query,
+            limit=limit,
+            session=session,
+            since=since,
+            source=source,
+            recency=recency,
+            min_score=min_score,
+            on_progress=on_progress,
+        ).results  # type: ignore[return-value]
 
-        return search_memory(self.path, query, limit, min_score, source=source, session_id=session, since=since,
-                             recency=recency)
+    def search_page(
+        self,
+        query: str,
+        *,
+        limit: int = 6,
+        offset: int = 0,
+        session: Optional[str] = None,
+        since: Optional[str] = None,
+        source: Optional[str] = None,
+        recency: bool = True,
+        min_score: float = 0.0,
+        on_progress: CatalogProgressCallback = None,
+    ) -> SearchPage:
+        """:meth:`search` as a page of the ranking (``offset`` to ``offset + limit``) with the
+        total number of hits (see :func:`memstore.search_catalog`); ``results`` is a
+        :class:`memstore.search.SearchResults`."""
+        from .search import search_live
 
-    def refresh(self, *, progress: Progress = None) -> RefreshReport:
-        """Bring the catalog up to date with the sessions (see :func:`memstore.refresh_catalog`)."""
-        from .catalog import refresh_catalog
+        return search_live(
+            self._catalog(),
+            query,
+            limit=limit,
+            offset=offset,
+            session=session,
+            since=since,
+            source=source,
+            recency=recency,
+            min_score=min_score,
+            on_progress=on_progress,
+        )
 
-        return refresh_catalog(self.path, progress=progress)
+    def refresh(
+        self,
+        *,
+        full: bool = True,
+        sweep: bool = True,
+        progress: Progress = None,
+        on_progress: CatalogProgressCallback = None,
+    ) -> RefreshReport:
+        """Bring the catalog up to date with the sessions (see :func:`memstore.refresh_catalog`):
+        by default a full check of every session's files. ``full=False`` copies what the change
+        feed names and what a sweep of the sessions finds changed; ``full=False, sweep=False``
+        what the feed names, sweeping only when the last sweep is older than the sweep interval
+        (what a search does first; with nothing changed, it looks at no session).
+        ``progress(done, total)`` is called as sessions are looked at, ``on_progress`` (a
+        :class:`memstore.catalog.CatalogProgress`) as they are copied."""
+        from .catalog import RefreshMode
+
+        mode = RefreshMode.FULL if full else RefreshMode.SWEEP if sweep else RefreshMode.FEED
+        return self._catalog().refresh(mode, progress=progress, on_progress=on_progress)
 
     def facts(self, limit: Optional[int] = 100, *, session: Optional[str] = None) -> list[memory_view.FactRecord]:
         """The grounded facts of the memory views, newest sessions first (or one session's)."""
@@ -344,6 +433,10 @@ def _session_entries(base: Path) -> list[os.DirEntry]:
         return []
     except OSError as exc:
         raise StoreIOError.from_os_error("list", base, exc) from exc
-    return [entry for entry in entries
-            if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False)
-            and os.path.isfile(os.path.join(entry.path, EVENTS_FILE))]
+    return [
+        entry
+        for entry in entries
+        if not entry.name.startswith(".")
+        and entry.is_dir(follow_symlinks=False)
+        and os.path.isfile(os.path.join(entry.path, EVENTS_FILE))
+    ]

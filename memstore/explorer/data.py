@@ -23,7 +23,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import date, timedelta
@@ -33,6 +33,7 @@ from typing import Any, Optional
 import orjson
 
 from .. import events as ev
+from ..catalog.report import MissingSession, recorded_missing
 from ..errors import EventNotFound, InvalidProgress, MemstoreError, TurnNotFound
 from ..layout import derived_dir, session_directory
 from ..reader import read_session
@@ -776,15 +777,17 @@ def search_data(
     engine = None
     sessions: list[dict] = []
     agents: list[dict] = []
+    missing: list[dict] = []
     if conn is not None:
         agents = _rows(conn, "SELECT agent, count(*) AS sessions FROM sessions GROUP BY agent ORDER BY agent")
     if query:
         try:
             if conn is not None:
                 results, total = ranked_page(conn, query, limit, (page - 1) * limit, filters)
+                missing = _missing(recorded_missing(conn), root)
             else:
                 found = search_memory(root, query, max_results=limit, session_id=filters.session or None)
-                results = [_result(r) for r in found]
+                results, missing = [_result(r) for r in found], _missing(found.missing, root)
             engine = "bm25"
         except (MemstoreError, sqlite3.Error) as exc:
             logger.warning("explorer: BM25 search failed (%s); falling back to FTS5", exc)
@@ -826,6 +829,7 @@ def search_data(
         "engine": engine,
         "results": results,
         "total": total,
+        "missing": missing,
         "sessions": sessions,
         "agents": agents,
         "next_url": page_url(page + 1) if total is not None and page < pages else None,
@@ -903,6 +907,15 @@ _RESULT_KEYS = (
     "seq",
     "kind",
 )
+
+
+def _missing(missing: Sequence[MissingSession], root: os.PathLike | str) -> list[dict]:
+    """The sessions a search could not look at, as the page shows them: paths in the reasons
+    relative to the store (a page names no place on the server's disk)."""
+    prefix = os.path.join(os.path.abspath(os.fspath(root)), "")
+    return [
+        {"directory": m.directory, "session_id": m.session_id, "reason": m.reason.replace(prefix, "")} for m in missing
+    ]
 
 
 def _result(result: MemorySearchResult) -> dict:

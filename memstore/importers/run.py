@@ -48,6 +48,7 @@ from typing import Optional
 
 import orjson
 
+from ..changes import mark_changed
 from ..errors import InvalidEvent, SessionBusyError, StoreIOError
 from ..events import LIFECYCLE_KINDS, Record
 from ..fsio import atomic_write, read_no_follow
@@ -663,7 +664,8 @@ def _remove_own_empty(root: Path, directory: Path) -> None:
             return False
 
     try:
-        remove_session_directory(root, directory, still_empty)
+        if remove_session_directory(root, directory, still_empty):
+            mark_changed(root, directory.name)
     except StoreIOError as exc:
         logger.warning("could not remove the empty session %s an import created: %s", directory, exc)
 

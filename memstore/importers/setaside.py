@@ -25,6 +25,7 @@ from typing import Optional
 import orjson
 
 from .. import events as ev
+from ..changes import mark_changed
 from ..errors import MemstoreError, SessionBusyError, StoreIOError
 from ..fsio import atomic_write, fsync_dir
 from ..layout import DERIVED_DIR, SET_ASIDE_FILE, session_dir_name, session_directory, sessions_root
@@ -112,6 +113,8 @@ def set_aside_session(root: Path, session_id: str, reason: str, expected: Option
         except OSError as exc:
             raise StoreIOError.from_os_error("set aside", directory, exc) from exc
         fsync_dir(sessions_root(root))
+        mark_changed(root, directory.name)  # the catalog's next refresh sees both names at once
+        mark_changed(root, target.name)
         note = {"set_aside_from": session_id, "set_aside_at": ev.utc_now(), "reason": reason}
         try:
             atomic_write(target / DERIVED_DIR / SET_ASIDE_FILE, orjson.dumps(note))

@@ -4,8 +4,9 @@ It holds the session's manifest row, one row per turn and one per event, enough 
 turns failed, what did each cost, which commands ran" in SQL without reading the log, plus the
 rows of derived tables (search chunks) that register here. It is a regenerable view of
 ``events.jsonl``: the manifest row records the log length it covers (``persisted_file_len``) and
-the last bytes of the log up to there (``tail``), so an open can tell whether the index still
-describes the log and index only the bytes past that offset.
+a SHA-256 digest of the last bytes of the log up to there (``tail``; a digest, so no secret
+in those bytes is kept in the index), so an open can tell whether the index still describes the
+log and index only the bytes past that offset.
 
 The schema is a set of named migrations (``schema.py``; recorded as sqlite-utils records them).
 A new index is a copy of an empty one, made without sqlite-utils. An index of memstore's first
@@ -25,6 +26,7 @@ reopening the usual way (a writer has created the side files by then) if one did
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sqlite3
@@ -208,10 +210,16 @@ class EvictSpec:
     next_seq: int
 
 
+def tail_digest(tail: bytes) -> bytes:
+    """What the index keeps of the log's last bytes: their SHA-256 digest (empty for an empty
+    log), enough to recognise them and nothing that could quote a secret."""
+    return hashlib.sha256(tail).digest() if tail else b""
+
+
 @dataclass
 class SavedState:
-    """What the index says about the log: its manifest row, the tail bytes it covers, and the
-    open turn if there is one."""
+    """What the index says about the log: its manifest row, the digest of the tail bytes it
+    covers (:func:`tail_digest`), and the open turn if there is one."""
 
     manifest: Manifest
     tail: bytes
@@ -867,7 +875,7 @@ class SessionIndex:
                         derive_lazy = self._derive_lazy(conn, records)
             if turn_rows:
                 conn.executemany(_TURN_UPSERT, turn_rows)
-            conn.execute(_MANIFEST_UPSERT, (*manifest_values, tail))
+            conn.execute(_MANIFEST_UPSERT, (*manifest_values, tail_digest(tail)))
         self.fully_derived = derive_lazy and (reset or self.fully_derived)
 
     def _derive_lazy(self, conn: sqlite3.Connection, records: Sequence[BatchRecord]) -> bool:

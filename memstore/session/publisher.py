@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import faults
+from ..changes import mark_session_changed
 from ..errors import StoreIOError
 from ..fsio import fsync_dir
 from . import registry
@@ -217,6 +218,8 @@ class Publisher:
             # Committed: should the manifest fail now, only it is tried again.
             had_rows = bool(batch.rows) or batch.evict is not None
             batch.rows, batch.lines, batch.turns, batch.manifest_row, batch.evict = [], None, {}, None, None
+            if had_rows:
+                mark_session_changed(self.manifest_path.parent)  # the rows a search copies are in
             if had_rows and self.on_commit is not None:
                 self.on_commit()
         now = time.monotonic()
@@ -233,6 +236,7 @@ class Publisher:
             faults.check("manifest.publish", path=self.manifest_path, data=batch.manifest_json)
             publish_manifest(self.manifest_path, batch.manifest_json, durable=batch.durable)
             self.published = batch.manifest_json
+            mark_session_changed(self.manifest_path.parent)  # after it is in place: see memstore.changes
             with self._cond:
                 self._manifest_at = now
                 self._deferred = None  # older than what was just written
@@ -256,6 +260,7 @@ class Publisher:
         staged.install()
         summary_cache.invalidate(self.manifest_path)
         self.published = manifest_json
+        mark_session_changed(self.manifest_path.parent)
 
     def publish_manifest_now(self, manifest_json: bytes, *, durable: bool = False) -> None:
         """Publish ``manifest_json`` from the calling thread once every batch before it is

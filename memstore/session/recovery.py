@@ -29,7 +29,7 @@ from .. import faults
 from ..errors import MemstoreError, StoreIOError
 from ..fsio import atomic_write, read_no_follow
 from ..layout import INDEX_DIR, MANIFEST_FILE
-from .index import BatchRecord, SavedState, SessionIndex, derived_tables
+from .index import BatchRecord, SavedState, SessionIndex, derived_tables, tail_digest
 from .indexslot import IndexSlot
 from .lifecycle import LogState
 from .logfile import TAIL_BYTES, LogFile, torn_seq_floor
@@ -115,8 +115,8 @@ def recover(
     if fast and saved is not None:
         state = LogState(saved.manifest, saved.open_turn)
         use_state(state)
-        log.tail = saved.tail
         start = saved.manifest.persisted_file_len
+        log.tail = log.read_tail(start)
         kept = log.repair_tail(start)
         if log.length > start or kept is not None:
             _catch_up(log, _index(slot), state, start, on_disk)
@@ -205,15 +205,18 @@ def _believed_floor(next_seq: int) -> int:
 
 
 def covers_prefix(log: LogFile, saved: SavedState) -> bool:
-    """Whether the saved state describes a prefix of ``log`` as it is on disk (same tail bytes)."""
+    """Whether the saved state describes a prefix of ``log`` as it is on disk: the log's bytes
+    before ``persisted_file_len`` end a line and have the tail digest the index recorded (an
+    index written before digests holds those bytes themselves, and is recognised too)."""
     covered = saved.manifest.persisted_file_len
     if covered > log.length:
         return False
     if covered == 0:
         return saved.tail == b""
-    if len(saved.tail) != min(TAIL_BYTES, covered) or not saved.tail.endswith(b"\n"):
+    tail = log.read_tail(covered)
+    if len(tail) != min(TAIL_BYTES, covered) or not tail.endswith(b"\n"):
         return False
-    return log.pread(covered - len(saved.tail), len(saved.tail)) == saved.tail
+    return saved.tail == tail_digest(tail) or saved.tail == tail
 
 
 def scan_turn_base(

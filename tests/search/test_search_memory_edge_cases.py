@@ -44,21 +44,6 @@ def test_a_memory_fact_has_the_time_its_memory_view_gives(tmp_path):
                                                        since="2026-03-15")} == {"b:0"}
 
 
-def test_a_catalog_that_copied_facts_without_times_dates_them_at_its_next_refresh(tmp_path):
-    """A catalog made before facts had times is migrated: its sessions with facts are read
-    again, so it holds what a catalog built from scratch holds."""
-    import sqlite3
-
-    _fact_session(tmp_path, "a", {"created_at": 1772366400, "grounded_facts": [{"fact": "whale", "source": "x"}]})
-    memstore.refresh_catalog(tmp_path)
-    conn = sqlite3.connect(tmp_path / "catalog.db")
-    with conn:  # as the previous memstore left it
-        conn.execute("UPDATE chunks SET created_at = NULL WHERE source = 'session'")
-        conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'fact_times'")
-    conn.close()
-    assert [h.created_at for h in memstore.search_memory(tmp_path, "whale")] == ["2026-03-01T12:00:00.000Z"]
-
-
 def test_a_max_results_that_is_not_an_int_is_a_clear_error(tmp_path):
     (tmp_path / "sessions").mkdir()
     for bad in (3.5, "6", True, None):

@@ -10,60 +10,19 @@ import threading
 
 import hypothesis
 import hypothesis.strategies as st
+from catalog_support import content, from_scratch, turn
 
 import memstore
-from memstore.session.tuning import TUNING
 from memstore.catalog import refresh_catalog
+from memstore.session.tuning import TUNING
 
-TABLES = {
-    "sessions": "session_id, directory, status, created_at, updated_at, turn_count, event_count, retained_turn_base, "
-                "agent, title, model, turns_failed, input_tokens, cached_input_tokens, output_tokens, log_bytes",
-    "turns": "session_id, number, status, event_count, first_seq, last_seq, input_tokens, output_tokens, error, model",
-    "events": "session_id, seq, turn, ts, type, item_type, item_id, name, status, exit_code, offset, length",
-    "chunks": "chunk_id, session_id, seq, turn, part, source, kind, path, start_line, end_line, created_at, text",
-    "file_changes": "session_id, seq, turn, path, kind",
-}
-
-
-def content(root) -> dict:
-    conn = sqlite3.connect(root / "catalog.db")
-    try:
-        out = {t: sorted(conn.execute(f"SELECT {cols} FROM {t}").fetchall(), key=repr) for t, cols in TABLES.items()}
-        out["fts"] = sorted(conn.execute(
-            "SELECT chunks.chunk_id FROM chunks_fts JOIN chunks ON chunks.id = chunks_fts.rowid "
-            "WHERE chunks_fts MATCH 'widget'").fetchall())
-        return out
-    finally:
-        conn.close()
-
-
-def from_scratch(root, tmp_path) -> dict:
-    copy = tmp_path / "scratch"
-    shutil.rmtree(copy, ignore_errors=True)
-    copy.mkdir()
-    shutil.copytree(root / "sessions", copy / "sessions", symlinks=True)
-    refresh_catalog(copy)
-    return content(copy)
-
-
-def turn(log, i, *, fail=False, model="gpt-5"):
-    log.append({"type": "turn.started"})
-    log.append({"type": "item.completed", "item": {"id": f"u{i}", "type": "user_message", "text": f"fix widget {i}"}})
-    log.append({"type": "item.completed", "item": {"id": f"c{i}", "type": "command_execution", "command": "cargo test",
-                                                   "aggregated_output": "\n".join(f"line {n} widget" for n in range(50)),
-                                                   "exit_code": 1 if fail else 0,
-                                                   "status": "failed" if fail else "completed"}})
-    log.append({"type": "item.completed", "item": {"id": f"f{i}", "type": "file_change", "status": "completed",
-                                                   "changes": [{"path": f"src/f{i % 3}.rs", "kind": "update"}]}})
-    if fail:
-        log.append({"type": "turn.failed", "message": "tests failed", "model": model})
-    else:
-        log.append({"type": "turn.completed", "model": model,
-                    "usage": {"input_tokens": 100 * i, "cached_input_tokens": 10 * i, "output_tokens": i}})
-
-
-ops = st.lists(st.tuples(st.sampled_from(["turn", "fail", "open", "refresh", "rebuild", "cap", "remove", "idle"]),
-                         st.integers(0, 2)), min_size=1, max_size=14)
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["turn", "fail", "open", "refresh", "rebuild", "cap", "remove", "idle"]), st.integers(0, 2)
+    ),
+    min_size=1,
+    max_size=14,
+)
 
 
 @hypothesis.settings(max_examples=int(os.environ.get("MEMSTORE_PROPERTY_EXAMPLES_CATALOG", "25")), deadline=None)
@@ -127,7 +86,9 @@ def test_the_catalog_sees_lines_a_writer_has_not_indexed(tmp_path, monkeypatch):
     # VT Code appended a turn without touching the index.
     with open(memstore.session_directory(tmp_path, "a") / "events.jsonl", "ab") as fh:
         fh.write(b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n')
-        fh.write(b'{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"x","type":"agent_message","text":"a widget appears"}}}\n')
+        fh.write(
+            b'{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"x","type":"agent_message","text":"a widget appears"}}}\n'
+        )
     refresh_catalog(tmp_path)
     data = content(tmp_path)
     assert [t[1:3] for t in data["turns"]] == [(1, "completed"), (2, "open")]

@@ -3,12 +3,12 @@ and what a refresh must still get right there. Each test is a bug that was found
 
 from __future__ import annotations
 
-import json
 import os
+
+from catalog_support import content, from_scratch, one_session, vt_code_session
 
 import memstore
 from memstore.catalog import refresh_catalog
-from test_catalog import content, from_scratch
 
 # VT Code writes its log lines without seqs or times, so a session of similar turns is a log of
 # identical lines.
@@ -18,21 +18,6 @@ VT_TURN = (
     b'"text":"ok widget"}}}\n'
     b'{"schema_version":"0.18.0","event":{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}}\n'
 )
-
-
-def vt_code_session(root, sid, log: bytes, *, turn_count: int, event_count: int, retained_turn_base: int):
-    """A session as VT Code itself leaves one: events.jsonl (replaced atomically, as its cap
-    rewrite does) and manifest.json, no memstore index."""
-    directory = root / "sessions" / sid
-    directory.mkdir(parents=True, exist_ok=True)
-    staged = directory / "events.jsonl.tmp"
-    staged.write_bytes(log)
-    os.replace(staged, directory / "events.jsonl")
-    (directory / "manifest.json").write_text(json.dumps({
-        "session_id": sid, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
-        "status": "active", "turn_count": turn_count, "event_count": event_count, "in_turn": False,
-        "retained_turn_base": retained_turn_base, "persisted_file_len": len(log)}))
-    return directory
 
 
 def test_a_vt_code_cap_rewrite_of_a_repetitive_log_is_recopied(tmp_path):
@@ -52,26 +37,20 @@ def test_a_vt_code_cap_rewrite_of_a_repetitive_log_is_recopied(tmp_path):
     assert data == from_scratch(root, tmp_path)
 
 
-def _one_session(root, sid="s", text="the flaky websocket test"):
-    with memstore.open_session(root, sid) as log:
-        log.append({"type": "turn.started"})
-        log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": text}})
-        log.append({"type": "turn.completed", "usage": {}})
-
-
 def test_a_catalog_sqlite_cannot_read_is_set_aside_and_rebuilt_by_a_refresh(tmp_path):
     """catalog.db is a view of the sessions: one that is not a database (damaged, overwritten,
-    cut short) made every refresh, and so every search_memory, fail until someone ran
-    ``memstore doctor --fix``. A refresh now sets it aside (kept beside it, for a look) and
-    builds it again."""
-    _one_session(tmp_path)
+    cut short) made every refresh, and so every search, fail until someone ran ``memstore
+    doctor --fix``. A search (of a process that had no connection to it) now sets it aside
+    (kept beside it, for a look) and builds it again."""
+    one_session(tmp_path)
     refresh_catalog(tmp_path)
     good = (tmp_path / "catalog.db").read_bytes()
     for damaged in (b"this is not a database" * 100, good[:50]):
         for suffix in ("-wal", "-shm"):
             (tmp_path / f"catalog.db{suffix}").unlink(missing_ok=True)
         (tmp_path / "catalog.db").write_bytes(damaged)
-        assert [hit.session_id for hit in memstore.search_memory(tmp_path, "websocket")] == ["s"]
+        with memstore.Store(tmp_path) as store:
+            assert [hit.session_id for hit in store.search("websocket")] == ["s"]
         kept = sorted(tmp_path.glob("catalog.db.unreadable-*"))
         assert kept and kept[-1].read_bytes() == damaged
         for k in kept:
@@ -96,10 +75,10 @@ def test_a_full_disk_under_the_catalog_is_reported_naming_catalog_db(tmp_path):
         pytest.skip("cannot mount a tmpfs here")
     try:
         for i in range(3):
-            _one_session(mount, f"s{i}", "websocket " * 2000)
+            one_session(mount, f"s{i}", "websocket " * 2000)
         refresh_catalog(mount)
         for i in range(3):
-            _one_session(mount, f"s{i}", " ".join(f"word{n}" for n in range(3000)))
+            one_session(mount, f"s{i}", " ".join(f"word{n}" for n in range(3000)))
         filler = mount / "filler"
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
