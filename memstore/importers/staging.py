@@ -11,7 +11,8 @@ takes a batch of them:
    indexes, manifests, import states, and the directories holding them);
 2. each session directory is renamed into ``<root>/sessions/``, never over anything (a session
    that appeared there meanwhile is left alone and the caller imports the source again into it);
-3. one ``fsync`` of ``<root>/sessions`` makes the renames durable.
+3. one ``fsync`` of ``<root>/sessions`` makes the renames durable, and each published session
+   is marked in the catalog's change feed (:mod:`memstore.changes`).
 
 So a session is in the store either whole or not at all: a crash (SIGKILL, power cut) before
 its rename leaves it only in the staging area, which the next import removes and redoes; its
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..changes import mark_changed
 from ..errors import StoreIOError
 from ..fsio import DIR_MODE, FILE_MODE, ensure_private_dir, fsync_dir
 from ..layout import IMPORT_STAGING_PREFIX, sessions_root
@@ -190,6 +192,10 @@ class Staging:
             out.append(Published(path, True))
         if moved:
             fsync_dir(sessions)
+            # Tell the catalog (its change feed) once the sessions are durably in the store.
+            for item in out:
+                if item.published:
+                    mark_changed(self.root, os.path.basename(item.staged))
         return out
 
     def discard(self, staged: str) -> None:

@@ -122,6 +122,20 @@ def test_an_archive_imported_by_workers_equals_a_one_by_one_import(small_archive
     assert memstore.search_memory(parallel, "the")
 
 
+def test_published_sessions_are_marked_in_the_catalogs_change_feed(small_archive, tmp_path):
+    """A store whose catalog reads a change feed learns of every session a batch published, so
+    the next search sees them without a sweep."""
+    from memstore.changes import marked
+
+    root = tmp_path / "store"
+    root.mkdir()
+    memstore.refresh_catalog(root)  # the catalog makes the feed
+    memstore.import_logs(root, small_archive, jobs=1)
+    assert marked(root) >= set(session_dirs(root))
+    hits = memstore.search_memory(root, "the", 50)
+    assert hits
+
+
 def test_a_second_import_finds_everything_unchanged(small_archive, tmp_path):
     root = tmp_path / "store"
     memstore.import_logs(root, small_archive, jobs=2)
