@@ -75,6 +75,7 @@ import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import memstore
 store, roots, query, progress_path, result_path = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+import_only = len(sys.argv) > 7 and sys.argv[7] == "import-only"
 t0 = time.perf_counter()
 last = [0.0]
 phase = {"phase": "import", "import_s": None}
@@ -89,16 +90,21 @@ report = memstore.import_logs(store, roots, progress=progress)
 t1 = time.perf_counter()
 phase.update(phase="refresh", import_s=t1 - t0)
 last[0] = 0.0
-refreshed = memstore.refresh_catalog(store, progress=progress)
-t2 = time.perf_counter()
-hits = memstore.search_memory(store, query)
-t3 = time.perf_counter()
+if import_only:
+    t2 = t3 = t1
+    hits, refreshed = [], None
+else:
+    refreshed = memstore.refresh_catalog(store, progress=progress)
+    t2 = time.perf_counter()
+    hits = memstore.search_memory(store, query)
+    t3 = time.perf_counter()
 with open(result_path, "w") as fh:
     json.dump({"import_s": t1 - t0, "refresh_s": t2 - t1, "search_s": t3 - t2, "hits": len(hits),
                "sources": report.sources, "sessions_created": report.sessions_created,
                "events": report.events_appended, "lines_skipped": report.lines_skipped,
                "problems": len(report.problems), "first_problems": [list(p) for p in report.problems[:10]],
-               "catalog_added": len(refreshed.added), "catalog_errors": refreshed.errors[:10]}, fh)
+               "catalog_added": len(refreshed.added) if refreshed else 0,
+               "catalog_errors": refreshed.errors[:10] if refreshed else []}, fh)
 """
 
 CHILD_CATALOG = r"""
@@ -163,12 +169,13 @@ class ChildRun:
         return self.result
 
 
-def run_child(code: str, args: list[str], workdir: Path, name: str, timeout: Optional[float] = None) -> ChildRun:
+def run_child(code: str, args: list[str], workdir: Path, name: str, timeout: Optional[float] = None,
+              tree: Path = ROOT) -> ChildRun:
     result_path = workdir / f"{name}.result.json"
     progress_path = workdir / f"{name}.progress.json"
     for p in (result_path, progress_path):
         p.unlink(missing_ok=True)
-    argv = [sys.executable, "-c", code, str(ROOT)] + [a.replace("{progress}", str(progress_path))
+    argv = [sys.executable, "-c", code, str(tree)] + [a.replace("{progress}", str(progress_path))
                                                        .replace("{result}", str(result_path)) for a in args]
     log = open(workdir / f"{name}.log", "wb")
     started = time.perf_counter()
@@ -308,10 +315,12 @@ def row(label: str, ours: str, floor: str, ratio: str) -> None:
 
 
 def import_side(summary: archive.ArchiveSummary, store: Path, workdir: Path, name: str, query: str,
-                timeout: Optional[float]) -> ChildRun:
+                timeout: Optional[float], tree: Path = ROOT, import_only: bool = False) -> ChildRun:
     drop_store(store)
     roots = json.dumps([str(r) for r in summary.roots])
-    run = run_child(CHILD_IMPORT, [str(store), roots, query, "{progress}", "{result}"], workdir, name, timeout)
+    extra = ["import-only"] if import_only else []
+    run = run_child(CHILD_IMPORT, [str(store), roots, query, "{progress}", "{result}"] + extra, workdir, name, timeout,
+                    tree)
     if run.result is not None and (run.result["problems"] or run.result["lines_skipped"]):
         # The figures still measure the import; the archive generator is what needs fixing.
         print(f"  WARNING: the import reported {run.result['problems']} problems and skipped "
@@ -392,8 +401,35 @@ def measure_size(sessions: int, args: argparse.Namespace, workdir: Path) -> dict
                tiny_sessions=tiny_sessions, tiny_mb=tiny_mb, tiny_peak_rss_mb=max(r.max_rss_mb for r in tiny_runs),
                fixed_s_per_session=fixed, s_per_mb=per_mb, fixed_cpu_s_per_session=fixed_cpu, cpu_s_per_mb=per_mb_cpu)
     drop_store(tiny_store)
+    if args.baseline_tree is not None:
+        measure_baseline_tree(main, tiny, args, workdir, queries[0], fig)
     measure_catalog_search_refresh(sessions, args, workdir, store, queries, reps, fig, rebuild=True)
     return fig
+
+
+def measure_baseline_tree(main: archive.ArchiveSummary, tiny: archive.ArchiveSummary, args: argparse.Namespace,
+                          workdir: Path, query: str, fig: dict[str, Any]) -> None:
+    """``import_logs`` alone (no catalog) of both archives by this tree and by the memstore of
+    ``--baseline-tree`` (another checkout: the code before a change), alternating."""
+    print(f"  import_logs alone: this tree vs {args.baseline_tree} ...", flush=True)
+    store = workdir / "store-import-only"
+    runs: dict[str, list[ChildRun]] = {"this": [], "baseline": [], "this_tiny": [], "baseline_tiny": []}
+    for rep in range(max(1, args.reps or 1)):
+        order = ("this", "baseline") if rep % 2 == 0 else ("baseline", "this")
+        for side in order:
+            tree = ROOT if side == "this" else args.baseline_tree
+            runs[side].append(import_side(main, store, workdir, f"import-only-{side}-{rep}", query, args.import_timeout,
+                                          tree, import_only=True))
+            runs[f"{side}_tiny"].append(import_side(tiny, store, workdir, f"import-only-{side}-tiny-{rep}", query,
+                                                    None, tree, import_only=True))
+    drop_store(store)
+    for key, group in runs.items():
+        fig[f"import_only_{key}_s"] = statistics.median(r.figures["import_s"] for r in group)
+        fig[f"import_only_{key}_cpu_s"] = statistics.median(r.cpu for r in group)
+        fig[f"import_only_{key}_rss_mb"] = max(r.max_rss_mb for r in group)
+    fig["import_only_sessions"] = runs["this"][-1].figures["sessions_created"]
+    fig["import_only_tiny_sessions"] = runs["this_tiny"][-1].figures["sessions_created"]
+    fig["baseline_tree"] = str(args.baseline_tree)
 
 
 def measure_catalog_search_refresh(sessions: int, args: argparse.Namespace, workdir: Path, store: Path,
@@ -585,6 +621,21 @@ def print_size(f: dict[str, Any]) -> None:
         for p in ("p50", "p95"):
             row(f"  engine alone {p} (SearchIndex.search)", fmt_s(f[f"engine_{p}_s"]), fmt_s(f[f"fts5_{p}_s"]) + " F",
                 f"{f[f'fts5_{p}_s'] / f[f'engine_{p}_s']:.2f}x")
+    if "import_only_this_s" in f:
+        print(f"  import_logs alone (no catalog), this tree vs the baseline tree {f['baseline_tree']}:")
+        for label, suffix, n in (("archive", "", f["import_only_sessions"]),
+                                 ("tiny archive", "_tiny", f["import_only_tiny_sessions"])):
+            this, base = f[f"import_only_this{suffix}_s"], f[f"import_only_baseline{suffix}_s"]
+            this_cpu, base_cpu = f[f"import_only_this{suffix}_cpu_s"], f[f"import_only_baseline{suffix}_cpu_s"]
+            row(f"  {label}: wall (baseline / this)", fmt_s(this), fmt_s(base) + " baseline", f"{base / this:.2f}x")
+            row(f"  {label}: CPU incl. workers", fmt_s(this_cpu), fmt_s(base_cpu) + " baseline",
+                f"{base_cpu / this_cpu:.2f}x")
+            row(f"  {label}: per session (wall)", fmt_s(this / n), fmt_s(base / n) + " baseline", "")
+            row(f"  {label}: peak RSS", f"{f[f'import_only_this{suffix}_rss_mb']:9,.0f} MB",
+                f"{f[f'import_only_baseline{suffix}_rss_mb']:9,.0f} MB", "")
+        if "floor_a_s" in f:
+            row("  archive: floor A / import_logs (this; baseline)", f"{f['floor_a_s'] / f['import_only_this_s']:.3f}x",
+                f"{f['floor_a_s'] / f['import_only_baseline_s']:.3f}x", "")
     row("refresh, nothing changed vs list+stat", fmt_s(f["noop_refresh_s"]), fmt_s(f["noop_floor_s"]),
         f"{f['noop_floor_s'] / f['noop_refresh_s']:.3f}x")
     for key, label in (("sweep", "  feed + sweep now (Store.refresh(full=False))"),
@@ -672,6 +723,9 @@ def main() -> None:
     parser.add_argument("--previous", type=Path, default=None,
                         help="a --json file of an earlier run: its sizes join the growth comparison")
     parser.add_argument("--keep", action="store_true", help="keep the stores in the workdir")
+    parser.add_argument("--baseline-tree", type=Path, default=None,
+                        help="another checkout of memstore (the code before a change): import_logs alone of both "
+                             "archives is also measured with it, alternating with this tree")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sessions.split(",")] if args.sessions else ([100] if args.quick else [1000])
     if args.quick:

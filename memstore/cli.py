@@ -1372,7 +1372,8 @@ def _hit_command(hit, root: str) -> str:
 @root_option
 @json_option
 def import_command(paths, source, root, as_json):
-    """Import Codex CLI and Claude Code session logs from PATHS (files or directories).
+    """Import Codex CLI and Claude Code session logs from PATHS (files or directories), or the
+    sessions of another memstore store (a copy of another machine's store directory).
 
     With no PATH, imports ~/.codex/sessions and ~/.claude/projects ($CODEX_HOME and
     $CLAUDE_CONFIG_DIR are honoured) where they exist. Importing again appends only what the
@@ -1382,15 +1383,20 @@ def import_command(paths, source, root, as_json):
     records understood; "warning: format drift:" lines (stderr) flag an agent version never seen
     before, a jump in records not understood, and sessions with no turn or no token.
 
+    Another store's sessions keep their ids and record the store (machine) they came from; one
+    whose id names a different session here comes in as ID-from-ORIGIN. An import that runs
+    longer than a second shows sessions, MB, rate and time left on stderr.
+
     \b
     Examples:
       memstore import
       memstore import ~/.codex/sessions/2026/11 --source codex
       memstore import ~/.claude/projects/my-app --json
+      memstore import /mnt/laptop/memstore         # another machine's store
     """
     import os
 
-    from .importers import import_logs
+    from .importers import ProgressLine, import_logs
 
     if not paths:
         codex_home = os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
@@ -1405,28 +1411,15 @@ def import_command(paths, source, root, as_json):
                 _echo_json(ImportReport().to_dict())
             click.echo("nothing to import: neither ~/.codex/sessions nor ~/.claude/projects exists", err=True)
             return
-    bar = None
-    shown = 0
-
-    def progress(done, total):
-        nonlocal bar, shown
-        if as_json:
-            return  # never a bar with --json
-        if bar is None:
-            if total < 16 << 20:
-                return  # short imports need no bar
-            bar = click.progressbar(length=total, label="importing", file=sys.stderr)
-            bar.__enter__()
-        bar.update(done - shown)
-        shown = done
-
+    # Sessions and bytes with a rate and a time left, on stderr, once the import has run a while.
+    line = None if as_json or _quiet() else ProgressLine("importing", sys.stderr, delay=PROGRESS_DELAY)
     try:
-        report = import_logs(root, paths, source, progress=progress)
+        report = import_logs(root, paths, source, progress=line)
     except errors.MemstoreError as exc:
         raise _fail(exc) from exc
     finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
+        if line is not None:
+            line.close()
     if not _quiet():  # format drift: on stderr, with or without --json (-q: errors only)
         for warning in report.warnings:
             click.echo(warning, err=True)  # already "warning: format drift: ..." (the importer's prefix)
@@ -1443,6 +1436,8 @@ def import_command(paths, source, root, as_json):
         f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
         f"{plural(report.lines_skipped, 'line')} skipped, {plural(len(report.problems), 'problem')}"
     )
+    for entry in report.renamed:
+        click.echo(f"imported {entry.session_id} as {entry.imported_as} (that id names another session here)")
     for entry in report.set_aside:
         click.echo(f"set aside {entry.session_id} as {entry.set_aside_as} ({entry.reason}; every event kept)")
     if report.tombstoned:

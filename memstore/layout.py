@@ -4,11 +4,13 @@ session ids and their directory names, and the one enumeration of session direct
 ```
 <root>/
   sessions/<session directory>/
+  sessions/.import-<hex>/<area>/<session directory>/   (an import's staging area, see importers.staging)
     events.jsonl  events.jsonl.torn-*  manifest.json  session.lock  retention-pin.json
     index/session.db  index/pending-cap-rewrite.json
     derived/memory.json  derived/progress.json  derived/trajectory.jsonl  derived/goal/
     derived/eviction-summaries.jsonl  derived/eviction-summary-*.json
     derived/import-state.json  derived/set-aside.json  derived/audit-pack.json
+    derived/origin.json  derived/store-imports.json   (sessions imported from another store)
   catalog.db  gc-log.jsonl  store.json  tombstones.jsonl  import-versions.json  config.toml
   locks/<name>.lock  .trash/  changes/
 ```
@@ -46,6 +48,7 @@ IMPORT_VERSIONS_FILE = "import-versions.json"  # the agent versions imports have
 CONFIG_FILE = "config.toml"  # the store's settings (its [redact] table: memstore.redact)
 LOCKS_DIR = "locks"
 TRASH_DIR = ".trash"
+IMPORT_STAGING_PREFIX = ".import-"  # sessions/.import-<hex>/: new sessions an import writes before publishing them
 CHANGES_DIR = "changes"  # changes/<session directory>: a session changed since the catalog looked
 
 # -- a session directory --------------------------------------------------------------------
@@ -66,6 +69,8 @@ GOAL_DIR = "goal"
 EVICTION_LOG = "eviction-summaries.jsonl"
 EVICTION_SUMMARY_PREFIX = "eviction-summary-"
 IMPORT_STATE_FILE = "import-state.json"
+ORIGIN_FILE = "origin.json"  # the store (machine) a session imported from another store came from
+STORE_IMPORTS_FILE = "store-imports.json"  # per source store: the log it was last imported from
 SET_ASIDE_FILE = "set-aside.json"  # in a session an import set aside: what it was and why
 PACK_FILE = "audit-pack.json"
 

@@ -370,13 +370,15 @@ class Store:
         *,
         settle_seconds: Optional[float] = None,
         progress: Progress = None,
+        jobs: Optional[int] = None,
     ) -> ImportReport:
-        """Import Codex CLI and Claude Code logs (see :func:`memstore.import_logs`; ``settle_seconds``
-        ``None`` is its default)."""
+        """Import Codex CLI and Claude Code logs, or another store's sessions (see
+        :func:`memstore.import_logs`; ``settle_seconds`` ``None`` is its default, ``jobs`` the
+        worker processes)."""
         from .importers import DEFAULT_SETTLE_SECONDS, import_logs
 
         settle = DEFAULT_SETTLE_SECONDS if settle_seconds is None else settle_seconds
-        return import_logs(self.path, paths, source, settle_seconds=settle, progress=progress)
+        return import_logs(self.path, paths, source, settle_seconds=settle, progress=progress, jobs=jobs)
 
     def migrate(self, *, remove_legacy: bool = False) -> MigrationReport:
         """Import VT Code's legacy stores under the root (see :func:`memstore.migrate_legacy`)."""

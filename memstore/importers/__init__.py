@@ -12,16 +12,23 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple, Optional, Union
+from typing import NamedTuple, Optional, Union
 
+from ..errors import MemstoreError
+from ..layout import EVENTS_FILE, iter_session_dirs
+from ..locks import store_lock
 from ..tombstones import Tombstones
-from .drift import DRIFT_PREFIX, VersionStats, aggregate, load_versions, save_versions, warnings_for
 from .base import UNRECOGNIZED
-from .run import import_source
+from .drift import DRIFT_PREFIX, VersionStats, aggregate, load_versions, save_versions, warnings_for
+from .pipeline import run_import
+from .progress import ImportProgress, ProgressLine, ProgressMeter
 from .setaside import finish_interrupted_set_asides
-from .sources import SourceFile, discover, display_path
+from .sources import discover, display_path
+from .staging import sweep_abandoned
+from .stores import Origin, StoreImport, is_store, session_origins
 
 logger = logging.getLogger("memstore")
 
@@ -51,6 +58,15 @@ class Tombstoned(NamedTuple):
     at: str
 
 
+class Renamed(NamedTuple):
+    """A session of another store imported under another id (``imported_as``: its id qualified
+    by its origin) because its own id names a different session here."""
+
+    path: str
+    session_id: str
+    imported_as: str
+
+
 class Problem(NamedTuple):
     """Something an import skipped or could not do: the source ``path``, the 1-based ``line``
     (``None`` when it is about the whole file) and the ``reason``."""
@@ -78,7 +94,9 @@ class ImportReport:
     ``set_aside`` lists the sessions set aside (renamed, every event kept) because their source
     no longer matched them, ``tombstoned`` the sources skipped because their session was
     removed on purpose, and ``foreign_events_kept`` counts records others had appended to
-    imported sessions (kept, the import going on after them).
+    imported sessions (kept, the import going on after them). ``renamed`` lists the sessions
+    of another store imported under an id qualified by their origin, because their own id names
+    a different session here (see :mod:`memstore.importers.stores`).
     """
 
     sessions_created: int = 0
@@ -97,6 +115,7 @@ class ImportReport:
     lines_skipped_by_reason: dict[str, int] = field(default_factory=dict)
     agents: list[VersionStats] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    renamed: list[Renamed] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (problems, set-aside and tombstoned sessions, agents as objects)."""
@@ -104,6 +123,7 @@ class ImportReport:
         data["problems"] = [p._asdict() for p in self.problems]
         data["set_aside"] = [s._asdict() for s in self.set_aside]
         data["tombstoned"] = [t._asdict() for t in self.tombstoned]
+        data["renamed"] = [r._asdict() for r in self.renamed]
         data["agents"] = [a.to_dict() for a in self.agents]
         return data
 
@@ -115,15 +135,27 @@ def import_logs(
     *,
     settle_seconds: float = DEFAULT_SETTLE_SECONDS,
     progress: Optional[Callable[[int, int], None]] = None,
+    jobs: Optional[int] = None,
 ) -> ImportReport:
     """Import the agent logs under ``path`` into the store at ``root``.
 
     ``path`` is a file or a directory (searched recursively for ``*.jsonl``, never following a
-    symlink), or several of them. ``source`` is ``"codex"`` (rollouts), ``"codex-exec"``
+    symlink), or several of them. A directory that is another memstore store (a copy of another
+    machine's or a teammate's ``<root>``) has its sessions merged in with their ids, each one
+    recording the store it came from (see :mod:`memstore.importers.stores`). ``source`` is ``"codex"`` (rollouts), ``"codex-exec"``
     (``codex exec --json`` streams), ``"claude"`` (Claude Code transcripts) or ``"auto"``
     (each file tells what it is). A source unmodified for ``settle_seconds`` is taken as
     finished: its last turn is closed and its session completed. ``progress(done, total)``
-    is called with byte counts as the import advances.
+    is called with byte counts as the import advances; if it also has a ``status`` method,
+    that gets an :class:`ImportProgress` (sessions and bytes done, rate, time left; see
+    :class:`ProgressLine`). ``jobs`` is the number of worker processes that parse the sources
+    (default: one per core, none for a small import; 1 imports in this process).
+
+    New sessions are written whole out of sight and published in batches, each made durable by
+    one file-system sync before its sessions appear in the store: a crash at any moment leaves
+    every session whole or absent, and the next import finishes the job (see
+    :mod:`memstore.importers.pipeline`). Concurrent imports into one store take turns (the
+    store's ``import`` lock).
 
     Bad input (unparsable lines, unknown line types, files that are no agent log) is counted in
     the report and skipped, never fatal. Sources are only read. No import removes an event a
@@ -149,21 +181,32 @@ def import_logs(
     tombstones = Tombstones(root)
     tombstoned = tombstones.all()
     finish_interrupted_set_asides(root)
-    files = discover(paths, root, problem)
-    meter = _Progress(progress)
+    stores = [Path(p) for p in paths if is_store(p)]
+    files = discover([p for p in paths if not is_store(p)], root, problem)
+    meter = ProgressMeter(progress)
+    sizes = []
     for f in files:
         try:
-            meter.total += (os.stat if f.follow else os.lstat)(f.path).st_size
+            sizes.append((os.stat if f.follow else os.lstat)(f.path).st_size)
         except OSError:
-            pass
-    now = time.time()
+            sizes.append(0)
+    meter.reserve(*_store_sizes(stores))
+    outcomes: list = []
+    if files or stores:
+        with store_lock(root, "import"):
+            sweep_abandoned(root)
+            if files:
+                outcomes = run_import(
+                    root, files, sizes, source, settle_seconds, time.time(), tombstones, tombstoned, meter, jobs
+                )
+            else:
+                meter.begin(0, 0)
+            for other in stores:
+                _import_store(root, other, tombstones, meter, report, problem)
+            meter.finish()
     named: set[str] = set()
     stats = []
-    for source_file in files:
-        meter.start_file(source_file)
-        outcome = import_source(root, source_file, source, settle_seconds, now, meter.advance, tombstones,
-                                tombstoned)
-        meter.end_file()
+    for source_file, outcome in zip(files, outcomes):
         if outcome is None:
             continue
         report.sources += 1
@@ -171,8 +214,11 @@ def import_logs(
         report.sessions_updated += outcome.updated
         report.sessions_regenerated += outcome.regenerated
         report.sessions_unchanged += outcome.unchanged
-        if outcome.session_id is not None and (outcome.created or outcome.updated or outcome.regenerated) \
-                and outcome.session_id not in named:
+        if (
+            outcome.session_id is not None
+            and (outcome.created or outcome.updated or outcome.regenerated)
+            and outcome.session_id not in named
+        ):
             named.add(outcome.session_id)
             report.sessions.append(outcome.session_id)
         report.events_appended += outcome.appended
@@ -183,8 +229,9 @@ def import_logs(
             report.set_aside.append(SetAside(*outcome.set_aside))
         if outcome.tombstoned is not None:
             stone = outcome.tombstoned
-            report.tombstoned.append(Tombstoned(display_path(source_file.path), stone.session_id, stone.reason.value,
-                                                stone.at))
+            report.tombstoned.append(
+                Tombstoned(display_path(source_file.path), stone.session_id, stone.reason.value, stone.at)
+            )
         report.lines_skipped += outcome.skipped_lines
         for line, reason in outcome.problems:
             problem(source_file.path, line, reason)
@@ -214,34 +261,70 @@ def import_logs(
     return report
 
 
-class _Progress:
-    """Byte progress over all sources: each file advances by at most its size (it may have
-    grown since it was measured), and by exactly its size once done."""
-
-    def __init__(self, callback: Optional[Callable[[int, int], None]]):
-        self.callback = callback
-        self.total = 0
-        self.done = 0
-        self.size = 0
-        self.counted = 0
-
-    def start_file(self, source: SourceFile) -> None:
-        try:
-            self.size = (os.stat if source.follow else os.lstat)(source.path).st_size
-        except OSError:
-            self.size = 0
-        self.counted = 0
-
-    def advance(self, n: int) -> None:
-        n = max(0, min(n, self.size - self.counted))
-        self.counted += n
-        self.done = min(self.done + n, self.total)
-        if self.callback is not None and n:
-            self.callback(self.done, self.total)
-
-    def end_file(self) -> None:
-        self.advance(self.size - self.counted)
+def _store_sizes(stores: list[Path]) -> tuple[int, int]:
+    """The bytes of the logs and the number of sessions of the stores ``stores``."""
+    total = sessions = 0
+    for other in stores:
+        for entry in iter_session_dirs(other, require_log=True):
+            sessions += 1
+            try:
+                total += os.stat(os.path.join(entry.path, EVENTS_FILE), follow_symlinks=False).st_size
+            except OSError:
+                pass
+    return total, sessions
 
 
-__all__ = ["import_logs", "ImportReport", "Problem", "SetAside", "Tombstoned", "VersionStats", "DRIFT_PREFIX",
-           "SOURCES", "DEFAULT_SETTLE_SECONDS"]
+def _import_store(
+    root: Path,
+    other: Path,
+    tombstones: Tombstones,
+    meter: ProgressMeter,
+    report: ImportReport,
+    problem: Callable[[str, Optional[int], str], None],
+) -> None:
+    """Import the sessions of the store ``other`` (see :mod:`.stores`) into ``report``."""
+
+    def advance(n: int) -> None:
+        meter.advance(n)
+        meter.session_done()
+
+    try:
+        results = StoreImport(root, other, tombstones, advance).run()
+    except MemstoreError as exc:
+        problem(str(other), None, str(exc))
+        return
+    for result in results:
+        report.sources += 1
+        report.sessions_created += result.created
+        report.sessions_updated += result.updated
+        report.sessions_unchanged += result.unchanged
+        report.events_appended += result.appended
+        if result.session_id is not None and (result.created or result.updated):
+            report.sessions.append(result.session_id)
+            if result.qualified and result.source_session_id is not None:
+                report.renamed.append(Renamed(display_path(result.source), result.source_session_id, result.session_id))
+        if result.tombstoned is not None:
+            stone = result.tombstoned
+            report.tombstoned.append(
+                Tombstoned(display_path(result.source), stone.session_id, stone.reason.value, stone.at)
+            )
+        for reason in result.problems:
+            problem(result.source, None, reason)
+
+
+__all__ = [
+    "import_logs",
+    "ImportReport",
+    "ImportProgress",
+    "ProgressLine",
+    "Problem",
+    "Renamed",
+    "Origin",
+    "session_origins",
+    "SetAside",
+    "Tombstoned",
+    "VersionStats",
+    "DRIFT_PREFIX",
+    "SOURCES",
+    "DEFAULT_SETTLE_SECONDS",
+]

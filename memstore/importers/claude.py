@@ -21,15 +21,26 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-
 from .base import CLAUDE_DECLINED_MARKERS, Parser, u64, usage_dict
 
-
 # Line types that carry nothing to import (titles, file snapshots, queue bookkeeping, ...).
-IGNORED_TYPES = frozenset({
-    "summary", "file-history-snapshot", "queue-operation", "progress", "custom-title", "last-prompt",
-    "attachment", "permission-mode", "mode", "agent-name", "tag", "pr-link", "ai-title",
-})
+IGNORED_TYPES = frozenset(
+    {
+        "summary",
+        "file-history-snapshot",
+        "queue-operation",
+        "progress",
+        "custom-title",
+        "last-prompt",
+        "attachment",
+        "permission-mode",
+        "mode",
+        "agent-name",
+        "tag",
+        "pr-link",
+        "ai-title",
+    }
+)
 # system lines that say nothing an event log keeps (a hook summary, a slash command's output, an
 # API retry notice, ...); any other subtype is kept as import.unrecognized.
 QUIET_SYSTEM_SUBTYPES = frozenset({"local_command", "stop_hook_summary", "api_error", "informational"})
@@ -37,18 +48,83 @@ _MARKUP = ("<command-", "<local-command-", "<bash-input>", "<bash-stdout>", "<ba
 _INTERRUPTED = "[Request interrupted by user"
 _SEEN_LIMIT = 4096  # message ids remembered to drop responses replayed from an earlier turn
 
-KNOWN_FIELDS = frozenset({
-    "parentUuid", "logicalParentUuid", "isSidechain", "userType", "cwd", "sessionId", "version", "gitBranch",
-    "type", "message", "uuid", "timestamp", "requestId", "toolUseResult", "sourceToolAssistantUUID",
-    "sourceToolUseID", "isMeta", "isCompactSummary", "isVisibleInTranscriptOnly", "thinkingMetadata", "todos",
-    "permissionMode", "slug", "agentId", "subtype", "content", "level", "durationMs", "messageCount",
-    "compactMetadata", "data", "toolUseID", "parentToolUseID", "summary", "leafUuid", "messageId", "snapshot",
-    "isSnapshotUpdate", "operation", "isApiErrorMessage", "error", "entrypoint", "hookCount", "hookInfos",
-    "hookErrors", "hookAdditionalContext", "preventedContinuation", "stopReason", "hasOutput", "session_id",
-    "customTitle", "lastPrompt", "attachment", "imagePasteIds", "teamName", "agentName", "cause", "retryInMs",
-    "retryAttempt", "maxRetries", "apiError", "isCompactBoundary", "planContent", "mcpMeta", "origin",
-    "promptId", "requestDurationMs", "ttftMs", "costUSD", "model", "title", "isSynthetic", "advisorModel",
-})
+KNOWN_FIELDS = frozenset(
+    {
+        "parentUuid",
+        "logicalParentUuid",
+        "isSidechain",
+        "userType",
+        "cwd",
+        "sessionId",
+        "version",
+        "gitBranch",
+        "type",
+        "message",
+        "uuid",
+        "timestamp",
+        "requestId",
+        "toolUseResult",
+        "sourceToolAssistantUUID",
+        "sourceToolUseID",
+        "isMeta",
+        "isCompactSummary",
+        "isVisibleInTranscriptOnly",
+        "thinkingMetadata",
+        "todos",
+        "permissionMode",
+        "slug",
+        "agentId",
+        "subtype",
+        "content",
+        "level",
+        "durationMs",
+        "messageCount",
+        "compactMetadata",
+        "data",
+        "toolUseID",
+        "parentToolUseID",
+        "summary",
+        "leafUuid",
+        "messageId",
+        "snapshot",
+        "isSnapshotUpdate",
+        "operation",
+        "isApiErrorMessage",
+        "error",
+        "entrypoint",
+        "hookCount",
+        "hookInfos",
+        "hookErrors",
+        "hookAdditionalContext",
+        "preventedContinuation",
+        "stopReason",
+        "hasOutput",
+        "session_id",
+        "customTitle",
+        "lastPrompt",
+        "attachment",
+        "imagePasteIds",
+        "teamName",
+        "agentName",
+        "cause",
+        "retryInMs",
+        "retryAttempt",
+        "maxRetries",
+        "apiError",
+        "isCompactBoundary",
+        "planContent",
+        "mcpMeta",
+        "origin",
+        "promptId",
+        "requestDurationMs",
+        "ttftMs",
+        "costUSD",
+        "model",
+        "title",
+        "isSynthetic",
+        "advisorModel",
+    }
+)
 
 
 def _text_of(content: Any) -> tuple[str, int]:
@@ -92,21 +168,35 @@ def tool_item(call: dict, result: Optional[dict], tool_use_result: Any, child: O
             output = "\n".join(part for part in (stdout, stderr) if isinstance(part, str) and part)
         else:
             output = text
-        item = {"id": item_id, "type": "command_execution", "command": str(args.get("command", "")),
-                "aggregated_output": output, "status": status}
+        item = {
+            "id": item_id,
+            "type": "command_execution",
+            "command": str(args.get("command", "")),
+            "aggregated_output": output,
+            "status": status,
+        }
         if details.get("interrupted") is True:
             item["interrupted"] = True
     elif name in ("Edit", "MultiEdit", "Write", "NotebookEdit"):
         path = args.get("file_path", args.get("notebook_path", args.get("path", "")))
         kind = "add" if name == "Write" and details.get("type") == "create" else "update"
-        item = {"id": item_id, "type": "file_change", "changes": [{"path": str(path), "kind": kind}],
-                "status": status, "tool_name": name, "arguments": args}
+        item = {
+            "id": item_id,
+            "type": "file_change",
+            "changes": [{"path": str(path), "kind": kind}],
+            "status": status,
+            "tool_name": name,
+            "arguments": args,
+        }
         if status != "completed" and text:
             item["output"] = text
     elif name == "TodoWrite":
         todos = args.get("todos")
-        entries = [{"text": str(t.get("content", "")), "completed": t.get("status") == "completed"}
-                   for t in (todos if isinstance(todos, list) else []) if isinstance(t, dict)]
+        entries = [
+            {"text": str(t.get("content", "")), "completed": t.get("status") == "completed"}
+            for t in (todos if isinstance(todos, list) else [])
+            if isinstance(t, dict)
+        ]
         item = {"id": item_id, "type": "todo_list", "items": entries}
     elif name == "WebSearch":
         item = {"id": item_id, "type": "web_search", "query": str(args.get("query", ""))}
@@ -114,13 +204,27 @@ def tool_item(call: dict, result: Optional[dict], tool_use_result: Any, child: O
             item["status"] = status
     elif name.startswith("mcp__") and "__" in name[5:]:
         server, _, tool = name[5:].partition("__")
-        item = {"id": item_id, "type": "mcp_tool_call", "tool_name": name, "server": server, "tool": tool,
-                "arguments": args, "result": text, "status": status}
+        item = {
+            "id": item_id,
+            "type": "mcp_tool_call",
+            "tool_name": name,
+            "server": server,
+            "tool": tool,
+            "arguments": args,
+            "result": text,
+            "status": status,
+        }
         if is_error:
             item["error"] = {"message": text}
     else:
-        item = {"id": item_id, "type": "tool_call", "tool_name": name, "arguments": call["input"], "output": text,
-                "status": status}
+        item = {
+            "id": item_id,
+            "type": "tool_call",
+            "tool_name": name,
+            "arguments": call["input"],
+            "output": text,
+            "status": status,
+        }
         if is_error:
             item["is_error"] = True
         if child:
@@ -174,9 +278,9 @@ class ClaudeParser(Parser):
         self.s["last_msgs"] = turn["msgs"]
         self.s.pop("continued", None)
         if len(seen) > _SEEN_LIMIT:
-            for mid in seen[:len(seen) - _SEEN_LIMIT]:
+            for mid in seen[: len(seen) - _SEEN_LIMIT]:
                 seen_set.discard(mid)
-            del seen[:len(seen) - _SEEN_LIMIT]
+            del seen[: len(seen) - _SEEN_LIMIT]
         return usage_dict(inp, cached, created, out)
 
     # -- lines ---------------------------------------------------------------------------
@@ -214,8 +318,14 @@ class ClaudeParser(Parser):
     def thread_source(self, obj: dict) -> dict:
         ctx = self.s["context"]
         session = ctx.get("claude_session") or obj.get("sessionId")
-        source = {"agent": "claude", "agent_version": obj.get("version"), "cwd": obj.get("cwd"),
-                  "git_branch": obj.get("gitBranch"), "path": self.path, "thread_id": session}
+        source = {
+            "agent": "claude",
+            "agent_version": obj.get("version"),
+            "cwd": obj.get("cwd"),
+            "git_branch": obj.get("gitBranch"),
+            "path": self.path,
+            "thread_id": session,
+        }
         source = {k: v for k, v in source.items() if isinstance(v, str)}
         if ctx.get("agent_id"):
             source["agent_id"] = ctx["agent_id"]
@@ -226,8 +336,13 @@ class ClaudeParser(Parser):
     def on_progress(self, obj: dict) -> None:
         data = obj.get("data")
         parent = obj.get("parentToolUseID")
-        if isinstance(data, dict) and data.get("type") == "agent_progress" and isinstance(data.get("agentId"), str) \
-                and isinstance(parent, str) and parent in self.s["calls"]:
+        if (
+            isinstance(data, dict)
+            and data.get("type") == "agent_progress"
+            and isinstance(data.get("agentId"), str)
+            and isinstance(parent, str)
+            and parent in self.s["calls"]
+        ):
             self.s["links"][parent] = data["agentId"]
 
     def on_user(self, obj: dict, lineno: int, ts: str) -> None:
@@ -240,8 +355,10 @@ class ClaudeParser(Parser):
             if results:
                 for block in results:
                     self.on_result(block, obj.get("toolUseResult") if len(results) == 1 else None, lineno, ts)
-                if any(isinstance(b, dict) and isinstance(b.get("text"), str) and b["text"].startswith(_INTERRUPTED)
-                       for b in content):
+                if any(
+                    isinstance(b, dict) and isinstance(b.get("text"), str) and b["text"].startswith(_INTERRUPTED)
+                    for b in content
+                ):
                     self.interrupted(ts)
                 return
         text, images = _text_of(content)
@@ -317,8 +434,12 @@ class ClaudeParser(Parser):
             return
         usage = message.get("usage")
         if isinstance(mid, str) and isinstance(usage, dict):
-            new = [u64(usage.get("input_tokens")), u64(usage.get("cache_read_input_tokens")),
-                   u64(usage.get("cache_creation_input_tokens")), u64(usage.get("output_tokens"))]
+            new = [
+                u64(usage.get("input_tokens")),
+                u64(usage.get("cache_read_input_tokens")),
+                u64(usage.get("cache_creation_input_tokens")),
+                u64(usage.get("output_tokens")),
+            ]
             if counted is not None:  # a response continued after its source settled: only what it added
                 new = [max(0, n - c) for n, c in zip(new, counted)]
             old = turn["msgs"].get(mid)
@@ -345,8 +466,13 @@ class ClaudeParser(Parser):
             elif kind == "tool_use":
                 turn["error"] = None
                 call_id = block.get("id")
-                call = {"id": call_id, "name": str(block.get("name", "")), "input": block.get("input"),
-                        "line": lineno, "block": index}
+                call = {
+                    "id": call_id,
+                    "name": str(block.get("name", "")),
+                    "input": block.get("input"),
+                    "line": lineno,
+                    "block": index,
+                }
                 if not isinstance(call_id, str):
                     self.note(lineno, "tool_use without an id (emitted without its result)", skipped=False)
                     self.flush_call(call, ts)
@@ -362,8 +488,9 @@ class ClaudeParser(Parser):
             elif kind == "redacted_thinking":
                 continue
             else:
-                self.keep(lineno, f"assistant block {kind!s:.40}", f"unknown assistant content block {kind!s:.40}",
-                          raw=block)
+                self.keep(
+                    lineno, f"assistant block {kind!s:.40}", f"unknown assistant content block {kind!s:.40}", raw=block
+                )
 
     def on_system(self, obj: dict, lineno: int, ts: str) -> None:
         subtype = obj.get("subtype")
@@ -378,8 +505,11 @@ class ClaudeParser(Parser):
                 self.close_turn(turn["interrupted_at"])
             meta = obj.get("compactMetadata") if isinstance(obj.get("compactMetadata"), dict) else {}
             trigger = meta.get("trigger")
-            event = {"type": "thread.compact_boundary", "thread_id": self.session_id,
-                     "trigger": trigger if isinstance(trigger, str) and trigger else "unknown"}
+            event = {
+                "type": "thread.compact_boundary",
+                "thread_id": self.session_id,
+                "trigger": trigger if isinstance(trigger, str) and trigger else "unknown",
+            }
             if type(meta.get("preTokens")) is int:
                 event["pre_tokens"] = meta["preTokens"]
             self.emit(event, ts)

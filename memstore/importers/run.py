@@ -40,10 +40,11 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 import orjson
 
@@ -51,8 +52,9 @@ from ..changes import mark_changed
 from ..errors import InvalidEvent, SessionBusyError, StoreIOError
 from ..events import LIFECYCLE_KINDS, Record
 from ..fsio import atomic_write, read_no_follow
-from ..layout import DERIVED_DIR, EVENTS_FILE, IMPORT_STATE_FILE, session_directory
+from ..layout import DERIVED_DIR, EVENTS_FILE, IMPORT_STATE_FILE, session_dir_name, session_directory
 from ..locks import remove_session_directory
+from ..session.bulk import NewSession
 from ..session.log import SessionLog, open_session
 from ..session.manifest import load_manifest
 from ..tombstones import Tombstone, Tombstones
@@ -73,6 +75,7 @@ from .sources import (
     sniff,
     still_holds,
 )
+from .staging import StagingArea
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +123,9 @@ class Outcome:
     tombstoned: Optional[Tombstone] = None  # the tombstone that kept the source out
     foreign_kept: int = 0  # records others appended to the session, found (and kept) by this import
     stats: Optional[SourceStats] = None  # what the session holds, for the per-version report
+    # A new session written whole into the staging area (its directory there), to be
+    # published by the caller (see :mod:`.staging`); ``None`` when the import wrote into the store.
+    staged: Optional[str] = None
 
 
 class _Diverged(Exception):
@@ -182,10 +188,17 @@ def load_state(directory: Path) -> Optional[dict]:
     if state is None or state.get("version") != STATE_VERSION or state.get("mapping") != MAPPING_VERSION:
         return None
     try:
-        ok = (isinstance(state["source"]["path"], str) and type(state["offset"]) is int and type(state["lines"]) is int
-              and type(state["events"]) is int and isinstance(state["carry"], dict) and type(state["head_len"]) is int
-              and type(state["next_seq"]) is int and isinstance(state["foreign"], list)
-              and all(isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r) for r in state["foreign"]))
+        ok = (
+            isinstance(state["source"]["path"], str)
+            and type(state["offset"]) is int
+            and type(state["lines"]) is int
+            and type(state["events"]) is int
+            and isinstance(state["carry"], dict)
+            and type(state["head_len"]) is int
+            and type(state["next_seq"]) is int
+            and isinstance(state["foreign"], list)
+            and all(isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r) for r in state["foreign"])
+        )
     except (KeyError, TypeError):
         ok = False
     return state if ok else None
@@ -313,8 +326,15 @@ class _Check:
 class _Writer:
     """Appends a parser's events to the session, after the ones the log already holds."""
 
-    def __init__(self, root: Path, session_id: str, log: Optional[SessionLog], check: Optional[_Check],
-                 handles: list, tombstones: Tombstones):
+    def __init__(
+        self,
+        root: Path,
+        session_id: str,
+        log: Optional[SessionLog],
+        check: Optional[_Check],
+        handles: list,
+        tombstones: Tombstones,
+    ):
         self.root = root
         self.session_id = session_id
         self.log = log
@@ -323,6 +343,8 @@ class _Writer:
         self.tombstones = tombstones
         self.appended = 0
         self.problems: list[tuple[Optional[int], str]] = []
+        # Where events go: the session's append, once there is a session to append to.
+        self._append: Optional[Callable[..., int]] = log.append if log is not None else None
 
     def deliver(self, events: list) -> None:
         check = self.check
@@ -330,9 +352,9 @@ class _Writer:
             events = [(event, ts) for event, ts in events if not check.take(event, ts)]
             if not events:
                 return
-        if self.log is None:
-            self._open_new()
-        append = self.log.append  # type: ignore[union-attr]
+        append = self._append
+        if append is None:
+            append = self._open_new()
         for event, ts in events:
             try:
                 append(event, ts=ts)
@@ -344,10 +366,11 @@ class _Writer:
                 append(_stand_in(event), ts=ts)
         self.appended += len(events)
 
-    def _open_new(self) -> None:
+    def _open_new(self) -> Callable[..., int]:
         log = open_session(self.root, self.session_id, max_events=0, durability="none")
         self.handles.append(log)
         self.log = log
+        self._append = log.append
         if log.event_count:
             raise SessionBusyError(f"session {self.session_id!r} was written by another process meanwhile")
         # Under the session's lock now: a tombstone written since the import looked cannot be
@@ -355,6 +378,7 @@ class _Writer:
         # not come back.
         if self.tombstones.lookup(self.session_id) is not None:
             raise _TombstonedMeanwhile()
+        return log.append
 
     def finish(self) -> None:
         if self.check is not None:
@@ -365,24 +389,66 @@ class _Writer:
             self.check._close()
 
 
+class _StagedWriter(_Writer):
+    """A :class:`_Writer` of a new session written whole into the staging area (see
+    :class:`memstore.session.bulk.NewSession`): nothing is compared, locked or synced here; the
+    caller publishes the session once a batch of them is durable."""
+
+    def __init__(self, staging: StagingArea, session_id: str, tombstones: Tombstones):
+        super().__init__(staging.root, session_id, None, None, [], tombstones)
+        self.staging = staging
+        self.name = session_dir_name(session_id)
+        self.new: Optional[NewSession] = None
+
+    def _open_new(self) -> Callable[..., int]:
+        self.new = NewSession(self.staging.staged(self.name), self.session_id, redaction=self.staging.redaction)
+        self._append = self.new.append
+        return self.new.append
+
+    def abandon(self) -> None:
+        """Remove what was staged (an import that failed, or wrote no event)."""
+        new, self.new, self._append = self.new, None, None
+        if new is not None:
+            new.abandon()
+            self.staging.discard(self.name)
+
+
 def _stand_in(event: dict) -> dict:
     raw = event.get("item")
     item: dict = raw if isinstance(raw, dict) else {}
-    return {"type": "item.completed", "item": {"id": str(item.get("id", "")), "type": "error",
-                                               "message": "memstore could not store this imported event"}}
+    return {
+        "type": "item.completed",
+        "item": {
+            "id": str(item.get("id", "")),
+            "type": "error",
+            "message": "memstore could not store this imported event",
+        },
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # Importing one source
 
 
-def import_source(root: Path, source: SourceFile, wanted: str, settle_seconds: float, now: float,
-                  progress: Callable[[int], None], tombstones: Optional[Tombstones] = None,
-                  tombstoned: Optional[dict] = None) -> Optional[Outcome]:
+def import_source(
+    root: Path,
+    source: SourceFile,
+    wanted: str,
+    settle_seconds: float,
+    now: float,
+    progress: Callable[[int], None],
+    tombstones: Optional[Tombstones] = None,
+    tombstoned: Optional[dict] = None,
+    staging: Optional[StagingArea] = None,
+) -> Optional[Outcome]:
     """Import one source file; ``None`` when it is not a source of the ``wanted`` kind (or no
     session can be named yet). Problems with the file go into the outcome; errors writing the
     store raise. ``tombstoned`` is the store's tombstones as the run found them (by session id);
-    a source whose session is among them is skipped."""
+    a source whose session is among them is skipped.
+
+    With ``staging``, a source whose session does not exist yet is written whole into that
+    staging area (``outcome.staged`` names it there) for the caller to publish (see
+    :mod:`.staging`); the caller checks the tombstones again before it does."""
     tombstones = tombstones if tombstones is not None else Tombstones(root)
     if tombstoned is None:
         tombstoned = tombstones.all()
@@ -419,8 +485,19 @@ def import_source(root: Path, source: SourceFile, wanted: str, settle_seconds: f
             _skip_tombstoned(out, found.session_id, stone)
             progress(st.st_size)
             return out
-        _import(root, source, fd, st, found, settled, out, progress, _mtime_ts_of(now + FUTURE_SLACK_SECONDS),
-                tombstones)
+        _import(
+            root,
+            source,
+            fd,
+            st,
+            found,
+            settled,
+            out,
+            progress,
+            _mtime_ts_of(now + FUTURE_SLACK_SECONDS),
+            tombstones,
+            staging,
+        )
         return out
     finally:
         os.close(fd)
@@ -428,28 +505,55 @@ def import_source(root: Path, source: SourceFile, wanted: str, settle_seconds: f
 
 def _skip_tombstoned(out: Outcome, session_id: str, stone: Tombstone) -> None:
     out.tombstoned = stone
-    out.problems.append((None, f"session {session_id!r} was removed on purpose ({stone.reason.value}, {stone.at}) "
-                               "and is tombstoned: not imported again"))
+    out.problems.append(
+        (
+            None,
+            f"session {session_id!r} was removed on purpose ({stone.reason.value}, {stone.at}) "
+            "and is tombstoned: not imported again",
+        )
+    )
 
 
-def _import(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, settled: bool, out: Outcome,
-            progress: Callable[[int], None], ts_limit: str, tombstones: Tombstones) -> None:
+def _import(
+    root: Path,
+    source: SourceFile,
+    fd: int,
+    st: os.stat_result,
+    found,
+    settled: bool,
+    out: Outcome,
+    progress: Callable[[int], None],
+    ts_limit: str,
+    tombstones: Tombstones,
+    staging: Optional[StagingArea] = None,
+) -> None:
     session_id = found.session_id
     directory = session_directory(root, session_id)
     state = load_state(directory)
-    if state is not None and state["importer"] == found.kind and (state["finalized"] or not settled) \
-            and not state.get("changed_while_read") and _same_source(state, source.name, st) \
-            and _prefix_sample(fd, state) is not None and _manifest_next_seq(directory) == state["next_seq"]:
+    if (
+        state is not None
+        and state["importer"] == found.kind
+        and (state["finalized"] or not settled)
+        and not state.get("changed_while_read")
+        and _same_source(state, source.name, st)
+        and _prefix_sample(fd, state) is not None
+        and _manifest_next_seq(directory) == state["next_seq"]
+    ):
         out.unchanged = True
         out.stats = _stats(session_id, found.kind, state["carry"])
         progress(st.st_size)
+        return
+    if staging is not None and directory.name == session_id and not os.path.lexists(directory):
+        _import_staged(staging, source, fd, st, found, settled, out, progress, ts_limit, tombstones)
         return
     log = None
     if (directory / EVENTS_FILE).exists() or directory.is_symlink():
         try:
             log = open_session(root, session_id, max_events=0, durability="none")
         except SessionBusyError:
-            out.problems.append((None, f"session {session_id!r} is open in another process; skipped, import again later"))
+            out.problems.append(
+                (None, f"session {session_id!r} is open in another process; skipped, import again later")
+            )
             return
         stone = tombstones.lookup(session_id)  # again, under the session's lock
         if stone is not None:
@@ -482,9 +586,75 @@ def _import(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, 
             handle.close()
 
 
+def _import_staged(
+    staging: StagingArea,
+    source: SourceFile,
+    fd: int,
+    st: os.stat_result,
+    found,
+    settled: bool,
+    out: Outcome,
+    progress: Callable[[int], None],
+    ts_limit: str,
+    tombstones: Tombstones,
+) -> None:
+    """Import a source whose session does not exist yet into the staging area: the session's
+    log, views and import state are written there whole, unsynced (``out.staged`` names it);
+    the caller publishes it. What it writes is what a fresh import into the store writes."""
+    session_id = found.session_id
+    parser = PARSERS[found.kind](
+        session_id, source.name, context=dict(found.context, default_ts=min(_mtime_ts(st), ts_limit))
+    )
+    parser.ts_limit = ts_limit
+    writer = _StagedWriter(staging, session_id, tombstones)
+    consumed = ConsumedBytes()
+    try:
+        offset, lineno = _run(parser, writer, fd, 0, 0, st.st_size, settled, progress, consumed)
+        out.appended = writer.appended
+        out.skipped_lines = parser.skipped
+        out.notes = parser.notes
+        out.problems.extend(writer.problems)
+        new = writer.new
+        if new is None:
+            return  # the source produced no events (nothing but titles, say): no session
+        manifest = new.finish()
+        intact = still_holds(fd, consumed)
+        if not intact:
+            out.problems.append(
+                (
+                    None,
+                    "the source changed while it was being imported; the next import sets this "
+                    "session aside and imports the source afresh",
+                )
+            )
+        _save_state(
+            new.directory,
+            found.kind,
+            session_id,
+            source,
+            st,
+            offset,
+            lineno,
+            consumed,
+            writer.appended,
+            manifest.next_seq,
+            [],
+            parser.s,
+            changed_while_read=not intact,
+        )
+    except BaseException:
+        writer.abandon()
+        raise
+    out.session_id = session_id
+    out.created = writer.appended > 0
+    out.stats = _stats(session_id, found.kind, parser.s)
+    out.staged = str(new.directory)
+
+
 def _remove_own_empty(root: Path, directory: Path) -> None:
     """Remove a session directory this import created by opening it, and nothing else: it is
     removed only if its log is still empty once no one holds it."""
+
     def still_empty() -> bool:
         try:
             return os.path.getsize(directory / EVENTS_FILE) == 0
@@ -512,14 +682,18 @@ def _prefix_sample(fd: int, state: dict) -> Optional[ConsumedBytes]:
         head, tail = sample(fd, state["offset"])
     except OSError:
         return None
-    if len(head) != state["head_len"] or hashlib.sha256(head).hexdigest() != state.get("head_sha256") \
-            or hashlib.sha256(tail).hexdigest() != state.get("tail_sha256"):
+    if (
+        len(head) != state["head_len"]
+        or hashlib.sha256(head).hexdigest() != state.get("head_sha256")
+        or hashlib.sha256(tail).hexdigest() != state.get("tail_sha256")
+    ):
         return None
     return ConsumedBytes(state["offset"], head, tail)
 
 
-def _plan(log: Optional[SessionLog], state: Optional[dict], fd: int, st: os.stat_result,
-          kind: str) -> tuple[Plan, Optional[ConsumedBytes]]:
+def _plan(
+    log: Optional[SessionLog], state: Optional[dict], fd: int, st: os.stat_result, kind: str
+) -> tuple[Plan, Optional[ConsumedBytes]]:
     """What to do with the session (see :class:`Plan`), and the consumed prefix to resume from."""
     if log is None or not log.event_count:
         return Plan.FRESH, None
@@ -535,9 +709,20 @@ def _plan(log: Optional[SessionLog], state: Optional[dict], fd: int, st: os.stat
     return Plan.RESUME, consumed
 
 
-def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, found, settled: bool, out: Outcome,
-                   progress: Callable[[int], None], log: Optional[SessionLog], handles: list, ts_limit: str,
-                   tombstones: Tombstones) -> None:
+def _import_locked(
+    root: Path,
+    source: SourceFile,
+    fd: int,
+    st: os.stat_result,
+    found,
+    settled: bool,
+    out: Outcome,
+    progress: Callable[[int], None],
+    log: Optional[SessionLog],
+    handles: list,
+    ts_limit: str,
+    tombstones: Tombstones,
+) -> None:
     """Import with the session open (or absent); every handle opened is added to ``handles``
     for the caller to close."""
     session_id = found.session_id
@@ -550,15 +735,25 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
         records = log.iter_records()  # type: ignore[union-attr]
         first = next(records, None)
         getattr(records, "close", lambda: None)()
-        origin = first.event.get("source") if first is not None and first.event.get("type") == "thread.started" else None
+        origin = (
+            first.event.get("source") if first is not None and first.event.get("type") == "thread.started" else None
+        )
         other = origin.get("path") if isinstance(origin, dict) else None
         if not isinstance(other, str):
-            out.problems.append((None, (f"session {session_id!r} exists and was not imported from an agent log; "
-                                        "left alone")))
+            out.problems.append(
+                (None, (f"session {session_id!r} exists and was not imported from an agent log; left alone"))
+            )
             return
         if other != source.name and (os.path.exists(other) or os.path.exists(path_of_display(other))):
-            out.problems.append((None, (f"session {session_id!r} is already imported from {other}; this source "
-                                        "names the same session and was not merged into it")))
+            out.problems.append(
+                (
+                    None,
+                    (
+                        f"session {session_id!r} is already imported from {other}; this source "
+                        "names the same session and was not merged into it"
+                    ),
+                )
+            )
             return
         state = load_state(directory)
         if first is not None and first.ts is not None:
@@ -583,10 +778,19 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
                 return
             out.set_aside = (session_id, new_id, reason)
             out.regenerated = True
-            out.problems.append((None, f"session {session_id!r} set aside as {new_id!r} ({reason}; all its events "
-                                       "are kept there); its source is imported afresh"))
-            plan, state, consumed, context = Plan.FRESH, None, None, dict(found.context,
-                                                                         default_ts=min(_mtime_ts(st), ts_limit))
+            out.problems.append(
+                (
+                    None,
+                    f"session {session_id!r} set aside as {new_id!r} ({reason}; all its events "
+                    "are kept there); its source is imported afresh",
+                )
+            )
+            plan, state, consumed, context = (
+                Plan.FRESH,
+                None,
+                None,
+                dict(found.context, default_ts=min(_mtime_ts(st), ts_limit)),
+            )
             count = 0
         check = None
         if plan in (Plan.RESUME, Plan.REOPEN):
@@ -632,8 +836,12 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
     if check is not None and check.new_foreign:
         out.foreign_kept = sum(last - first + 1 for first, last in check.new_foreign)
         foreign = merge_ranges(foreign + check.new_foreign)
-        logger.info("import: session %r holds %d records appended by another writer; they are kept and the import "
-                    "goes on after them", session_id, out.foreign_kept)
+        logger.info(
+            "import: session %r holds %d records appended by another writer; they are kept and the import "
+            "goes on after them",
+            session_id,
+            out.foreign_kept,
+        )
     if not out.regenerated:
         if count:
             out.updated = writer.appended > 0
@@ -643,12 +851,33 @@ def _import_locked(root: Path, source: SourceFile, fd: int, st: os.stat_result, 
     log.flush()
     intact = still_holds(fd, consumed)
     if not intact:
-        out.problems.append((None, "the source changed while it was being imported; the next import sets this "
-                                   "session aside and imports the source afresh"))
-    events = (state["events"] if plan in (Plan.RESUME, Plan.REOPEN) and state is not None else 0) + \
-        (check.matched if check is not None else 0) + writer.appended
-    _save_state(directory, found.kind, session_id, source, st, offset, lineno, consumed, events,
-                log.manifest.next_seq, foreign, parser.s, changed_while_read=not intact)
+        out.problems.append(
+            (
+                None,
+                "the source changed while it was being imported; the next import sets this "
+                "session aside and imports the source afresh",
+            )
+        )
+    events = (
+        (state["events"] if plan in (Plan.RESUME, Plan.REOPEN) and state is not None else 0)
+        + (check.matched if check is not None else 0)
+        + writer.appended
+    )
+    _save_state(
+        directory,
+        found.kind,
+        session_id,
+        source,
+        st,
+        offset,
+        lineno,
+        consumed,
+        events,
+        log.manifest.next_seq,
+        foreign,
+        parser.s,
+        changed_while_read=not intact,
+    )
 
 
 def _stats(session_id: str, kind: str, state: dict) -> SourceStats:
@@ -672,8 +901,17 @@ def _known_until(log: SessionLog, ledger: Ledger) -> Optional[int]:
     return None
 
 
-def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limit: int, settled: bool,
-         progress: Callable[[int], None], consumed: ConsumedBytes) -> tuple[int, int]:
+def _run(
+    parser: Parser,
+    writer: _Writer,
+    fd: int,
+    start: int,
+    lineno: int,
+    limit: int,
+    settled: bool,
+    progress: Callable[[int], None],
+    consumed: ConsumedBytes,
+) -> tuple[int, int]:
     """Feed the complete lines of ``[start, limit)`` to the parser, delivering its events after
     each chunk read; finalize a settled source. Every byte consumed (up to the returned offset)
     also goes to ``consumed``, from the same reads. Returns the consumed offset and line count.
@@ -697,14 +935,14 @@ def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limi
             pieces.append(data)  # a line longer than a chunk
             continue
         if pieces:
-            pieces.append(data[:newline + 1])
+            pieces.append(data[: newline + 1])
             line = b"".join(pieces)
             consumed.consume(line)
             lineno += 1
             stats["records"] += len(line) > 1
             feed(line[:-1], lineno)
             pieces = []
-            data = data[newline + 1:]
+            data = data[newline + 1 :]
         cut = data.rfind(b"\n") + 1
         if cut:
             body = data[:cut] if cut < len(data) else data
@@ -723,8 +961,9 @@ def _run(parser: Parser, writer: _Writer, fd: int, start: int, lineno: int, limi
         offset = pos - len(tail)
     if settled:
         # (Only a line that can be an object is joined: a torn or binary tail may be huge.)
-        last = b"".join(pieces) if pieces and pieces[0].lstrip()[:1] == b"{" and pieces[-1].rstrip()[-1:] == b"}" \
-            else b""
+        last = (
+            b"".join(pieces) if pieces and pieces[0].lstrip()[:1] == b"{" and pieces[-1].rstrip()[-1:] == b"}" else b""
+        )
         if last and _complete(last):
             # A complete last line without its newline: nobody is writing a settled source any
             # more, so it is the source's last line (a torn one still waits, as it did).
@@ -750,18 +989,42 @@ def _complete(line: bytes) -> bool:
     return True
 
 
-def _save_state(directory: Path, kind: str, session_id: str, source: SourceFile, st: os.stat_result, offset: int,
-                lines: int, consumed: ConsumedBytes, events: int, next_seq: int, foreign: list, carry: dict, *,
-                changed_while_read: bool) -> None:
+def _save_state(
+    directory: Path,
+    kind: str,
+    session_id: str,
+    source: SourceFile,
+    st: os.stat_result,
+    offset: int,
+    lines: int,
+    consumed: ConsumedBytes,
+    events: int,
+    next_seq: int,
+    foreign: list,
+    carry: dict,
+    *,
+    changed_while_read: bool,
+) -> None:
     # Not synced: a cache that is lost or stale only costs a re-parse (what it says is checked).
     assert consumed.offset == offset, (consumed.offset, offset)
     head_len, head, tail = consumed.fingerprint()
     state = {
-        "version": STATE_VERSION, "mapping": MAPPING_VERSION, "importer": kind, "session_id": session_id,
+        "version": STATE_VERSION,
+        "mapping": MAPPING_VERSION,
+        "importer": kind,
+        "session_id": session_id,
         "source": {"path": source.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns},
-        "offset": offset, "lines": lines, "head_len": head_len, "head_sha256": head, "tail_sha256": tail,
-        "events": events, "next_seq": next_seq, "foreign": foreign, "changed_while_read": changed_while_read,
-        "finalized": bool(carry.get("finalized")), "carry": carry,
+        "offset": offset,
+        "lines": lines,
+        "head_len": head_len,
+        "head_sha256": head,
+        "tail_sha256": tail,
+        "events": events,
+        "next_seq": next_seq,
+        "foreign": foreign,
+        "changed_while_read": changed_while_read,
+        "finalized": bool(carry.get("finalized")),
+        "carry": carry,
     }
     atomic_write(directory / DERIVED_DIR / IMPORT_STATE_FILE, orjson.dumps(state), durable=False)
 

@@ -24,6 +24,7 @@ from typing import Optional
 
 import orjson
 
+from .. import events as ev
 from ..changes import mark_changed
 from ..errors import MemstoreError, SessionBusyError, StoreIOError
 from ..fsio import atomic_write, fsync_dir
@@ -32,7 +33,6 @@ from ..retention import session_retention_pinned
 from ..session.lock import LivenessLock, SessionGone
 from ..session.log import rebuild_index
 from ..session.manifest import load_manifest
-from .. import events as ev
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +43,10 @@ class SessionPinned(Exception):
     """The session to set aside is pinned: a pinned session stays where it is."""
 
     def __init__(self, session_id: str):
-        super().__init__(f"session {session_id!r} is pinned: it is not set aside to import its changed source again; "
-                         "unpin it to re-import its source")
+        super().__init__(
+            f"session {session_id!r} is pinned: it is not set aside to import its changed source again; "
+            "unpin it to re-import its source"
+        )
 
 
 class CannotSetAside(Exception):
@@ -72,8 +74,7 @@ def directory_identity(directory: Path) -> Optional[tuple[int, int]]:
     return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
-def set_aside_session(root: Path, session_id: str, reason: str,
-                      expected: Optional[tuple[int, int]] = None) -> str:
+def set_aside_session(root: Path, session_id: str, reason: str, expected: Optional[tuple[int, int]] = None) -> str:
     """Rename the session ``session_id`` to a new id (see the module docstring) and return
     that id. ``expected`` is the :func:`directory_identity` of the session the caller judged:
     if another directory took its place meanwhile (another import set it aside and imported
@@ -89,8 +90,10 @@ def set_aside_session(root: Path, session_id: str, reason: str,
         raise SessionPinned(session_id)
     new_id = superseded_id(session_id, time.time())
     if directory.name != session_id or session_dir_name(new_id) != new_id:
-        raise CannotSetAside(f"session {session_id!r} has a hashed directory name and cannot be renamed; it is "
-                             "kept as it is and its changed source is not imported again")
+        raise CannotSetAside(
+            f"session {session_id!r} has a hashed directory name and cannot be renamed; it is "
+            "kept as it is and its changed source is not imported again"
+        )
     target = sessions_root(root) / new_id
     lock = LivenessLock(directory)
     try:
@@ -124,8 +127,12 @@ def set_aside_session(root: Path, session_id: str, reason: str,
         # Its index and manifest still name the old id: regenerate them under the new one.
         rebuild_index(root, new_id).close()
     except MemstoreError as exc:
-        logger.warning("could not rebuild the index of the set-aside session %r: %s (its log is intact; "
-                       "`memstore rebuild` does it later)", new_id, exc)
+        logger.warning(
+            "could not rebuild the index of the set-aside session %r: %s (its log is intact; "
+            "`memstore rebuild` does it later)",
+            new_id,
+            exc,
+        )
     return new_id
 
 
@@ -155,8 +162,16 @@ def finish_interrupted_set_asides(root: Path) -> list[str]:
             rebuild_index(root, name).close()
             if not note.exists():
                 origin = name.partition(SUPERSEDED_INFIX)[0]
-                atomic_write(note, orjson.dumps({"set_aside_from": origin, "set_aside_at": None,
-                                                 "reason": "unknown: the import setting it aside was interrupted"}))
+                atomic_write(
+                    note,
+                    orjson.dumps(
+                        {
+                            "set_aside_from": origin,
+                            "set_aside_at": None,
+                            "reason": "unknown: the import setting it aside was interrupted",
+                        }
+                    ),
+                )
         except MemstoreError as exc:
             logger.info("could not finish setting aside %s yet: %s", name, exc)
             continue
@@ -165,6 +180,13 @@ def finish_interrupted_set_asides(root: Path) -> list[str]:
     return finished
 
 
-__all__ = ["set_aside_session", "finish_interrupted_set_asides", "directory_identity", "superseded_id", "is_superseded", "SessionPinned",
-           "CannotSetAside",
-           "SUPERSEDED_INFIX"]
+__all__ = [
+    "set_aside_session",
+    "finish_interrupted_set_asides",
+    "directory_identity",
+    "superseded_id",
+    "is_superseded",
+    "SessionPinned",
+    "CannotSetAside",
+    "SUPERSEDED_INFIX",
+]

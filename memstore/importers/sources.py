@@ -15,16 +15,17 @@ import os
 import re
 import stat
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 import orjson
 
 CHUNK = 1 << 20
 HEAD_FINGERPRINT = 64 * 1024
 TAIL_FINGERPRINT = 4 * 1024
-SNIFF_BYTES = 16 << 20   # how far to look for the line that names the session
+SNIFF_BYTES = 16 << 20  # how far to look for the line that names the session
 SNIFF_LINES = 256
 
 _O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -32,10 +33,32 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NOATIME = getattr(os, "O_NOATIME", 0)
 
 CODEX_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
-EXEC_TYPES = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed", "item.started",
-                        "item.updated", "item.completed", "session.created"})
-CLAUDE_TYPES = frozenset({"user", "assistant", "system", "summary", "file-history-snapshot", "queue-operation",
-                          "progress", "custom-title", "last-prompt", "attachment"})
+EXEC_TYPES = frozenset(
+    {
+        "thread.started",
+        "turn.started",
+        "turn.completed",
+        "turn.failed",
+        "item.started",
+        "item.updated",
+        "item.completed",
+        "session.created",
+    }
+)
+CLAUDE_TYPES = frozenset(
+    {
+        "user",
+        "assistant",
+        "system",
+        "summary",
+        "file-history-snapshot",
+        "queue-operation",
+        "progress",
+        "custom-title",
+        "last-prompt",
+        "attachment",
+    }
+)
 _AGENT_FILE = re.compile(r"^agent-(.+)\.jsonl$")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -145,8 +168,12 @@ def _walk(top: str, store_key: Optional[tuple], problem) -> list[SourceFile]:
                     if entry.name.endswith(".jsonl"):
                         files.append(SourceFile(entry.path, False))
                     elif entry.name.endswith(".jsonl.zst") and entry.name[:-4] not in plain:
-                        problem(entry.path, None, "compressed rollout (.jsonl.zst) not imported: no zstd decoder "
-                                                  "is installed; decompress it (zstd -d) next to it to import it")
+                        problem(
+                            entry.path,
+                            None,
+                            "compressed rollout (.jsonl.zst) not imported: no zstd decoder "
+                            "is installed; decompress it (zstd -d) next to it to import it",
+                        )
             except OSError as exc:
                 problem(entry.path, None, f"cannot read: {exc.strerror or exc}")
         stack.extend(reversed(subdirs))
@@ -191,7 +218,7 @@ def iter_lines(fd: int, start: int, limit: int) -> Iterator[tuple[bytes, int]]:
             pieces = []
             offset += len(line) + 1
             yield line, offset
-            data = data[newline + 1:]
+            data = data[newline + 1 :]
         lines = data.split(b"\n")
         tail = lines.pop()
         for line in lines:
@@ -248,7 +275,7 @@ class ConsumedBytes:
         if not data:
             return
         if len(self.head) < HEAD_FINGERPRINT:
-            self.head += data[:HEAD_FINGERPRINT - len(self.head)]
+            self.head += data[: HEAD_FINGERPRINT - len(self.head)]
         if len(data) >= TAIL_FINGERPRINT:
             self.tail = data[-TAIL_FINGERPRINT:]
         else:
@@ -259,7 +286,6 @@ class ConsumedBytes:
     def fingerprint(self) -> tuple[int, str, str]:
         """(head length, head sha256, tail sha256) of ``[0, offset)`` as consumed."""
         return len(self.head), hashlib.sha256(self.head).hexdigest(), hashlib.sha256(self.tail).hexdigest()
-
 
 
 def still_holds(fd: int, consumed: ConsumedBytes) -> bool:
@@ -329,25 +355,40 @@ def sniff(fd: int, size: int, source: SourceFile) -> Sniff:
             if kind == "session_meta" and isinstance(payload, dict) and _id(payload.get("id")):
                 result.session_id = f"codex-{payload['id']}"
                 return result
-        elif result.kind is None and "type" not in obj and "payload" not in obj and _id(obj.get("id")) \
-                and "timestamp" in obj and (name.startswith("rollout-") or "git" in obj or "instructions" in obj):
+        elif (
+            result.kind is None
+            and "type" not in obj
+            and "payload" not in obj
+            and _id(obj.get("id"))
+            and "timestamp" in obj
+            and (name.startswith("rollout-") or "git" in obj or "instructions" in obj)
+        ):
             result.kind = "codex"  # a legacy rollout's bare header line
             result.session_id = f"codex-{obj['id']}"
             return result
         elif result.kind in (None, "codex-exec") and kind in EXEC_TYPES:
             result.kind = "codex-exec"
-            thread = obj.get("thread_id") if kind == "thread.started" else \
-                obj.get("session_id") if kind == "session.created" else None
+            thread = (
+                obj.get("thread_id")
+                if kind == "thread.started"
+                else obj.get("session_id")
+                if kind == "session.created"
+                else None
+            )
             if _id(thread):
                 result.session_id = f"codex-{thread}"
                 return result
-        elif result.kind in (None, "claude") and (kind in CLAUDE_TYPES or "sessionId" in obj) \
-                and "payload" not in obj:
+        elif result.kind in (None, "claude") and (kind in CLAUDE_TYPES or "sessionId" in obj) and "payload" not in obj:
             result.kind = "claude"
             session = obj.get("sessionId")
             if _id(session):
-                agent = agent_match.group(1) if agent_match else \
-                    obj.get("agentId") if obj.get("isSidechain") is True and _id(obj.get("agentId")) else None
+                agent = (
+                    agent_match.group(1)
+                    if agent_match
+                    else obj.get("agentId")
+                    if obj.get("isSidechain") is True and _id(obj.get("agentId"))
+                    else None
+                )
                 # Claude names each file after its session (a sub-agent's folder after its parent's):
                 # the name wins over lines that may have been copied from another session.
                 named = _named_session(source.path, agent is not None)

@@ -530,18 +530,27 @@ def test_cli_without_paths_imports_the_agents_default_directories(tmp_path, monk
 
 
 def test_cli_rejects_a_missing_path_and_shows_a_progress_bar_on_long_imports(tmp_path, monkeypatch):
+    """A missing path is a usage error; an import that runs past the delay shows sessions, MB,
+    rate and time left on stderr, a quick one shows nothing."""
     result = CliRunner().invoke(cli, ["import", str(tmp_path / "missing"), "--root", str(tmp_path)])
     assert result.exit_code == 2
+    import memstore.cli as cli_module
     import memstore.importers as importers
 
     def fake_import(root, paths, source, progress):
-        progress(0, 64 << 20)
+        progress.status(importers.ImportProgress(0, 40, 0, 64 << 20, 0.0, 0.0, None))
         progress(64 << 20, 64 << 20)
+        progress.status(importers.ImportProgress(40, 40, 64 << 20, 64 << 20, 2.0, 32e6, 0.0))
         return importers.ImportReport()
 
     monkeypatch.setattr(importers, "import_logs", fake_import)
     result = CliRunner().invoke(cli, ["import", str(FIXTURES), "--root", str(tmp_path)])
-    assert result.exit_code == 0 and "importing" in result.stderr
+    assert result.exit_code == 0 and "importing" not in result.stderr  # done within the delay
+    monkeypatch.setattr(cli_module, "PROGRESS_DELAY", 0.0)
+    result = CliRunner().invoke(cli, ["import", str(FIXTURES), "--root", str(tmp_path)])
+    assert result.exit_code == 0
+    assert "importing  0/40 sessions  0.0/67.1 MB  0.0 MB/s  ETA --" in result.stderr
+    assert "importing  40/40 sessions  67.1/67.1 MB  32.0 MB/s  ETA 0:00" in result.stderr
 
 
 def test_the_content_of_imported_edits_is_searchable(tmp_path):
