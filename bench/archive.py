@@ -34,10 +34,11 @@ import random
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -67,11 +68,17 @@ def _date_ms(year: int, month: int, day: int) -> int:
 # (until, versions, models): the agent versions and models in use before each date.
 CLAUDE_ERAS = (
     (_date_ms(2025, 9, 29), ("1.0.98", "1.0.113", "1.0.120"), ("claude-sonnet-4-20250514", "claude-opus-4-1-20250805")),
-    (_date_ms(2025, 11, 24), ("2.0.14", "2.0.28", "2.0.37"), ("claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001",
-                                                             "claude-opus-4-1-20250805")),
+    (
+        _date_ms(2025, 11, 24),
+        ("2.0.14", "2.0.28", "2.0.37"),
+        ("claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001", "claude-opus-4-1-20250805"),
+    ),
     (_date_ms(2026, 1, 12), ("2.0.55", "2.1.1"), ("claude-opus-4-5-20251101", "claude-sonnet-4-5-20250929")),
-    (END_MS + 1, ("2.1.14", "2.1.29", "2.1.42"), ("claude-opus-4-5-20251101", "claude-sonnet-4-5-20250929",
-                                                  "claude-haiku-4-5-20251001")),
+    (
+        END_MS + 1,
+        ("2.1.14", "2.1.29", "2.1.42"),
+        ("claude-opus-4-5-20251101", "claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001"),
+    ),
 )
 CODEX_ERAS = (
     (_date_ms(2025, 9, 9), ("0.20.0", "0.29.0"), ("gpt-5", "codex-mini-latest")),
@@ -105,13 +112,17 @@ class ArchiveSummary:
 
     def describe(self) -> str:
         versions = ", ".join(f"{k} x{v}" for k, v in sorted(self.versions.items()))
-        return (f"{self.files:,} files, {self.bytes / 1e6:,.1f} MB, {self.lines:,} lines; sessions: "
-                f"{self.sessions:,} ({self.claude_sessions:,} Claude Code, {self.codex_sessions:,} Codex) "
-                f"plus {self.subagent_files:,} sub-agent files; largest file {self.largest_file / 1e6:,.1f} MB; "
-                f"versions: {versions}; generated in {self.seconds:.1f}s")
+        return (
+            f"{self.files:,} files, {self.bytes / 1e6:,.1f} MB, {self.lines:,} lines; sessions: "
+            f"{self.sessions:,} ({self.claude_sessions:,} Claude Code, {self.codex_sessions:,} Codex) "
+            f"plus {self.subagent_files:,} sub-agent files; largest file {self.largest_file / 1e6:,.1f} MB; "
+            f"versions: {versions}; generated in {self.seconds:.1f}s"
+        )
 
 
-def _era(eras: Sequence[tuple[int, tuple[str, ...], tuple[str, ...]]], ms: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _era(
+    eras: Sequence[tuple[int, tuple[str, ...], tuple[str, ...]]], ms: int
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for until, versions, models in eras:
         if ms < until:
             return versions, models
@@ -125,7 +136,7 @@ def plan_sessions(sessions: int, seed: int, scale: float) -> list[SessionSpec]:
     if not scale > 0:
         raise ValueError("scale must be > 0")
     r = random.Random(hash_seed(seed, "plan"))
-    n_projects = max(3, min(150, round(1.2 * sessions ** 0.5)))
+    n_projects = max(3, min(150, round(1.2 * sessions**0.5)))
     project_weights = [1.0 / (k + 1) for k in range(n_projects)]
     specs = []
     for index in range(sessions):
@@ -139,10 +150,18 @@ def plan_sessions(sessions: int, seed: int, scale: float) -> list[SessionSpec]:
         target = max(1, int(size * scale))
         start = max(START_MS, min(start, END_MS - 86_400_000 - int(target * SPAN_MS_PER_BYTE)))
         versions, models = _era(CLAUDE_ERAS if agent is Agent.CLAUDE else CODEX_ERAS, start)
-        specs.append(SessionSpec(
-            index=index, seed=hash_seed(seed, "session", index), agent=agent, version=r.choice(versions),
-            model=r.choice(models), start_ms=start, project=r.choices(range(n_projects), project_weights)[0],
-            target_bytes=target))
+        specs.append(
+            SessionSpec(
+                index=index,
+                seed=hash_seed(seed, "session", index),
+                agent=agent,
+                version=r.choice(versions),
+                model=r.choice(models),
+                start_ms=start,
+                project=r.choices(range(n_projects), project_weights)[0],
+                target_bytes=target,
+            )
+        )
     return specs
 
 
@@ -173,8 +192,15 @@ def _write_batch(dest: str, seed: int, specs: list[SessionSpec]) -> list[tuple[s
     return out
 
 
-def generate(dest: os.PathLike | str, sessions: int, seed: int = 0, scale: float = 1.0, *,
-             jobs: Optional[int] = None, overwrite: bool = False) -> ArchiveSummary:
+def generate(
+    dest: os.PathLike | str,
+    sessions: int,
+    seed: int = 0,
+    scale: float = 1.0,
+    *,
+    jobs: Optional[int] = None,
+    overwrite: bool = False,
+) -> ArchiveSummary:
     """Write an archive of ``sessions`` sessions under ``dest`` (see the module docstring).
 
     The same ``sessions``, ``seed`` and ``scale`` give byte-identical files and mtimes, whatever
@@ -194,7 +220,7 @@ def generate(dest: os.PathLike | str, sessions: int, seed: int = 0, scale: float
     # Batches of sessions of one project keep each worker's project cache small.
     specs_by_project = sorted(specs, key=lambda s: (s.project, s.index))
     batch = 25
-    batches = [specs_by_project[i:i + batch] for i in range(0, len(specs_by_project), batch)]
+    batches = [specs_by_project[i : i + batch] for i in range(0, len(specs_by_project), batch)]
     jobs = jobs or os.cpu_count() or 1
     if jobs == 1 or len(batches) == 1:
         results = [_write_batch(str(dest), seed, b) for b in batches]

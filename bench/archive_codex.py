@@ -24,17 +24,32 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+import archive_vocab as V
 from archive_sink import Sink, WrittenFile, hex_id, token
 from archive_text import TECHNICAL, Project, Texts, Zipf, codex_add_patch, codex_patch, hash_seed, iso_ms
 from archive_turns import (
-    Change, Glob, Grep, Mcp, Outcome, Plan, Read, SessionSpec, Shell, Step, Task, Turn, Web, Write,
-    plan_turn, turn_gap, version_tuple,
+    Change,
+    Glob,
+    Grep,
+    Mcp,
+    Outcome,
+    Plan,
+    Read,
+    SessionSpec,
+    Shell,
+    Step,
+    Task,
+    Turn,
+    Web,
+    Write,
+    plan_turn,
+    turn_gap,
+    version_tuple,
 )
-import archive_vocab as V
 
 LOCAL_OFFSET_MS = -5 * 3600 * 1000  # the archive owner's time zone: file names use local time
-OUTPUT_LIMIT = 10_000                # Codex keeps the head and tail of a longer tool output
-CONTEXT_LIMIT = 200_000              # tokens of context that trigger a compaction (TASKS style)
+OUTPUT_LIMIT = 10_000  # Codex keeps the head and tail of a longer tool output
+CONTEXT_LIMIT = 200_000  # tokens of context that trigger a compaction (TASKS style)
 _BASE_INSTRUCTIONS: dict[str, str] = {}
 
 
@@ -72,8 +87,9 @@ def base_instructions(version: str) -> str:
         sections = []
         for _ in range(r.randint(12, 20)):
             title = " ".join(words.draw_few(r, r.randint(2, 4))).capitalize()
-            body = "\n".join("- " + " ".join(words.draw_few(r, r.randint(8, 30))).capitalize() + "."
-                             for _ in range(r.randint(3, 9)))
+            body = "\n".join(
+                "- " + " ".join(words.draw_few(r, r.randint(8, 30))).capitalize() + "." for _ in range(r.randint(3, 9))
+            )
             sections.append(f"## {title}\n\n{body}")
         text = "You are Codex, a coding agent. " + "\n\n".join(sections)
         _BASE_INSTRUCTIONS[version] = text
@@ -83,8 +99,9 @@ def base_instructions(version: str) -> str:
 class CodexSession:
     """Writes one Codex rollout (and, rarely, a review sub-agent's rollout) for a spec."""
 
-    def __init__(self, spec: SessionSpec, project: Project, texts: Texts, root: Path, *,
-                 review_of: Optional[str] = None):
+    def __init__(
+        self, spec: SessionSpec, project: Project, texts: Texts, root: Path, *, review_of: Optional[str] = None
+    ):
         self.spec = spec
         self.p = project
         self.t = texts
@@ -100,8 +117,11 @@ class CodexSession:
         self.turn_no = 0
         self.turn_id = ""
         self.plans = 0
-        self.agents_md = f"# AGENTS.md instructions for {project.cwd}\n\n<INSTRUCTIONS>\n" + \
-            _agents_md(project) + "\n</INSTRUCTIONS>"
+        self.agents_md = (
+            f"# AGENTS.md instructions for {project.cwd}\n\n<INSTRUCTIONS>\n"
+            + _agents_md(project)
+            + "\n</INSTRUCTIONS>"
+        )
         self.written: list[WrittenFile] = []
 
     # -- lines ---------------------------------------------------------------------------
@@ -136,22 +156,45 @@ class CodexSession:
         self.total = [a + b for a, b in zip(self.total, last)]
 
         def usage(u: list[int]) -> dict:
-            return {"input_tokens": u[0], "cached_input_tokens": u[1], "output_tokens": u[2],
-                    "reasoning_output_tokens": u[3], "total_tokens": u[0] + u[2]}
+            return {
+                "input_tokens": u[0],
+                "cached_input_tokens": u[1],
+                "output_tokens": u[2],
+                "reasoning_output_tokens": u[3],
+                "total_tokens": u[0] + u[2],
+            }
 
         if self.style is Style.EARLY:
-            limits: dict = {"primary_used_percent": round(r.uniform(0, 90), 1),
-                            "secondary_used_percent": round(r.uniform(0, 90), 1),
-                            "primary_window_minutes": 299, "secondary_window_minutes": 10079}
+            limits: dict = {
+                "primary_used_percent": round(r.uniform(0, 90), 1),
+                "secondary_used_percent": round(r.uniform(0, 90), 1),
+                "primary_window_minutes": 299,
+                "secondary_window_minutes": 10079,
+            }
         else:
-            limits = {"primary": {"used_percent": round(r.uniform(0, 90), 1), "window_minutes": 300,
-                                  "resets_at": self.sink.clock // 1000 + 9000},
-                      "secondary": {"used_percent": round(r.uniform(0, 90), 1), "window_minutes": 10080,
-                                    "resets_at": self.sink.clock // 1000 + 400000},
-                      "credits": {"has_credits": False, "unlimited": False, "balance": None}, "plan_type": "plus"}
-        payload = {"type": "token_count", "info": {"total_token_usage": usage(self.total),
-                                                   "last_token_usage": usage(last), "model_context_window": 258400},
-                   "rate_limits": limits}
+            limits = {
+                "primary": {
+                    "used_percent": round(r.uniform(0, 90), 1),
+                    "window_minutes": 300,
+                    "resets_at": self.sink.clock // 1000 + 9000,
+                },
+                "secondary": {
+                    "used_percent": round(r.uniform(0, 90), 1),
+                    "window_minutes": 10080,
+                    "resets_at": self.sink.clock // 1000 + 400000,
+                },
+                "credits": {"has_credits": False, "unlimited": False, "balance": None},
+                "plan_type": "plus",
+            }
+        payload = {
+            "type": "token_count",
+            "info": {
+                "total_token_usage": usage(self.total),
+                "last_token_usage": usage(last),
+                "model_context_window": 258400,
+            },
+            "rate_limits": limits,
+        }
         self._event(payload)
         if self.style is Style.TASKS and r.random() < 0.8:
             self._event(payload)  # written again, unchanged
@@ -160,19 +203,42 @@ class CodexSession:
         if self.style is Style.LEGACY:
             return
         if self.style is Style.EARLY:
-            self._line("turn_context", {"cwd": self.p.cwd, "approval_policy": "on-request",
-                                        "sandbox_policy": {"mode": "workspace-write"}, "model": self.spec.model,
-                                        "effort": "high", "summary": "auto"})
+            self._line(
+                "turn_context",
+                {
+                    "cwd": self.p.cwd,
+                    "approval_policy": "on-request",
+                    "sandbox_policy": {"mode": "workspace-write"},
+                    "model": self.spec.model,
+                    "effort": "high",
+                    "summary": "auto",
+                },
+            )
             return
-        self._line("turn_context", {
-            "turn_id": self.turn_id, "cwd": self.p.cwd, "approval_policy": "on-request",
-            "sandbox_policy": {"type": "workspace-write", "network_access": False, "exclude_tmpdir_env_var": False,
-                               "exclude_slash_tmp": False},
-            "model": self.spec.model, "personality": "pragmatic",
-            "collaboration_mode": {"mode": "default", "settings": {"model": self.spec.model,
-                                                                   "reasoning_effort": "medium"}},
-            "effort": "medium", "summary": "auto", "user_instructions": self.agents_md,
-            "truncation_policy": {"mode": "tokens", "limit": 10000}})
+        self._line(
+            "turn_context",
+            {
+                "turn_id": self.turn_id,
+                "cwd": self.p.cwd,
+                "approval_policy": "on-request",
+                "sandbox_policy": {
+                    "type": "workspace-write",
+                    "network_access": False,
+                    "exclude_tmpdir_env_var": False,
+                    "exclude_slash_tmp": False,
+                },
+                "model": self.spec.model,
+                "personality": "pragmatic",
+                "collaboration_mode": {
+                    "mode": "default",
+                    "settings": {"model": self.spec.model, "reasoning_effort": "medium"},
+                },
+                "effort": "medium",
+                "summary": "auto",
+                "user_instructions": self.agents_md,
+                "truncation_policy": {"mode": "tokens", "limit": 10000},
+            },
+        )
 
     # -- tool calls ------------------------------------------------------------------------
 
@@ -180,36 +246,76 @@ class CodexSession:
         r = self.r
         call_id = "call_" + token(r, 24)
         if self.style is Style.TASKS:
-            self._line("response_item", {"type": "function_call", "name": "exec_command", "arguments": json.dumps(
-                {"cmd": command, "workdir": self.p.cwd, "yield_time_ms": 10000}), "call_id": call_id})
+            self._line(
+                "response_item",
+                {
+                    "type": "function_call",
+                    "name": "exec_command",
+                    "arguments": json.dumps({"cmd": command, "workdir": self.p.cwd, "yield_time_ms": 10000}),
+                    "call_id": call_id,
+                },
+            )
             self.sink.tick(r, 20, int(seconds * 1000) + 30)
             if declined:
                 text = "exec command rejected by user"
             else:
-                text = (f"Chunk ID: {hex_id(r, 6)}\nWall time: {seconds:.4f} seconds\nProcess exited with code {code}\n"
-                        f"Original token count: {len(output) // 4}\nOutput:\n{_cut(output)}")
+                text = (
+                    f"Chunk ID: {hex_id(r, 6)}\nWall time: {seconds:.4f} seconds\nProcess exited with code {code}\n"
+                    f"Original token count: {len(output) // 4}\nOutput:\n{_cut(output)}"
+                )
             self._line("response_item", {"type": "function_call_output", "call_id": call_id, "output": text})
             return
         argv = ["bash", "-lc", command]
         if self.style is Style.LEGACY and r.random() < 0.3:
-            self._line("response_item", {"type": "local_shell_call", "call_id": call_id, "status": "completed",
-                                         "action": {"type": "exec", "command": argv, "working_directory": self.p.cwd}})
+            self._line(
+                "response_item",
+                {
+                    "type": "local_shell_call",
+                    "call_id": call_id,
+                    "status": "completed",
+                    "action": {"type": "exec", "command": argv, "working_directory": self.p.cwd},
+                },
+            )
         else:
-            self._line("response_item", {"type": "function_call", "name": "shell", "arguments": json.dumps(
-                {"command": argv, "workdir": self.p.cwd, "timeout_ms": 120000}), "call_id": call_id})
+            self._line(
+                "response_item",
+                {
+                    "type": "function_call",
+                    "name": "shell",
+                    "arguments": json.dumps({"command": argv, "workdir": self.p.cwd, "timeout_ms": 120000}),
+                    "call_id": call_id,
+                },
+            )
         self.sink.tick(r, 20, int(seconds * 1000) + 30)
-        text = "exec command rejected by user" if declined else json.dumps(
-            {"output": _cut(output), "metadata": {"exit_code": code, "duration_seconds": round(seconds, 1)}})
+        text = (
+            "exec command rejected by user"
+            if declined
+            else json.dumps(
+                {"output": _cut(output), "metadata": {"exit_code": code, "duration_seconds": round(seconds, 1)}}
+            )
+        )
         self._line("response_item", {"type": "function_call_output", "call_id": call_id, "output": text})
 
     def _patch(self, patch: str, path: str, added: bool) -> None:
         r = self.r
         call_id = "call_" + token(r, 24)
-        result = json.dumps({"output": f"Success. Updated the following files:\n{'A' if added else 'M'} {path}\n",
-                             "metadata": {"exit_code": 0, "duration_seconds": 0.0}})
+        result = json.dumps(
+            {
+                "output": f"Success. Updated the following files:\n{'A' if added else 'M'} {path}\n",
+                "metadata": {"exit_code": 0, "duration_seconds": 0.0},
+            }
+        )
         if self.style is Style.TASKS:
-            self._line("response_item", {"type": "custom_tool_call", "status": "completed", "call_id": call_id,
-                                         "name": "apply_patch", "input": patch})
+            self._line(
+                "response_item",
+                {
+                    "type": "custom_tool_call",
+                    "status": "completed",
+                    "call_id": call_id,
+                    "name": "apply_patch",
+                    "input": patch,
+                },
+            )
             self._tick(10, 300)
             self._line("response_item", {"type": "custom_tool_call_output", "call_id": call_id, "output": result})
             return
@@ -217,15 +323,18 @@ class CodexSession:
             args = {"command": ["apply_patch", patch], "workdir": self.p.cwd}
         else:
             args = {"command": ["bash", "-lc", f"apply_patch <<'EOF'\n{patch}\nEOF"], "workdir": self.p.cwd}
-        self._line("response_item", {"type": "function_call", "name": "shell", "arguments": json.dumps(args),
-                                     "call_id": call_id})
+        self._line(
+            "response_item",
+            {"type": "function_call", "name": "shell", "arguments": json.dumps(args), "call_id": call_id},
+        )
         self._tick(10, 300)
         self._line("response_item", {"type": "function_call_output", "call_id": call_id, "output": result})
 
     def _function(self, name: str, args: dict, output: str) -> None:
         call_id = "call_" + token(self.r, 24)
-        self._line("response_item", {"type": "function_call", "name": name, "arguments": json.dumps(args),
-                                     "call_id": call_id})
+        self._line(
+            "response_item", {"type": "function_call", "name": name, "arguments": json.dumps(args), "call_id": call_id}
+        )
         self._tick(50, 3000)
         self._line("response_item", {"type": "function_call_output", "call_id": call_id, "output": output})
 
@@ -243,8 +352,12 @@ class CodexSession:
                 output = "\n".join(f"{action.start + i:6d}\t{line}" for i, line in enumerate(action.lines))
             self._shell_call(command, output, 0, round(r.uniform(0.01, 0.2), 3))
         elif isinstance(action, Grep):
-            self._shell_call(f"rg -n \"{action.pattern}\" {p.sources[0].split('/')[0]}", "\n".join(action.matches),
-                             0 if action.matches else 1, round(r.uniform(0.01, 0.5), 3))
+            self._shell_call(
+                f'rg -n "{action.pattern}" {p.sources[0].split("/")[0]}',
+                "\n".join(action.matches),
+                0 if action.matches else 1,
+                round(r.uniform(0.01, 0.5), 3),
+            )
         elif isinstance(action, Glob):
             self._shell_call(f"rg --files -g '{action.pattern}'", "\n".join(action.files), 0, 0.05)
         elif isinstance(action, Change):
@@ -252,11 +365,16 @@ class CodexSession:
         elif isinstance(action, Write):
             self._patch(codex_add_patch(action.path, action.lines), action.path, True)
         elif isinstance(action, Plan):
-            self._function("update_plan", {"plan": [{"step": text, "status": status} for text, status in action.items]},
-                           "Plan updated")
+            self._function(
+                "update_plan",
+                {"plan": [{"step": text, "status": status} for text, status in action.items]},
+                "Plan updated",
+            )
         elif isinstance(action, Web) and self.style is Style.TASKS:
-            self._line("response_item", {"type": "web_search_call", "status": "completed",
-                                         "action": {"type": "search", "query": action.query}})
+            self._line(
+                "response_item",
+                {"type": "web_search_call", "status": "completed", "action": {"type": "search", "query": action.query}},
+            )
         elif isinstance(action, Mcp) and self.style is not Style.LEGACY:
             self._function(f"mcp__{action.server}__{action.tool}", action.arguments, action.result)
         elif isinstance(action, (Web, Mcp, Task)):
@@ -278,11 +396,19 @@ class CodexSession:
         if step.reasoning:
             if self.style is not Style.LEGACY:
                 self._event({"type": "agent_reasoning", "text": step.reasoning})
-            payload: dict = {"type": "reasoning", "summary": [{"type": "summary_text", "text": step.reasoning}],
-                             "content": None, "encrypted_content": "gAAAAA" + token(r, r.randint(400, 3000))}
+            payload: dict = {
+                "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": step.reasoning}],
+                "content": None,
+                "encrypted_content": "gAAAAA" + token(r, r.randint(400, 3000)),
+            }
             if self.style is Style.LEGACY:
-                payload = {"type": "reasoning", "id": "rs_" + token(r, 40), "summary": payload["summary"],
-                           "encrypted_content": payload["encrypted_content"]}
+                payload = {
+                    "type": "reasoning",
+                    "id": "rs_" + token(r, 40),
+                    "summary": payload["summary"],
+                    "encrypted_content": payload["encrypted_content"],
+                }
             self._line("response_item", payload)
             written += len(step.reasoning) // 4
         if step.message:
@@ -301,8 +427,10 @@ class CodexSession:
     def _compact(self) -> None:
         r = self.r
         summary = self.t.paragraphs(r.randint(200, 900))
-        history = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": self.t.prompt()}]}
-                   for _ in range(r.randint(1, 6))]
+        history = [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": self.t.prompt()}]}
+            for _ in range(r.randint(1, 6))
+        ]
         history.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": summary}]})
         self.sink.tick(r, 5000, 60000)
         self._line("compacted", {"message": "", "replacement_history": history})
@@ -317,8 +445,9 @@ class CodexSession:
         if self.style is Style.EARLY:
             self._event({"type": "user_message", "message": text, "kind": "plain"})
         else:
-            self._event({"type": "user_message", "message": text, "images": [], "local_images": [],
-                         "text_elements": []})
+            self._event(
+                {"type": "user_message", "message": text, "images": [], "local_images": [], "text_elements": []}
+            )
 
     def _turn(self, turn: Turn) -> None:
         r = self.r
@@ -327,8 +456,14 @@ class CodexSession:
         self.turn_id = f"{self.turn_no}" if r.random() < 0.5 else f"turn_{token(r, 12)}"
         tasks = self.style is Style.TASKS
         if tasks:
-            self._event({"type": "task_started", "turn_id": self.turn_id, "model_context_window": 258400,
-                         "collaboration_mode_kind": "default"})
+            self._event(
+                {
+                    "type": "task_started",
+                    "turn_id": self.turn_id,
+                    "model_context_window": 258400,
+                    "collaboration_mode_kind": "default",
+                }
+            )
         self._turn_context()
         self._prompt(turn.prompt)
         steps = turn.steps
@@ -341,8 +476,15 @@ class CodexSession:
             if k == 0 and turn.queued is not None and self.style is not Style.LEGACY:
                 self._tick(1000, 20000)
                 if tasks:
-                    self._event({"type": "user_message", "message": turn.queued, "images": [], "local_images": [],
-                                 "text_elements": []})
+                    self._event(
+                        {
+                            "type": "user_message",
+                            "message": turn.queued,
+                            "images": [],
+                            "local_images": [],
+                            "text_elements": [],
+                        }
+                    )
                 else:
                     self._prompt(turn.queued)
         if turn.outcome in (Outcome.INTERRUPTED, Outcome.DECLINED):
@@ -357,8 +499,13 @@ class CodexSession:
             return
         if turn.outcome is Outcome.FAILED:
             if tasks:
-                self._event({"type": "error", "message": "stream disconnected before completion: error sending "
-                                                         "request for url (https://chatgpt.com/backend-api/codex/responses)"})
+                self._event(
+                    {
+                        "type": "error",
+                        "message": "stream disconnected before completion: error sending "
+                        "request for url (https://chatgpt.com/backend-api/codex/responses)",
+                    }
+                )
                 self._event({"type": "task_complete", "turn_id": self.turn_id, "last_agent_message": None})
             return
         answer = turn.answer or ""
@@ -375,31 +522,48 @@ class CodexSession:
 
     def _header(self) -> None:
         r, p, ms = self.r, self.p, self.spec.start_ms
-        git = {"commit_hash": hex_id(r, 40), "branch": self.branch,
-               "repository_url": f"git@github.com:{p.package}/{p.name}.git"}
+        git = {
+            "commit_hash": hex_id(r, 40),
+            "branch": self.branch,
+            "repository_url": f"git@github.com:{p.package}/{p.name}.git",
+        }
         if self.style is Style.LEGACY:
             self.sink.emit({"id": self.thread, "timestamp": iso_ms(ms), "instructions": None, "git": git})
             self.sink.emit({"record_type": "state"})
             self._message("user", f"<user_instructions>\n\n{_agents_md(p)}\n\n</user_instructions>")
-            self._message("user", f"<environment_context>\n  <cwd>{p.cwd}</cwd>\n  <approval_policy>on-request"
-                                  f"</approval_policy>\n  <sandbox_mode>workspace-write</sandbox_mode>\n"
-                                  f"</environment_context>")
+            self._message(
+                "user",
+                f"<environment_context>\n  <cwd>{p.cwd}</cwd>\n  <approval_policy>on-request"
+                f"</approval_policy>\n  <sandbox_mode>workspace-write</sandbox_mode>\n"
+                f"</environment_context>",
+            )
             return
-        meta: dict = {"id": self.thread, "timestamp": iso_ms(ms), "cwd": p.cwd, "originator": "codex_cli_rs",
-                      "cli_version": self.spec.version}
+        meta: dict = {
+            "id": self.thread,
+            "timestamp": iso_ms(ms),
+            "cwd": p.cwd,
+            "originator": "codex_cli_rs",
+            "cli_version": self.spec.version,
+        }
         if self.style is Style.EARLY:
             meta["instructions"] = None
         else:
-            meta.update(source={"subagent": "review"} if self.review_of else "cli", model_provider="openai",
-                        base_instructions={"text": base_instructions(self.spec.version)})
+            meta.update(
+                source={"subagent": "review"} if self.review_of else "cli",
+                model_provider="openai",
+                base_instructions={"text": base_instructions(self.spec.version)},
+            )
         meta["git"] = git
         self._line("session_meta", meta)
-        environment = (f"<environment_context>\n  <cwd>{p.cwd}</cwd>\n  <approval_policy>on-request</approval_policy>\n"
-                       f"  <sandbox_mode>workspace-write</sandbox_mode>\n  <network_access>restricted</network_access>\n"
-                       f"  <shell>zsh</shell>\n</environment_context>")
+        environment = (
+            f"<environment_context>\n  <cwd>{p.cwd}</cwd>\n  <approval_policy>on-request</approval_policy>\n"
+            f"  <sandbox_mode>workspace-write</sandbox_mode>\n  <network_access>restricted</network_access>\n"
+            f"  <shell>zsh</shell>\n</environment_context>"
+        )
         if self.style is Style.TASKS:
-            self._message("developer", "<permissions instructions>\n" + self.t.paragraphs(60) +
-                          "\n</permissions instructions>")
+            self._message(
+                "developer", "<permissions instructions>\n" + self.t.paragraphs(60) + "\n</permissions instructions>"
+            )
         self._message("user", self.agents_md)
         self._message("user", environment)
         if self.style is Style.EARLY:
@@ -421,8 +585,16 @@ class CodexSession:
                     break
         self.written.append(self.sink.close())
         if self.style is Style.TASKS and not self.review_of and r.random() < 0.04:
-            spec = SessionSpec(self.spec.index, self.spec.seed, self.spec.agent, self.spec.version, self.spec.model,
-                               self.sink.clock + r.randint(1000, 60000), self.spec.project, 0)
+            spec = SessionSpec(
+                self.spec.index,
+                self.spec.seed,
+                self.spec.agent,
+                self.spec.version,
+                self.spec.model,
+                self.sink.clock + r.randint(1000, 60000),
+                self.spec.project,
+                0,
+            )
             self.written.extend(CodexSession(spec, self.p, self.t, self.root, review_of=self.thread).write())
         return self.written
 
@@ -438,10 +610,16 @@ def _agents_md(p: Project) -> str:
     r = random.Random(hash_seed(p.seed, "agents-md"))
     words = p.tokens
     parts = [f"# Repository Guidelines for {p.name}"]
-    for title in ("Project Structure", "Build, Test, and Development Commands", "Coding Style", "Testing",
-                  "Commit & Pull Request Guidelines")[: r.randint(3, 5)]:
-        bullets = "\n".join("- " + " ".join(words.draw_few(r, r.randint(8, 28))).capitalize() + "."
-                            for _ in range(r.randint(2, 7)))
+    for title in (
+        "Project Structure",
+        "Build, Test, and Development Commands",
+        "Coding Style",
+        "Testing",
+        "Commit & Pull Request Guidelines",
+    )[: r.randint(3, 5)]:
+        bullets = "\n".join(
+            "- " + " ".join(words.draw_few(r, r.randint(8, 28))).capitalize() + "." for _ in range(r.randint(2, 7))
+        )
         parts.append(f"## {title}\n\n{bullets}")
     parts.append(f"Run `{p.test_command}` before committing; `{p.lint_command}` must pass.")
     return "\n\n".join(parts)

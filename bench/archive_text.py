@@ -13,12 +13,12 @@ import random
 import time
 import uuid
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
-
-import numpy as np
+from typing import Optional
 
 import archive_vocab as V
+import numpy as np
 
 LANGUAGES = ("python", "typescript", "rust", "go")
 LANGUAGE_WEIGHTS = (0.38, 0.32, 0.16, 0.14)
@@ -145,8 +145,21 @@ def make_project(seed: int, index: int) -> Project:
     words = V.PROJECT_WORDS
     name = words[r.randrange(len(words))]
     if r.random() < 0.6:
-        name += "-" + r.choice(("api", "web", "service", "app", "server", "cli", "core", "ui", "worker", "sdk",
-                                words[r.randrange(len(words))]))
+        name += "-" + r.choice(
+            (
+                "api",
+                "web",
+                "service",
+                "app",
+                "server",
+                "cli",
+                "core",
+                "ui",
+                "worker",
+                "sdk",
+                words[r.randrange(len(words))],
+            )
+        )
     name = f"{name}{index}" if r.random() < 0.15 else name
     package = name.replace("-", "_") if language in ("python", "rust") else name.replace("-", "")
     user = V.USERS[hash_seed(seed, "user") % len(V.USERS)]
@@ -164,16 +177,33 @@ def make_project(seed: int, index: int) -> Project:
 
     style = "snake" if language in ("python", "rust") else "camel"
     functions = list(dict.fromkeys(ident(style) for _ in range(r.randint(150, 600))))
-    classes = list(dict.fromkeys(
-        pascal([r.choice(V.ID_NOUNS)] + ([r.choice(V.ID_NOUNS)] if r.random() < 0.7 else []) +
-               ([r.choice(("Service", "Manager", "Error", "Config", "Client", "Store", "Handler", "Builder"))]
-                if r.random() < 0.5 else []))
-        for _ in range(r.randint(40, 160))))
-    constants = list(dict.fromkeys(
-        "_".join((r.choice(V.ADJECTIVES) + "_" + r.choice(V.ID_NOUNS)).upper().split()) for _ in range(40)))
-    variables = list(dict.fromkeys(
-        (snake if style == "snake" else camel)([r.choice(V.ADJECTIVES), r.choice(V.ID_NOUNS)])
-        if r.random() < 0.4 else r.choice(V.ID_NOUNS) for _ in range(120)))
+    classes = list(
+        dict.fromkeys(
+            pascal(
+                [r.choice(V.ID_NOUNS)]
+                + ([r.choice(V.ID_NOUNS)] if r.random() < 0.7 else [])
+                + (
+                    [r.choice(("Service", "Manager", "Error", "Config", "Client", "Store", "Handler", "Builder"))]
+                    if r.random() < 0.5
+                    else []
+                )
+            )
+            for _ in range(r.randint(40, 160))
+        )
+    )
+    constants = list(
+        dict.fromkeys(
+            "_".join((r.choice(V.ADJECTIVES) + "_" + r.choice(V.ID_NOUNS)).upper().split()) for _ in range(40)
+        )
+    )
+    variables = list(
+        dict.fromkeys(
+            (snake if style == "snake" else camel)([r.choice(V.ADJECTIVES), r.choice(V.ID_NOUNS)])
+            if r.random() < 0.4
+            else r.choice(V.ID_NOUNS)
+            for _ in range(120)
+        )
+    )
     ext = V.EXTENSIONS[language]
     dirs = [d.format(pkg=package) for d in V.SOURCE_DIRS[language]]
     sources = []
@@ -191,8 +221,14 @@ def make_project(seed: int, index: int) -> Project:
     tests = []
     for source in sources[: max(4, len(sources) // 3)]:
         stem = source.rsplit("/", 1)[1].rsplit(".", 1)[0]
-        tests.append({"python": f"{test_dir}/test_{stem}.py", "typescript": f"{test_dir}/{stem}.test.ts",
-                      "rust": f"{test_dir}/{stem}.rs", "go": f"{source.rsplit('.', 1)[0]}_test.go"}[language])
+        tests.append(
+            {
+                "python": f"{test_dir}/test_{stem}.py",
+                "typescript": f"{test_dir}/{stem}.test.ts",
+                "rust": f"{test_dir}/{stem}.rs",
+                "go": f"{source.rsplit('.', 1)[0]}_test.go",
+            }[language]
+        )
     tests = list(dict.fromkeys(tests))
     others = list(V.PROJECT_FILES[language]) + [p for p in V.OTHER_FILES if r.random() < 0.6]
     commands = {
@@ -201,22 +237,42 @@ def make_project(seed: int, index: int) -> Project:
         "rust": ("cargo test", "cargo build", "cargo clippy --all-targets -- -D warnings"),
         "go": ("go test ./...", "go build ./...", "golangci-lint run"),
     }[language]
-    branches = ("main",) + tuple(f"{r.choice(('feat', 'fix', 'chore', 'refactor'))}/{r.choice(V.ID_NOUNS)}-"
-                                 f"{r.choice(V.ID_NOUNS)}" for _ in range(r.randint(2, 8)))
+    branches = ("main",) + tuple(
+        f"{r.choice(('feat', 'fix', 'chore', 'refactor'))}/{r.choice(V.ID_NOUNS)}-{r.choice(V.ID_NOUNS)}"
+        for _ in range(r.randint(2, 8))
+    )
     project_tokens = [f"`{f}`" if r.random() < 0.6 else f for f in functions]
     project_tokens += [f"`{c}`" if r.random() < 0.5 else c for c in classes]
     r.shuffle(project_tokens)
-    tokens = Zipf((
-        (V.PROSE, 0.6, 1.0),
-        (TECHNICAL, 0.27, 1.05),
-        (project_tokens, 0.09, 1.1),
-        (sources + tests, 0.03, 1.1),
-        ([name, package] + list(branches) + constants[:10], 0.01, 1.0),
-    ))
-    return Project(index=index, seed=hash_seed(seed, "project", index), name=name, package=package, cwd=cwd,
-                   language=language, branches=branches, sources=sources, tests=tests, others=others,
-                   functions=functions, classes=classes, constants=constants, variables=variables,
-                   test_command=commands[0], build_command=commands[1], lint_command=commands[2], tokens=tokens)
+    tokens = Zipf(
+        (
+            (V.PROSE, 0.6, 1.0),
+            (TECHNICAL, 0.27, 1.05),
+            (project_tokens, 0.09, 1.1),
+            (sources + tests, 0.03, 1.1),
+            ([name, package] + list(branches) + constants[:10], 0.01, 1.0),
+        )
+    )
+    return Project(
+        index=index,
+        seed=hash_seed(seed, "project", index),
+        name=name,
+        package=package,
+        cwd=cwd,
+        language=language,
+        branches=branches,
+        sources=sources,
+        tests=tests,
+        others=others,
+        functions=functions,
+        classes=classes,
+        constants=constants,
+        variables=variables,
+        test_command=commands[0],
+        build_command=commands[1],
+        lint_command=commands[2],
+        tokens=tokens,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -237,7 +293,7 @@ def _statement(p: Project, r: random.Random, depth: int, test: bool) -> list[str
         options = [
             f"{v} = {f}({v2}, {r.choice(p.variables)})",
             f"{v} = self.{f}({v2})",
-            f"logger.debug(\"{f}: %s\", {v})",
+            f'logger.debug("{f}: %s", {v})',
             f"return {v}",
             f"{v}: {r.choice(V.TYPE_NAMES['python'])} = {r.choice(p.constants)}",
             f"{v}.append({c}({v2}={v2}))",
@@ -248,8 +304,10 @@ def _statement(p: Project, r: random.Random, depth: int, test: bool) -> list[str
             body = [line for _ in range(r.randint(1, 3)) for line in _statement(p, r, depth + 1, test)]
             block = [head] + ["    " + b for b in body]
             if head == "try:":
-                block += [f"except {r.choice(('KeyError', 'ValueError', 'OSError', c + 'Error'))} as exc:",
-                          f"    raise {c}Error(f\"{f} failed: {{exc}}\") from exc"]
+                block += [
+                    f"except {r.choice(('KeyError', 'ValueError', 'OSError', c + 'Error'))} as exc:",
+                    f'    raise {c}Error(f"{f} failed: {{exc}}") from exc',
+                ]
             return block
     elif lang == "typescript":
         options = [
@@ -257,7 +315,7 @@ def _statement(p: Project, r: random.Random, depth: int, test: bool) -> list[str
             f"const {v}: {r.choice(V.TYPE_NAMES['typescript'])} = {f}({v2}, {r.choice(p.variables)});",
             f"return {v};",
             f"{v}.push(new {c}({{ {v2} }}));",
-            f"expect({v}).toEqual({r.randint(0, 500)});" if test else f"logger.info({{ {v} }}, \"{f}\");",
+            f"expect({v}).toEqual({r.randint(0, 500)});" if test else f'logger.info({{ {v} }}, "{f}");',
             f"set{v[:1].upper()}{v[1:]}(({v2}) => {v2});",
         ]
         if depth < 2 and roll > 0.6:
@@ -270,7 +328,7 @@ def _statement(p: Project, r: random.Random, depth: int, test: bool) -> list[str
             f"let {v} = {f}(&{v2})?;",
             f"let mut {v}: {r.choice(V.TYPE_NAMES['rust'])} = {c}::new();",
             f"{v}.push({f}({v2}));",
-            f"tracing::debug!(?{v}, \"{f}\");",
+            f'tracing::debug!(?{v}, "{f}");',
             f"assert_eq!({v}, {r.randint(0, 500)});" if test else f"return Ok({v});",
             f"let {v} = self.{f}({v2}).await?;",
         ]
@@ -278,16 +336,17 @@ def _statement(p: Project, r: random.Random, depth: int, test: bool) -> list[str
             head = r.choice((f"if let Some({v2}) = {v} {{", f"for {v2} in {v}.iter() {{", f"match {v} {{"))
             body = [line for _ in range(r.randint(1, 3)) for line in _statement(p, r, depth + 1, test)]
             if head.startswith("match"):
-                body = [f"{c}::{r.choice(V.ID_NOUNS).capitalize()} => {{"] + ["    " + b for b in body] + \
-                       ["}", "_ => {}"]
+                body = (
+                    [f"{c}::{r.choice(V.ID_NOUNS).capitalize()} => {{"] + ["    " + b for b in body] + ["}", "_ => {}"]
+                )
             return [head] + ["    " + b for b in body] + ["}"]
     else:
         options = [
             f"{v}, err := {f}(ctx, {v2})",
-            "if err != nil {\n\treturn nil, fmt.Errorf(\"" + f + ": %w\", err)\n}",
+            'if err != nil {\n\treturn nil, fmt.Errorf("' + f + ': %w", err)\n}',
             f"{v} = append({v}, {c}{{{v2.capitalize()}: {v2}}})",
             f"require.Equal(t, {r.randint(0, 500)}, {v})" if test else f"return {v}, nil",
-            f"log.Debug(\"{f}\", zap.Any(\"{v}\", {v}))",
+            f'log.Debug("{f}", zap.Any("{v}", {v}))',
         ]
         if depth < 2 and roll > 0.6:
             head = r.choice((f"if {v} == nil {{", f"for _, {v2} := range {v} {{"))
@@ -304,21 +363,31 @@ def _function(p: Project, r: random.Random, test: bool) -> list[str]:
         name = "test_" + f if test else f
         head = [f"def {name}({v}: {r.choice(types)}, {r.choice(p.variables)}: {r.choice(types)} = None) -> {c}:"]
         if r.random() < 0.5:
-            head.append('    """' + " ".join(p.tokens.draw_few(r, r.randint(6, 16)))
-                        .replace("`", "").capitalize() + '."""')
+            head.append(
+                '    """' + " ".join(p.tokens.draw_few(r, r.randint(6, 16))).replace("`", "").capitalize() + '."""'
+            )
         return head + ["    " + b for b in body] + [""]
     if p.language == "typescript":
         if test:
-            return [f"it(\"{f.replace('_', ' ')}\", async () => {{"] + ["  " + b for b in body] + ["});", ""]
-        return ([f"export async function {f}({v}: {r.choice(types)}): Promise<{c}> {{"] + ["  " + b for b in body]
-                + ["}", ""])
+            return [f'it("{f.replace("_", " ")}", async () => {{'] + ["  " + b for b in body] + ["});", ""]
+        return (
+            [f"export async function {f}({v}: {r.choice(types)}): Promise<{c}> {{"]
+            + ["  " + b for b in body]
+            + ["}", ""]
+        )
     if p.language == "rust":
-        head = ["#[test]", f"fn {f}() {{"] if test else \
-            [f"pub async fn {f}(&self, {v}: {r.choice(types)}) -> Result<{c}> {{"]
+        head = (
+            ["#[test]", f"fn {f}() {{"]
+            if test
+            else [f"pub async fn {f}(&self, {v}: {r.choice(types)}) -> Result<{c}> {{"]
+        )
         return head + ["    " + b for b in body] + ["}", ""]
     name = "Test" + f[:1].upper() + f[1:] if test else f
-    head = [f"func {name}(t *testing.T) {{"] if test else \
-        [f"func (s *{c}) {name}(ctx context.Context, {v} {r.choice(types)}) ({c}, error) {{"]
+    head = (
+        [f"func {name}(t *testing.T) {{"]
+        if test
+        else [f"func (s *{c}) {name}(ctx context.Context, {v} {r.choice(types)}) ({c}, error) {{"]
+    )
     return head + ["\t" + b for line in body for b in line.split("\n")] + ["}", ""]
 
 
@@ -327,18 +396,29 @@ def code_file(p: Project, r: random.Random, test: bool) -> list[str]:
     mods = V.MODULES[p.language]
     target = int(min(1500, max(20, r.lognormvariate(4.6, 0.8))))
     if p.language == "python":
-        lines = ['"""' + " ".join(p.tokens.draw_few(r, 12)).replace("`", "")
-                 .capitalize() + '."""', "", "from __future__ import annotations", ""]
+        lines = [
+            '"""' + " ".join(p.tokens.draw_few(r, 12)).replace("`", "").capitalize() + '."""',
+            "",
+            "from __future__ import annotations",
+            "",
+        ]
         lines += [f"import {m}" for m in sorted(set(r.sample(mods, 4)) | {"logging"})]
-        lines += [f"from {p.package}.{r.choice(V.ID_NOUNS)} import {r.choice(p.classes)}, {r.choice(p.functions)}",
-                  "", "logger = logging.getLogger(__name__)", ""]
+        lines += [
+            f"from {p.package}.{r.choice(V.ID_NOUNS)} import {r.choice(p.classes)}, {r.choice(p.functions)}",
+            "",
+            "logger = logging.getLogger(__name__)",
+            "",
+        ]
     elif p.language == "typescript":
-        lines = [f"import {{ {r.choice(p.functions)} }} from \"{m}\";" for m in r.sample(mods, 3)] + [""]
+        lines = [f'import {{ {r.choice(p.functions)} }} from "{m}";' for m in r.sample(mods, 3)] + [""]
     elif p.language == "rust":
         lines = [f"use {m}::{{{r.choice(p.classes)}, {r.choice(p.functions)}}};" for m in r.sample(mods, 3)] + [""]
     else:
-        lines = [f"package {p.package.split('-')[0]}", "", "import ("] + \
-                [f"\t\"{m}\"" for m in sorted(r.sample(mods, 4))] + [")", ""]
+        lines = (
+            [f"package {p.package.split('-')[0]}", "", "import ("]
+            + [f'\t"{m}"' for m in sorted(r.sample(mods, 4))]
+            + [")", ""]
+        )
     while len(lines) < target:
         if p.language == "python" and not test and r.random() < 0.15:
             c = r.choice(p.classes)
@@ -361,15 +441,36 @@ def doc_file(p: Project, r: random.Random, path: str) -> list[str]:
                 lines += ["```sh", r.choice((p.test_command, p.build_command, p.lint_command)), "```", ""]
         return lines
     if path.endswith((".yml", ".yaml")):
-        return ["name: ci", "on: [push, pull_request]", "jobs:", "  test:", "    runs-on: ubuntu-latest", "    steps:",
-                "      - uses: actions/checkout@v4", f"      - run: {p.build_command}", f"      - run: {p.test_command}"]
+        return [
+            "name: ci",
+            "on: [push, pull_request]",
+            "jobs:",
+            "  test:",
+            "    runs-on: ubuntu-latest",
+            "    steps:",
+            "      - uses: actions/checkout@v4",
+            f"      - run: {p.build_command}",
+            f"      - run: {p.test_command}",
+        ]
     if path.endswith(".toml"):
-        return ["[package]" if p.language == "rust" else "[project]", f'name = "{p.package}"',
-                f'version = "0.{r.randint(1, 30)}.{r.randint(0, 9)}"', "", "[dependencies]"] + \
-               [f'{m.split("/")[0]} = "{r.randint(0, 4)}.{r.randint(0, 40)}"' for m in r.sample(V.MODULES[p.language], 6)]
+        return [
+            "[package]" if p.language == "rust" else "[project]",
+            f'name = "{p.package}"',
+            f'version = "0.{r.randint(1, 30)}.{r.randint(0, 9)}"',
+            "",
+            "[dependencies]",
+        ] + [f'{m.split("/")[0]} = "{r.randint(0, 4)}.{r.randint(0, 40)}"' for m in r.sample(V.MODULES[p.language], 6)]
     if path.endswith(".json"):
-        return ["{", f'  "name": "{p.name}",', '  "private": true,', '  "scripts": {',
-                f'    "build": "{p.build_command}",', '    "test": "vitest"', "  }", "}"]
+        return [
+            "{",
+            f'  "name": "{p.name}",',
+            '  "private": true,',
+            '  "scripts": {',
+            f'    "build": "{p.build_command}",',
+            '    "test": "vitest"',
+            "  }",
+            "}",
+        ]
     return [" ".join(p.tokens.draw(rng, r.randint(4, 12))).replace("`", "") for _ in range(r.randint(5, 40))]
 
 
@@ -409,7 +510,7 @@ class Texts:
         i = 0
         while i < len(words):
             k = r.randint(5, 24)
-            sentence = words[i:i + k]
+            sentence = words[i : i + k]
             i += k
             first = sentence[0]
             sentence[0] = first[:1].upper() + first[1:]
@@ -446,17 +547,31 @@ class Texts:
     def error(self, language: Optional[str] = None) -> str:
         r = self.r
         template = r.choice(V.ERRORS[language or self.p.language])
-        return template.format(ident=self.ident(), arg=r.choice(self.p.variables), cls=r.choice(self.p.classes),
-                               path=self.path(), mod=r.choice(V.MODULES[self.p.language]), n=r.randint(1, 900),
-                               m=r.randint(1, 90), word=r.choice(self.p.functions).split("_")[0])
+        return template.format(
+            ident=self.ident(),
+            arg=r.choice(self.p.variables),
+            cls=r.choice(self.p.classes),
+            path=self.path(),
+            mod=r.choice(V.MODULES[self.p.language]),
+            n=r.randint(1, 900),
+            m=r.randint(1, 90),
+            word=r.choice(self.p.functions).split("_")[0],
+        )
 
     def prompt(self) -> str:
         r = self.r
         template = r.choice(V.PROMPT_TEMPLATES)
         text = template.format(
-            verb=r.choice(V.PROMPT_OPENERS), thing=" ".join(self.words(r.randint(2, 6))),
-            path=self.path(), sentence=self.prose(r.randint(6, 25)), noun=r.choice(V.ID_NOUNS),
-            noun2=r.choice(V.ID_NOUNS), word2=r.choice(TECHNICAL), ident=self.ident(), error=self.error())
+            verb=r.choice(V.PROMPT_OPENERS),
+            thing=" ".join(self.words(r.randint(2, 6))),
+            path=self.path(),
+            sentence=self.prose(r.randint(6, 25)),
+            noun=r.choice(V.ID_NOUNS),
+            noun2=r.choice(V.ID_NOUNS),
+            word2=r.choice(TECHNICAL),
+            ident=self.ident(),
+            error=self.error(),
+        )
         if r.random() < 0.25:
             text += "\n\n" + self.paragraphs(r.randint(30, 200))
         if r.random() < 0.05:  # a pasted log
@@ -476,13 +591,17 @@ class Texts:
         r = self.r
         parts = [self.prose(r.randint(15, 60))]
         if r.random() < 0.7:
-            bullets = [f"- `{self.path()}:{r.randint(1, 400)}` {self.prose(r.randint(8, 30))}"
-                       if r.random() < 0.5 else f"- {self.prose(r.randint(8, 30))}" for _ in range(r.randint(2, 7))]
+            bullets = [
+                f"- `{self.path()}:{r.randint(1, 400)}` {self.prose(r.randint(8, 30))}"
+                if r.random() < 0.5
+                else f"- {self.prose(r.randint(8, 30))}"
+                for _ in range(r.randint(2, 7))
+            ]
             parts.append("\n".join(bullets))
         if r.random() < 0.25:
             lines = self.p.file_lines(self.path())
             start = r.randrange(max(1, len(lines) - 10))
-            parts.append("```" + self.p.language + "\n" + "\n".join(lines[start:start + r.randint(3, 25)]) + "\n```")
+            parts.append("```" + self.p.language + "\n" + "\n".join(lines[start : start + r.randint(3, 25)]) + "\n```")
         if r.random() < 0.5:
             parts.append(self.prose(r.randint(10, 40)))
         return "\n\n".join(parts)
@@ -491,8 +610,13 @@ class Texts:
         r = self.r
         n = r.randint(2, 7)
         done = r.randint(0, n - 1)
-        return [(self.prose(r.randint(4, 12)).rstrip(".?:!"), "completed" if i < done else
-                 "in_progress" if i == done else "pending") for i in range(n)]
+        return [
+            (
+                self.prose(r.randint(4, 12)).rstrip(".?:!"),
+                "completed" if i < done else "in_progress" if i == done else "pending",
+            )
+            for i in range(n)
+        ]
 
     # -- files -----------------------------------------------------------------------------
 
@@ -503,13 +627,13 @@ class Texts:
         if len(lines) <= 400 or r.random() < 0.3:
             return 1, lines[:2000], len(lines)
         start = r.randrange(len(lines) - 100)
-        return start + 1, lines[start:start + r.randint(60, 300)], len(lines)
+        return start + 1, lines[start : start + r.randint(60, 300)], len(lines)
 
     def edit(self, path: str) -> Edit:
         lines = self.p.file_lines(path)
         r = self.r
         start = r.randrange(max(1, len(lines) - 8))
-        old = lines[start:start + r.randint(1, 6)] or [""]
+        old = lines[start : start + r.randint(1, 6)] or [""]
         indent = old[0][: len(old[0]) - len(old[0].lstrip())]
         new = [indent + s for _ in range(r.randint(1, 5)) for s in _statement(self.p, r, 1, path in self.p.tests)]
         return Edit(path, start + 1, old, new, lines)
@@ -538,28 +662,43 @@ class Texts:
     def test_run(self, fail: bool) -> tuple[str, str, int]:
         """(command, output, exit code) of the project's test suite."""
         p, r = self.p, self.r
-        tests = [(t, self.ident()) for t in r.sample(p.tests, min(len(p.tests), r.randint(2, 12)))
-                 for _ in range(r.randint(1, 6))]
+        tests = [
+            (t, self.ident())
+            for t in r.sample(p.tests, min(len(p.tests), r.randint(2, 12)))
+            for _ in range(r.randint(1, 6))
+        ]
         failed = set(r.sample(range(len(tests)), min(len(tests), r.randint(1, 3)))) if fail else set()
         seconds = r.uniform(0.2, 40)
         lines: list[str] = []
         if p.language == "python":
-            lines += ["============================= test session starts ==============================",
-                      f"platform linux -- Python 3.12.{r.randint(0, 9)}, pytest-8.3.{r.randint(0, 5)}, pluggy-1.5.0",
-                      f"rootdir: {p.cwd}", "configfile: pyproject.toml", f"collected {len(tests)} items", ""]
+            lines += [
+                "============================= test session starts ==============================",
+                f"platform linux -- Python 3.12.{r.randint(0, 9)}, pytest-8.3.{r.randint(0, 5)}, pluggy-1.5.0",
+                f"rootdir: {p.cwd}",
+                "configfile: pyproject.toml",
+                f"collected {len(tests)} items",
+                "",
+            ]
             by_file: dict[str, str] = {}
             for i, (t, _) in enumerate(tests):
                 by_file[t] = by_file.get(t, "") + ("F" if i in failed else ".")
-            lines += [f"{t} {marks:<40s} [{100 * (k + 1) // len(by_file):3d}%]" for k, (t, marks) in enumerate(by_file.items())]
+            lines += [
+                f"{t} {marks:<40s} [{100 * (k + 1) // len(by_file):3d}%]"
+                for k, (t, marks) in enumerate(by_file.items())
+            ]
             if failed:
                 lines += ["", "=================================== FAILURES ==================================="]
                 for i in sorted(failed):
                     t, name = tests[i]
                     lines += [f"_________________________________ test_{name} _________________________________", ""]
-                    lines += ["    " + x for x in self.p.file_lines(t)[:r.randint(3, 12)]]
+                    lines += ["    " + x for x in self.p.file_lines(t)[: r.randint(3, 12)]]
                     err = self.error("python")
-                    lines += [f">       assert {r.choice(p.variables)} == {r.randint(0, 99)}", f"E       {err}", "",
-                              f"{t}:{r.randint(10, 400)}: {err.split(':')[0]}"]
+                    lines += [
+                        f">       assert {r.choice(p.variables)} == {r.randint(0, 99)}",
+                        f"E       {err}",
+                        "",
+                        f"{t}:{r.randint(10, 400)}: {err.split(':')[0]}",
+                    ]
                 lines += ["=========================== short test summary info ============================"]
                 lines += [f"FAILED {tests[i][0]}::test_{tests[i][1]} - {self.error('python')}" for i in sorted(failed)]
             passed = len(tests) - len(failed)
@@ -571,63 +710,93 @@ class Texts:
                 lines.append(f" {'FAIL' if bad else 'PASS'}  {t}")
             for i in sorted(failed):
                 t, name = tests[i]
-                lines += ["", f"  ● {r.choice(p.classes)} › {name.replace('_', ' ')}", "",
-                          "    expect(received).toEqual(expected) // deep equality", "",
-                          f"    Expected: {r.randint(0, 99)}", f"    Received: {r.randint(0, 99)}", "",
-                          f"      at Object.<anonymous> ({t}:{r.randint(5, 300)}:{r.randint(2, 40)})"]
-            lines += ["", f"Test Files  {len(failed)} failed | {len(set(t for t, _ in tests))} total" if failed else
-                      f"Test Files  {len(set(t for t, _ in tests))} passed",
-                      f"     Tests  {len(failed)} failed | {len(tests) - len(failed)} passed ({len(tests)})",
-                      f"  Duration  {seconds:.2f}s"]
+                lines += [
+                    "",
+                    f"  ● {r.choice(p.classes)} › {name.replace('_', ' ')}",
+                    "",
+                    "    expect(received).toEqual(expected) // deep equality",
+                    "",
+                    f"    Expected: {r.randint(0, 99)}",
+                    f"    Received: {r.randint(0, 99)}",
+                    "",
+                    f"      at Object.<anonymous> ({t}:{r.randint(5, 300)}:{r.randint(2, 40)})",
+                ]
+            lines += [
+                "",
+                f"Test Files  {len(failed)} failed | {len(set(t for t, _ in tests))} total"
+                if failed
+                else f"Test Files  {len(set(t for t, _ in tests))} passed",
+                f"     Tests  {len(failed)} failed | {len(tests) - len(failed)} passed ({len(tests)})",
+                f"  Duration  {seconds:.2f}s",
+            ]
         elif p.language == "rust":
-            lines += [f"   Compiling {p.package} v0.{r.randint(1, 20)}.{r.randint(0, 9)} ({p.cwd})",
-                      f"    Finished `test` profile [unoptimized + debuginfo] target(s) in {r.uniform(1, 90):.2f}s",
-                      f"     Running unittests src/lib.rs (target/debug/deps/{p.package}-{r.getrandbits(64):016x})",
-                      "", f"running {len(tests)} tests"]
-            lines += [f"test {t.rsplit('/', 1)[1][:-3]}::tests::{name} ... {'FAILED' if i in failed else 'ok'}"
-                      for i, (t, name) in enumerate(tests)]
+            lines += [
+                f"   Compiling {p.package} v0.{r.randint(1, 20)}.{r.randint(0, 9)} ({p.cwd})",
+                f"    Finished `test` profile [unoptimized + debuginfo] target(s) in {r.uniform(1, 90):.2f}s",
+                f"     Running unittests src/lib.rs (target/debug/deps/{p.package}-{r.getrandbits(64):016x})",
+                "",
+                f"running {len(tests)} tests",
+            ]
+            lines += [
+                f"test {t.rsplit('/', 1)[1][:-3]}::tests::{name} ... {'FAILED' if i in failed else 'ok'}"
+                for i, (t, name) in enumerate(tests)
+            ]
             if failed:
                 lines += ["", "failures:", ""]
                 for i in sorted(failed):
                     lines += [f"---- tests::{tests[i][1]} stdout ----", self.error("rust"), ""]
-            lines.append(f"test result: {'FAILED' if failed else 'ok'}. {len(tests) - len(failed)} passed; "
-                         f"{len(failed)} failed; 0 ignored; 0 measured; 0 filtered out; finished in {seconds:.2f}s")
+            lines.append(
+                f"test result: {'FAILED' if failed else 'ok'}. {len(tests) - len(failed)} passed; "
+                f"{len(failed)} failed; 0 ignored; 0 measured; 0 filtered out; finished in {seconds:.2f}s"
+            )
         else:
             for i, (t, name) in enumerate(tests):
                 test_name = "Test" + name[:1].upper() + name[1:]
                 lines += [f"=== RUN   {test_name}"]
                 if i in failed:
-                    lines += [f"    {t.rsplit('/', 1)[1]}:{r.randint(10, 300)}: {self.error('go')}",
-                              f"--- FAIL: {test_name} ({r.uniform(0, 2):.2f}s)"]
+                    lines += [
+                        f"    {t.rsplit('/', 1)[1]}:{r.randint(10, 300)}: {self.error('go')}",
+                        f"--- FAIL: {test_name} ({r.uniform(0, 2):.2f}s)",
+                    ]
                 else:
                     lines += [f"--- PASS: {test_name} ({r.uniform(0, 2):.2f}s)"]
             module = f"github.com/{p.package}/{p.name}"
-            lines += ["FAIL" if failed else "PASS",
-                      f"{'FAIL' if failed else 'ok  '}\t{module}/internal/api\t{seconds:.3f}s"]
+            lines += [
+                "FAIL" if failed else "PASS",
+                f"{'FAIL' if failed else 'ok  '}\t{module}/internal/api\t{seconds:.3f}s",
+            ]
         return p.test_command, "\n".join(lines), 1 if failed else 0
 
     def build_run(self, fail: bool) -> tuple[str, str, int]:
         p, r = self.p, self.r
         if not fail:
-            out = {"python": "", "typescript": f"vite v5.4.{r.randint(0, 9)} building for production...\n"
-                   f"✓ {r.randint(100, 2000)} modules transformed.\ndist/index.html  0.46 kB\n"
-                   f"dist/assets/index-{r.getrandbits(32):08x}.js  {r.randint(100, 900)}.{r.randint(0, 99)} kB",
-                   "rust": f"   Compiling {p.package} v0.1.0 ({p.cwd})\n    Finished `dev` profile "
-                   f"[unoptimized + debuginfo] target(s) in {r.uniform(1, 60):.2f}s", "go": ""}[p.language]
+            out = {
+                "python": "",
+                "typescript": f"vite v5.4.{r.randint(0, 9)} building for production...\n"
+                f"✓ {r.randint(100, 2000)} modules transformed.\ndist/index.html  0.46 kB\n"
+                f"dist/assets/index-{r.getrandbits(32):08x}.js  {r.randint(100, 900)}.{r.randint(0, 99)} kB",
+                "rust": f"   Compiling {p.package} v0.1.0 ({p.cwd})\n    Finished `dev` profile "
+                f"[unoptimized + debuginfo] target(s) in {r.uniform(1, 60):.2f}s",
+                "go": "",
+            }[p.language]
             return p.build_command, out, 0
         errors = []
         for _ in range(r.randint(1, 4)):
             path, line = self.path(), r.randint(1, 400)
             if p.language == "rust":
-                errors.append(f"{self.error('rust')}\n  --> {path}:{line}:{r.randint(1, 60)}\n   |\n{line:>3} | "
-                              f"{r.choice(p.file_lines(path)).strip()}\n   |     ^^^^^^")
+                errors.append(
+                    f"{self.error('rust')}\n  --> {path}:{line}:{r.randint(1, 60)}\n   |\n{line:>3} | "
+                    f"{r.choice(p.file_lines(path)).strip()}\n   |     ^^^^^^"
+                )
             elif p.language == "typescript":
                 errors.append(f"{path}({line},{r.randint(1, 60)}): {self.error('typescript')}")
             elif p.language == "go":
                 errors.append(f"./{path}:{line}:{r.randint(1, 60)}: {self.error('go')}")
             else:
-                errors.append(f"*** Error compiling '{path}'...\n  File \"{path}\", line {line}\n    "
-                              f"{r.choice(p.file_lines(path)).strip()}\nSyntaxError: invalid syntax")
+                errors.append(
+                    f"*** Error compiling '{path}'...\n  File \"{path}\", line {line}\n    "
+                    f"{r.choice(p.file_lines(path)).strip()}\nSyntaxError: invalid syntax"
+                )
         return p.build_command, "\n\n".join(errors), r.choice((1, 2, 101))
 
     def lint_run(self) -> tuple[str, str, int]:
@@ -637,10 +806,14 @@ class Texts:
         lines = []
         for _ in range(r.randint(1, 25)):
             path, line, col = self.path(), r.randint(1, 500), r.randint(1, 80)
-            rule = {"python": r.choice(("F401", "E501", "B008", "UP007", "SIM108", "F841")),
-                    "typescript": r.choice(("no-unused-vars", "react-hooks/exhaustive-deps", "@typescript-eslint/no-explicit-any")),
-                    "rust": r.choice(("clippy::needless_borrow", "clippy::redundant_clone", "clippy::too_many_arguments")),
-                    "go": r.choice(("errcheck", "ineffassign", "staticcheck", "unused"))}[p.language]
+            rule = {
+                "python": r.choice(("F401", "E501", "B008", "UP007", "SIM108", "F841")),
+                "typescript": r.choice(
+                    ("no-unused-vars", "react-hooks/exhaustive-deps", "@typescript-eslint/no-explicit-any")
+                ),
+                "rust": r.choice(("clippy::needless_borrow", "clippy::redundant_clone", "clippy::too_many_arguments")),
+                "go": r.choice(("errcheck", "ineffassign", "staticcheck", "unused")),
+            }[p.language]
             lines.append(f"{path}:{line}:{col}: {rule} {self.prose(r.randint(4, 10))}")
         return p.lint_command, "\n".join(lines) + f"\nFound {len(lines)} errors.", 1
 
@@ -648,13 +821,22 @@ class Texts:
         r = self.r
         changed = [f"\tmodified:   {self.path()}" for _ in range(r.randint(0, 8))]
         out = f"On branch {r.choice(self.p.branches)}\n"
-        out += ("Changes not staged for commit:\n  (use \"git add <file>...\" to update what will be committed)\n"
-                + "\n".join(changed) + "\n") if changed else "nothing to commit, working tree clean\n"
+        out += (
+            (
+                'Changes not staged for commit:\n  (use "git add <file>..." to update what will be committed)\n'
+                + "\n".join(changed)
+                + "\n"
+            )
+            if changed
+            else "nothing to commit, working tree clean\n"
+        )
         return "git status", out, 0
 
     def git_log(self) -> tuple[str, str, int]:
         r = self.r
-        lines = [f"{r.getrandbits(28):07x} {self.prose(r.randint(4, 12)).rstrip('.?:!')}" for _ in range(r.randint(5, 30))]
+        lines = [
+            f"{r.getrandbits(28):07x} {self.prose(r.randint(4, 12)).rstrip('.?:!')}" for _ in range(r.randint(5, 30))
+        ]
         return f"git log --oneline -{len(lines)}", "\n".join(lines), 0
 
     def git_diff(self) -> tuple[str, str, int]:
@@ -667,7 +849,9 @@ class Texts:
         names = sorted({p.rsplit("/", 1)[1] for p in self.p.sources if p.startswith(base + "/")})
         out = [f"total {len(names) * 8}"] + [
             f"-rw-r--r--  1 dev dev {r.randint(200, 60000):6d} {r.choice(('Jan', 'Feb', 'Mar', 'Oct', 'Nov'))} "
-            f"{r.randint(1, 28):2d} {r.randint(0, 23):02d}:{r.randint(0, 59):02d} {n}" for n in names]
+            f"{r.randint(1, 28):2d} {r.randint(0, 23):02d}:{r.randint(0, 59):02d} {n}"
+            for n in names
+        ]
         return f"ls -la {base}", "\n".join(out), 0
 
     def grep(self) -> tuple[str, list[str], list[str]]:
@@ -675,12 +859,17 @@ class Texts:
         r = self.r
         path = self.path()
         lines = self.p.file_lines(path)
-        words = [w for w in r.choice(lines).replace("(", " ").replace(")", " ").replace(".", " ").split()
-                 if w.isidentifier() and len(w) > 3] or [self.ident()]
+        words = [
+            w
+            for w in r.choice(lines).replace("(", " ").replace(")", " ").replace(".", " ").split()
+            if w.isidentifier() and len(w) > 3
+        ] or [self.ident()]
         pattern = r.choice(words)
         matches, files = [], []
         for candidate in dict.fromkeys([path] + [self.path() for _ in range(r.randint(2, 12))]):
-            hits = [f"{candidate}:{i + 1}:{text}" for i, text in enumerate(self.p.file_lines(candidate)) if pattern in text]
+            hits = [
+                f"{candidate}:{i + 1}:{text}" for i, text in enumerate(self.p.file_lines(candidate)) if pattern in text
+            ]
             if hits:
                 files.append(candidate)
                 matches.extend(hits[:50])
@@ -707,7 +896,11 @@ class Texts:
             return f"tail -n {n} logs/{self.p.package}.log", self.log_lines(n), 0
         if roll < 0.84:
             err = self.error("shell")
-            return f"{r.choice(('make', 'git', 'npm', 'curl', 'docker'))} {r.choice(V.ID_VERBS)}", err, r.choice((1, 2, 127))
+            return (
+                f"{r.choice(('make', 'git', 'npm', 'curl', 'docker'))} {r.choice(V.ID_VERBS)}",
+                err,
+                r.choice((1, 2, 127)),
+            )
         if roll < 0.9:
             items = ", ".join(f'"{r.choice(self.p.variables)}": {r.randint(0, 9999)}' for _ in range(r.randint(2, 30)))
             return f"curl -s localhost:{r.randint(3000, 9000)}/api/{r.choice(V.ID_NOUNS)}s", "{" + items + "}", 0
@@ -718,21 +911,34 @@ class Texts:
 
 def unified_diff(e: Edit, r: random.Random) -> str:
     """``git diff`` text of an edit, with three lines of context."""
-    before = e.original[max(0, e.start - 4):e.start - 1]
-    after = e.original[e.start - 1 + len(e.old):e.start - 1 + len(e.old) + 3]
+    before = e.original[max(0, e.start - 4) : e.start - 1]
+    after = e.original[e.start - 1 + len(e.old) : e.start - 1 + len(e.old) + 3]
     first = e.start - len(before)
-    head = [f"diff --git a/{e.path} b/{e.path}", f"index {r.getrandbits(28):07x}..{r.getrandbits(28):07x} 100644",
-            f"--- a/{e.path}", f"+++ b/{e.path}",
-            f"@@ -{first},{len(before) + len(e.old) + len(after)} +{first},{len(before) + len(e.new) + len(after)} @@"]
-    return "\n".join(head + [" " + x for x in before] + ["-" + x for x in e.old] + ["+" + x for x in e.new]
-                     + [" " + x for x in after])
+    head = [
+        f"diff --git a/{e.path} b/{e.path}",
+        f"index {r.getrandbits(28):07x}..{r.getrandbits(28):07x} 100644",
+        f"--- a/{e.path}",
+        f"+++ b/{e.path}",
+        f"@@ -{first},{len(before) + len(e.old) + len(after)} +{first},{len(before) + len(e.new) + len(after)} @@",
+    ]
+    return "\n".join(
+        head
+        + [" " + x for x in before]
+        + ["-" + x for x in e.old]
+        + ["+" + x for x in e.new]
+        + [" " + x for x in after]
+    )
 
 
 def codex_patch(e: Edit) -> str:
     """The edit in Codex's ``apply_patch`` format."""
     context = e.original[e.start - 2] if e.start >= 2 else ""
-    return "\n".join(["*** Begin Patch", f"*** Update File: {e.path}", f"@@ {context}".rstrip()]
-                     + ["-" + x for x in e.old] + ["+" + x for x in e.new] + ["*** End Patch"])
+    return "\n".join(
+        ["*** Begin Patch", f"*** Update File: {e.path}", f"@@ {context}".rstrip()]
+        + ["-" + x for x in e.old]
+        + ["+" + x for x in e.new]
+        + ["*** End Patch"]
+    )
 
 
 def codex_add_patch(path: str, lines: list[str]) -> str:

@@ -84,7 +84,7 @@ class Task:
 
     description: str
     agent_type: str
-    turn: "Turn"
+    turn: Turn
 
 
 Action = Union[Shell, Read, Grep, Glob, Change, Write, Plan, Web, Mcp, Task]
@@ -141,8 +141,8 @@ def version_tuple(version: str) -> tuple[int, ...]:
 class Outcome(enum.Enum):
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"  # the user stopped the turn
-    DECLINED = "declined"        # the user refused the last tool call, then stopped the turn
-    FAILED = "failed"            # the model API failed (Claude) / the stream broke (Codex)
+    DECLINED = "declined"  # the user refused the last tool call, then stopped the turn
+    FAILED = "failed"  # the model API failed (Claude) / the stream broke (Codex)
 
 
 @dataclass
@@ -197,14 +197,27 @@ def _action(t: Texts, allow_task: bool, failing: list[bool], light: bool = False
         return Plan(t.plan())
     if kind == 7:
         query = " ".join(t.words(r.randint(3, 7))).replace("`", "")
-        results = [(t.title(), f"https://{r.choice(('docs.rs', 'stackoverflow.com', 'github.com', 'developer.mozilla.org', 'docs.python.org'))}/"
-                    f"{r.choice(V.ID_NOUNS)}/{r.choice(V.ID_VERBS)}-{r.choice(V.ID_NOUNS)}") for _ in range(r.randint(3, 10))]
+        results = [
+            (
+                t.title(),
+                f"https://{r.choice(('docs.rs', 'stackoverflow.com', 'github.com', 'developer.mozilla.org', 'docs.python.org'))}/"
+                f"{r.choice(V.ID_NOUNS)}/{r.choice(V.ID_VERBS)}-{r.choice(V.ID_NOUNS)}",
+            )
+            for _ in range(r.randint(3, 10))
+        ]
         return Web(query, results, t.paragraphs(r.randint(40, 250)))
     if kind == 8:
         server, tool = r.choice(V.MCP_TOOLS)
-        args = {"owner": t.p.package, "repo": t.p.name, "number": r.randint(1, 4000)} if server in ("github", "linear") \
+        args = (
+            {"owner": t.p.package, "repo": t.p.name, "number": r.randint(1, 4000)}
+            if server in ("github", "linear")
             else {"query": " ".join(t.words(r.randint(2, 8))).replace("`", "")}
-        result = "{" + ", ".join(f'"{v}": "{t.prose(r.randint(3, 30))}"' for v in r.sample(t.p.variables, r.randint(2, 8))) + "}"
+        )
+        result = (
+            "{"
+            + ", ".join(f'"{v}": "{t.prose(r.randint(3, 30))}"' for v in r.sample(t.p.variables, r.randint(2, 8)))
+            + "}"
+        )
         return Mcp(server, tool, args, result, r.random() < 0.05)
     if kind == 9:
         sub = plan_turn(t, allow_task=False, size=r.randint(2, 10), allow_failure=False)
@@ -217,8 +230,9 @@ def _action(t: Texts, allow_task: bool, failing: list[bool], light: bool = False
     return Shell(command, output, code, round(r.uniform(0.01, 2.0), 3))
 
 
-def plan_turn(t: Texts, *, allow_task: bool, size: Optional[int] = None, allow_failure: bool = True,
-              budget: Optional[int] = None) -> Turn:
+def plan_turn(
+    t: Texts, *, allow_task: bool, size: Optional[int] = None, allow_failure: bool = True, budget: Optional[int] = None
+) -> Turn:
     """A turn of ``size`` steps (drawn when not given: mostly a few, sometimes dozens). With a
     ``budget`` (bytes the session may still grow), the turn has about one step per 8 KB of it,
     and under ``LIGHT_BUDGET`` only actions with small results."""
@@ -235,8 +249,15 @@ def plan_turn(t: Texts, *, allow_task: bool, size: Optional[int] = None, allow_f
         count = 1 if r.random() < 0.8 or light else r.randint(2, 4)
         steps.append(Step(reasoning, message, [_action(t, allow_task, failing, light) for _ in range(count)]))
     roll = r.random() if allow_failure else 1.0
-    outcome = Outcome.INTERRUPTED if roll < 0.04 else Outcome.DECLINED if roll < 0.07 else \
-        Outcome.FAILED if roll < 0.085 else Outcome.COMPLETED
+    outcome = (
+        Outcome.INTERRUPTED
+        if roll < 0.04
+        else Outcome.DECLINED
+        if roll < 0.07
+        else Outcome.FAILED
+        if roll < 0.085
+        else Outcome.COMPLETED
+    )
     answer = t.answer() if outcome is Outcome.COMPLETED else None
     queued = t.prompt() if r.random() < 0.04 and outcome is Outcome.COMPLETED else None
     return Turn(t.prompt(), steps, answer, outcome, queued)

@@ -45,9 +45,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import orjson
 
@@ -63,8 +64,21 @@ from archive_text import TECHNICAL  # noqa: E402
 import memstore  # noqa: E402
 
 TINY_SCALE = 0.02
-COLUMNS = ("id", "chunk_id", "session_id", "seq", "turn", "part", "source", "kind", "path", "start_line",
-           "end_line", "created_at", "text")
+COLUMNS = (
+    "id",
+    "chunk_id",
+    "session_id",
+    "seq",
+    "turn",
+    "part",
+    "source",
+    "kind",
+    "path",
+    "start_line",
+    "end_line",
+    "created_at",
+    "text",
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,14 +183,16 @@ class ChildRun:
         return self.result
 
 
-def run_child(code: str, args: list[str], workdir: Path, name: str, timeout: Optional[float] = None,
-              tree: Path = ROOT) -> ChildRun:
+def run_child(
+    code: str, args: list[str], workdir: Path, name: str, timeout: Optional[float] = None, tree: Path = ROOT
+) -> ChildRun:
     result_path = workdir / f"{name}.result.json"
     progress_path = workdir / f"{name}.progress.json"
     for p in (result_path, progress_path):
         p.unlink(missing_ok=True)
-    argv = [sys.executable, "-c", code, str(tree)] + [a.replace("{progress}", str(progress_path))
-                                                       .replace("{result}", str(result_path)) for a in args]
+    argv = [sys.executable, "-c", code, str(tree)] + [
+        a.replace("{progress}", str(progress_path)).replace("{result}", str(result_path)) for a in args
+    ]
     log = open(workdir / f"{name}.log", "wb")
     started = time.perf_counter()
     child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -250,9 +266,30 @@ def make_queries(n: int, seed: int) -> list[str]:
     archive's vocabulary (identifier parts, error names, other technical terms)."""
     r = random.Random(seed)
     common = TECHNICAL[:120]
-    rare = list(dict.fromkeys(list(V.ID_NOUNS) + list(V.ID_VERBS) + TECHNICAL[120:] + [
-        "KeyError", "TypeError", "panicked", "unwrap", "ECONNREFUSED", "deadline", "nil", "hydration",
-        "E0308", "TS2322", "flaky", "segfault", "OperationalError", "IntegrityError", "borrow"]))
+    rare = list(
+        dict.fromkeys(
+            list(V.ID_NOUNS)
+            + list(V.ID_VERBS)
+            + TECHNICAL[120:]
+            + [
+                "KeyError",
+                "TypeError",
+                "panicked",
+                "unwrap",
+                "ECONNREFUSED",
+                "deadline",
+                "nil",
+                "hydration",
+                "E0308",
+                "TS2322",
+                "flaky",
+                "segfault",
+                "OperationalError",
+                "IntegrityError",
+                "borrow",
+            ]
+        )
+    )
     queries = []
     for _ in range(n):
         terms = [r.choice(common)] + r.sample(rare, r.randint(1, 2))
@@ -271,9 +308,11 @@ def fts_search(conn: sqlite3.Connection, query: str, k: int = 6) -> list[tuple]:
     match = fts_match(query)
     if match is None:
         return []
-    return conn.execute("SELECT id, chunk_id, session_id, text FROM chunks WHERE rowid IN "
-                        "(SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts) LIMIT ?)",
-                        (match, k)).fetchall()
+    return conn.execute(
+        "SELECT id, chunk_id, session_id, text FROM chunks WHERE rowid IN "
+        "(SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts) LIMIT ?)",
+        (match, k),
+    ).fetchall()
 
 
 def p95(xs: list[float]) -> float:
@@ -314,17 +353,29 @@ def row(label: str, ours: str, floor: str, ratio: str) -> None:
 # One store size
 
 
-def import_side(summary: archive.ArchiveSummary, store: Path, workdir: Path, name: str, query: str,
-                timeout: Optional[float], tree: Path = ROOT, import_only: bool = False) -> ChildRun:
+def import_side(
+    summary: archive.ArchiveSummary,
+    store: Path,
+    workdir: Path,
+    name: str,
+    query: str,
+    timeout: Optional[float],
+    tree: Path = ROOT,
+    import_only: bool = False,
+) -> ChildRun:
     drop_store(store)
     roots = json.dumps([str(r) for r in summary.roots])
     extra = ["import-only"] if import_only else []
-    run = run_child(CHILD_IMPORT, [str(store), roots, query, "{progress}", "{result}"] + extra, workdir, name, timeout,
-                    tree)
+    run = run_child(
+        CHILD_IMPORT, [str(store), roots, query, "{progress}", "{result}"] + extra, workdir, name, timeout, tree
+    )
     if run.result is not None and (run.result["problems"] or run.result["lines_skipped"]):
         # The figures still measure the import; the archive generator is what needs fixing.
-        print(f"  WARNING: the import reported {run.result['problems']} problems and skipped "
-              f"{run.result['lines_skipped']} lines; the first: {run.result['first_problems'][:3]}", flush=True)
+        print(
+            f"  WARNING: the import reported {run.result['problems']} problems and skipped "
+            f"{run.result['lines_skipped']} lines; the first: {run.result['first_problems'][:3]}",
+            flush=True,
+        )
     return run
 
 
@@ -382,9 +433,14 @@ def measure_size(sessions: int, args: argparse.Namespace, workdir: Path) -> dict
     total = statistics.median(r.wall for r in runs)
     parts = {k: statistics.median(r.figures[k] for r in runs) for k in ("import_s", "refresh_s", "search_s")}
     rss = max(r.max_rss_mb for r in runs)
-    fig.update(import_total_s=total, import_cpu_s=statistics.median(r.cpu for r in runs), peak_rss_mb=rss,
-               **{f"import_{k}": v for k, v in parts.items()}, memstore_sessions=last.figures["sessions_created"],
-               events=last.figures["events"])
+    fig.update(
+        import_total_s=total,
+        import_cpu_s=statistics.median(r.cpu for r in runs),
+        peak_rss_mb=rss,
+        **{f"import_{k}": v for k, v in parts.items()},
+        memstore_sessions=last.figures["sessions_created"],
+        events=last.figures["events"],
+    )
 
     print("  importing the tiny archive ...", flush=True)
     tiny_floor, tiny_runs = [], []
@@ -396,10 +452,21 @@ def measure_size(sessions: int, args: argparse.Namespace, workdir: Path) -> dict
     tiny_sessions = tiny_runs[-1].figures["sessions_created"]
     tiny_mb = tiny.bytes / 1e6
     fixed, per_mb = decompose(fig["memstore_sessions"], mb, total, tiny_sessions, tiny_mb, tiny_total)
-    fixed_cpu, per_mb_cpu = decompose(fig["memstore_sessions"], mb, fig["import_cpu_s"], tiny_sessions, tiny_mb, tiny_cpu)
-    fig.update(tiny_total_s=tiny_total, tiny_cpu_s=tiny_cpu, tiny_floor_s=statistics.median(tiny_floor),
-               tiny_sessions=tiny_sessions, tiny_mb=tiny_mb, tiny_peak_rss_mb=max(r.max_rss_mb for r in tiny_runs),
-               fixed_s_per_session=fixed, s_per_mb=per_mb, fixed_cpu_s_per_session=fixed_cpu, cpu_s_per_mb=per_mb_cpu)
+    fixed_cpu, per_mb_cpu = decompose(
+        fig["memstore_sessions"], mb, fig["import_cpu_s"], tiny_sessions, tiny_mb, tiny_cpu
+    )
+    fig.update(
+        tiny_total_s=tiny_total,
+        tiny_cpu_s=tiny_cpu,
+        tiny_floor_s=statistics.median(tiny_floor),
+        tiny_sessions=tiny_sessions,
+        tiny_mb=tiny_mb,
+        tiny_peak_rss_mb=max(r.max_rss_mb for r in tiny_runs),
+        fixed_s_per_session=fixed,
+        s_per_mb=per_mb,
+        fixed_cpu_s_per_session=fixed_cpu,
+        cpu_s_per_mb=per_mb_cpu,
+    )
     drop_store(tiny_store)
     if args.baseline_tree is not None:
         measure_baseline_tree(main, tiny, args, workdir, queries[0], fig)
@@ -407,8 +474,14 @@ def measure_size(sessions: int, args: argparse.Namespace, workdir: Path) -> dict
     return fig
 
 
-def measure_baseline_tree(main: archive.ArchiveSummary, tiny: archive.ArchiveSummary, args: argparse.Namespace,
-                          workdir: Path, query: str, fig: dict[str, Any]) -> None:
+def measure_baseline_tree(
+    main: archive.ArchiveSummary,
+    tiny: archive.ArchiveSummary,
+    args: argparse.Namespace,
+    workdir: Path,
+    query: str,
+    fig: dict[str, Any],
+) -> None:
     """``import_logs`` alone (no catalog) of both archives by this tree and by the memstore of
     ``--baseline-tree`` (another checkout: the code before a change), alternating."""
     print(f"  import_logs alone: this tree vs {args.baseline_tree} ...", flush=True)
@@ -418,10 +491,21 @@ def measure_baseline_tree(main: archive.ArchiveSummary, tiny: archive.ArchiveSum
         order = ("this", "baseline") if rep % 2 == 0 else ("baseline", "this")
         for side in order:
             tree = ROOT if side == "this" else args.baseline_tree
-            runs[side].append(import_side(main, store, workdir, f"import-only-{side}-{rep}", query, args.import_timeout,
-                                          tree, import_only=True))
-            runs[f"{side}_tiny"].append(import_side(tiny, store, workdir, f"import-only-{side}-tiny-{rep}", query,
-                                                    None, tree, import_only=True))
+            runs[side].append(
+                import_side(
+                    main,
+                    store,
+                    workdir,
+                    f"import-only-{side}-{rep}",
+                    query,
+                    args.import_timeout,
+                    tree,
+                    import_only=True,
+                )
+            )
+            runs[f"{side}_tiny"].append(
+                import_side(tiny, store, workdir, f"import-only-{side}-tiny-{rep}", query, None, tree, import_only=True)
+            )
     drop_store(store)
     for key, group in runs.items():
         fig[f"import_only_{key}_s"] = statistics.median(r.figures["import_s"] for r in group)
@@ -432,8 +516,16 @@ def measure_baseline_tree(main: archive.ArchiveSummary, tiny: archive.ArchiveSum
     fig["baseline_tree"] = str(args.baseline_tree)
 
 
-def measure_catalog_search_refresh(sessions: int, args: argparse.Namespace, workdir: Path, store: Path,
-                                   queries: list[str], reps: int, fig: dict[str, Any], rebuild: bool) -> None:
+def measure_catalog_search_refresh(
+    sessions: int,
+    args: argparse.Namespace,
+    workdir: Path,
+    store: Path,
+    queries: list[str],
+    reps: int,
+    fig: dict[str, Any],
+    rebuild: bool,
+) -> None:
     print("  catalog from scratch vs floor B ...", flush=True)
     fts_db = workdir / f"floor-b-{sessions}.db"
     floor_b, rebuilds = [], []
@@ -442,20 +534,35 @@ def measure_catalog_search_refresh(sessions: int, args: argparse.Namespace, work
         order = ("floor", "memstore") if rep % 2 == 0 else ("memstore", "floor")
         for side in order:
             if side == "floor":
-                run = run_child(CHILD_FLOOR_B, [str(store / "catalog.db"), str(fts_db), "{result}", json.dumps(COLUMNS)],
-                                workdir, f"floor-b-{sessions}-{rep}")
+                run = run_child(
+                    CHILD_FLOOR_B,
+                    [str(store / "catalog.db"), str(fts_db), "{result}", json.dumps(COLUMNS)],
+                    workdir,
+                    f"floor-b-{sessions}-{rep}",
+                )
                 floor_b.append(run)
             elif rebuild_reps:
-                rebuilds.append(run_child(CHILD_CATALOG, [str(store), "{result}"], workdir, f"catalog-{sessions}-{rep}"))
-    fig.update(floor_b_s=statistics.median(r.figures["seconds"] for r in floor_b),
-               floor_b_rss_mb=max(r.max_rss_mb for r in floor_b),
-               chunks=floor_b[-1].figures["rows"], chunk_text_mb=floor_b[-1].figures["text_bytes"] / 1e6)
+                rebuilds.append(
+                    run_child(CHILD_CATALOG, [str(store), "{result}"], workdir, f"catalog-{sessions}-{rep}")
+                )
+    fig.update(
+        floor_b_s=statistics.median(r.figures["seconds"] for r in floor_b),
+        floor_b_rss_mb=max(r.max_rss_mb for r in floor_b),
+        chunks=floor_b[-1].figures["rows"],
+        chunk_text_mb=floor_b[-1].figures["text_bytes"] / 1e6,
+    )
     if rebuilds:
-        fig.update(catalog_build_s=statistics.median(r.figures["seconds"] for r in rebuilds),
-                   catalog_build_rss_mb=max(r.max_rss_mb for r in rebuilds), catalog_build_from="rebuild")
+        fig.update(
+            catalog_build_s=statistics.median(r.figures["seconds"] for r in rebuilds),
+            catalog_build_rss_mb=max(r.max_rss_mb for r in rebuilds),
+            catalog_build_from="rebuild",
+        )
     elif "import_refresh_s" in fig:  # the import run's refresh built the catalog from scratch: it measured it
-        fig.update(catalog_build_s=fig["import_refresh_s"], catalog_build_rss_mb=fig["peak_rss_mb"],
-                   catalog_build_from="the first refresh after the import")
+        fig.update(
+            catalog_build_s=fig["import_refresh_s"],
+            catalog_build_rss_mb=fig["peak_rss_mb"],
+            catalog_build_from="the first refresh after the import",
+        )
 
     print("  search ...", flush=True)
     fig.update(search_figures(store, fts_db, queries, args.search_reps))
@@ -486,7 +593,7 @@ def noop_figures(store: Path, reps: int = 5) -> dict[str, Any]:
         for _ in range(reps):
             for mode, key in ((RefreshMode.FULL, "full"), (RefreshMode.SWEEP, "sweep"), (RefreshMode.FEED, "feed")):
                 started = time.perf_counter()
-                report = (memstore.refresh_catalog(store) if mode is RefreshMode.FULL else live.refresh(mode))
+                report = memstore.refresh_catalog(store) if mode is RefreshMode.FULL else live.refresh(mode)
                 times[key].append(time.perf_counter() - started)
                 if report.changed:
                     raise RuntimeError(f"an unchanged store's {key} refresh changed something: {report}")
@@ -523,8 +630,10 @@ def search_figures(store: Path, fts_db: Path, queries: list[str], reps: int) -> 
     except ImportError as exc:
         print(f"  (engine-only figure not measured: {exc})")
     fts = sqlite3.connect(f"file:{fts_db}?mode=ro", uri=True)
-    sides: dict[str, Callable[[str], Any]] = {"memstore": lambda q: memstore.search_memory(store, q),
-                                              "fts5": lambda q: fts_search(fts, q)}
+    sides: dict[str, Callable[[str], Any]] = {
+        "memstore": lambda q: memstore.search_memory(store, q),
+        "fts5": lambda q: fts_search(fts, q),
+    }
     if engine is not None:
         sides["engine"] = engine
     for q in queries[:5]:  # warm every side's caches alike
@@ -534,7 +643,7 @@ def search_figures(store: Path, fts_db: Path, queries: list[str], reps: int) -> 
     names = list(sides)
     for rep in range(reps):
         for qi, q in enumerate(queries):
-            rotation = names[rep % len(names):] + names[:rep % len(names)]
+            rotation = names[rep % len(names) :] + names[: rep % len(names)]
             for side in rotation:
                 started = time.perf_counter()
                 sides[side](q)
@@ -555,40 +664,65 @@ def report_stopped(run: ChildRun, timeout: float, mb: float, floor_a: float, fig
     done, total = progress.get("done", 0), progress.get("total", 0)
     fraction = done / total if total else 0.0
     imported = sum(1 for _ in os.scandir(store / "sessions")) if (store / "sessions").is_dir() else 0
-    fig.update(import_stopped_after_s=run.wall, stopped_phase=progress.get("phase"), phase_fraction=fraction,
-               sessions_imported=imported, peak_rss_mb=run.max_rss_mb, import_cpu_s=run.cpu)
-    print(f"\n  IMPORT STOPPED after {run.wall:,.0f} s (limit {timeout:,.0f} s); peak RSS {run.max_rss_mb:,.0f} MB, "
-          f"CPU {run.cpu:,.0f} s; {imported:,} session directories in the store")
+    fig.update(
+        import_stopped_after_s=run.wall,
+        stopped_phase=progress.get("phase"),
+        phase_fraction=fraction,
+        sessions_imported=imported,
+        peak_rss_mb=run.max_rss_mb,
+        import_cpu_s=run.cpu,
+    )
+    print(
+        f"\n  IMPORT STOPPED after {run.wall:,.0f} s (limit {timeout:,.0f} s); peak RSS {run.max_rss_mb:,.0f} MB, "
+        f"CPU {run.cpu:,.0f} s; {imported:,} session directories in the store"
+    )
     if progress.get("phase") == "refresh":
         import_s = progress["import_s"]
         spent = progress["elapsed"] - import_s
         estimate = spent / fraction if fraction else float("nan")
-        fig.update(import_import_s=import_s, refresh_extrapolated_s=estimate,
-                   import_total_extrapolated_s=import_s + estimate)
-        print(f"  import_logs finished (measured): {import_s:,.0f} s ({mb / import_s:.1f} MB/s); floor A / import_logs "
-              f"{floor_a / import_s:.3f}x")
-        print(f"  refresh_catalog (the catalog from scratch) had looked at {done:,} of {total:,} sessions "
-              f"({fraction:.0%}) after {spent:,.0f} s")
-        print(f"  EXTRAPOLATED (linear in sessions, not measured): refresh {estimate:,.0f} s, import until searchable "
-              f"{import_s + estimate:,.0f} s, ratio floor A / that {floor_a / (import_s + estimate):.4f}x")
+        fig.update(
+            import_import_s=import_s, refresh_extrapolated_s=estimate, import_total_extrapolated_s=import_s + estimate
+        )
+        print(
+            f"  import_logs finished (measured): {import_s:,.0f} s ({mb / import_s:.1f} MB/s); floor A / import_logs "
+            f"{floor_a / import_s:.3f}x"
+        )
+        print(
+            f"  refresh_catalog (the catalog from scratch) had looked at {done:,} of {total:,} sessions "
+            f"({fraction:.0%}) after {spent:,.0f} s"
+        )
+        print(
+            f"  EXTRAPOLATED (linear in sessions, not measured): refresh {estimate:,.0f} s, import until searchable "
+            f"{import_s + estimate:,.0f} s, ratio floor A / that {floor_a / (import_s + estimate):.4f}x"
+        )
         # The refresh takes the sessions in name order; their logs' bytes weigh the work better.
         names = sorted(e.name for e in os.scandir(store / "sessions") if e.is_dir() and not e.name.startswith("."))
-        sizes = [(store / "sessions" / n / "events.jsonl").stat().st_size
-                 if (store / "sessions" / n / "events.jsonl").exists() else 0 for n in names]
+        sizes = [
+            (store / "sessions" / n / "events.jsonl").stat().st_size
+            if (store / "sessions" / n / "events.jsonl").exists()
+            else 0
+            for n in names
+        ]
         weight = sum(sizes[:done]) / sum(sizes) if sum(sizes) else 0.0
         if weight:
             by_bytes = spent / weight
             fig.update(refresh_extrapolated_by_bytes_s=by_bytes, refresh_bytes_fraction=weight)
-            print(f"  EXTRAPOLATED (linear in the logs' bytes: {weight:.0%} done, not measured): refresh {by_bytes:,.0f} s, "
-                  f"import until searchable {import_s + by_bytes:,.0f} s, ratio floor A / that "
-                  f"{floor_a / (import_s + by_bytes):.4f}x")
+            print(
+                f"  EXTRAPOLATED (linear in the logs' bytes: {weight:.0%} done, not measured): refresh {by_bytes:,.0f} s, "
+                f"import until searchable {import_s + by_bytes:,.0f} s, ratio floor A / that "
+                f"{floor_a / (import_s + by_bytes):.4f}x"
+            )
     elif fraction:
         estimate = progress["elapsed"] / fraction
         fig.update(import_extrapolated_s=estimate)
-        print(f"  import_logs had read {done / 1e6:,.0f} of {total / 1e6:,.0f} MB ({fraction:.0%}) after "
-              f"{progress['elapsed']:,.0f} s")
-        print(f"  EXTRAPOLATED (linear in bytes, not measured): import_logs alone {estimate:,.0f} s, "
-              f"ratio floor A / that {floor_a / estimate:.4f}x; the catalog refresh after it not reached")
+        print(
+            f"  import_logs had read {done / 1e6:,.0f} of {total / 1e6:,.0f} MB ({fraction:.0%}) after "
+            f"{progress['elapsed']:,.0f} s"
+        )
+        print(
+            f"  EXTRAPOLATED (linear in bytes, not measured): import_logs alone {estimate:,.0f} s, "
+            f"ratio floor A / that {floor_a / estimate:.4f}x; the catalog refresh after it not reached"
+        )
     else:
         print("  no progress was recorded: nothing to extrapolate from")
     print(f"  floor A (bare orjson parse): {floor_a:.1f} s ({mb / floor_a:,.0f} MB/s)")
@@ -596,76 +730,147 @@ def report_stopped(run: ChildRun, timeout: float, mb: float, floor_a: float, fig
 
 def print_size(f: dict[str, Any]) -> None:
     n = f["memstore_sessions"]
-    print(f"\n  -- {f['sessions']:,} sessions: {f['archive_mb']:,.0f} MB, {f['archive_lines']:,} lines, "
-          f"{n:,} memstore sessions, {f['events']:,} events, {f['chunks']:,} chunks "
-          f"({f['chunk_text_mb']:,.0f} MB of text)")
+    print(
+        f"\n  -- {f['sessions']:,} sessions: {f['archive_mb']:,.0f} MB, {f['archive_lines']:,} lines, "
+        f"{n:,} memstore sessions, {f['events']:,} events, {f['chunks']:,} chunks "
+        f"({f['chunk_text_mb']:,.0f} MB of text)"
+    )
     print(f"  {'':46s} {'memstore':>22s} {'floor':>24s}   ratio (floor / memstore)")
     if "import_total_s" in f:
         print_import(f, n)
     else:
         print("  import until searchable: stopped, see above (figures below are on the completed store)")
     if "catalog_build_s" in f:
-        row("catalog from scratch vs insert_all+FTS5 (B)", fmt_s(f["catalog_build_s"]), fmt_s(f["floor_b_s"]) + " B",
-            f"{f['floor_b_s'] / f['catalog_build_s']:.3f}x")
+        row(
+            "catalog from scratch vs insert_all+FTS5 (B)",
+            fmt_s(f["catalog_build_s"]),
+            fmt_s(f["floor_b_s"]) + " B",
+            f"{f['floor_b_s'] / f['catalog_build_s']:.3f}x",
+        )
         if f.get("catalog_build_from") != "rebuild":
-            print(f"  {'':4s}(memstore's figure: {f.get('catalog_build_from')}, which built the catalog from scratch;"
-                  " its RSS is the import child's)")
+            print(
+                f"  {'':4s}(memstore's figure: {f.get('catalog_build_from')}, which built the catalog from scratch;"
+                " its RSS is the import child's)"
+            )
         row("  peak RSS", f"{f['catalog_build_rss_mb']:9,.0f} MB", f"{f['floor_b_rss_mb']:9,.0f} MB", "")
     elif "refresh_extrapolated_s" in f:
-        row("catalog from scratch (EXTRAPOLATED) vs (B)", fmt_s(f["refresh_extrapolated_s"]),
-            fmt_s(f["floor_b_s"]) + " B", f"{f['floor_b_s'] / f['refresh_extrapolated_s']:.3f}x (extrapolated)")
+        row(
+            "catalog from scratch (EXTRAPOLATED) vs (B)",
+            fmt_s(f["refresh_extrapolated_s"]),
+            fmt_s(f["floor_b_s"]) + " B",
+            f"{f['floor_b_s'] / f['refresh_extrapolated_s']:.3f}x (extrapolated)",
+        )
     for p in ("p50", "p95"):
-        row(f"search_memory {p} vs FTS5 bm25() (ratio FTS5/ours)", fmt_s(f[f"memstore_{p}_s"]),
-            fmt_s(f[f"fts5_{p}_s"]) + " F", f"{f[f'fts5_{p}_s'] / f[f'memstore_{p}_s']:.2f}x")
+        row(
+            f"search_memory {p} vs FTS5 bm25() (ratio FTS5/ours)",
+            fmt_s(f[f"memstore_{p}_s"]),
+            fmt_s(f[f"fts5_{p}_s"]) + " F",
+            f"{f[f'fts5_{p}_s'] / f[f'memstore_{p}_s']:.2f}x",
+        )
     if "engine_p50_s" in f:
         for p in ("p50", "p95"):
-            row(f"  engine alone {p} (SearchIndex.search)", fmt_s(f[f"engine_{p}_s"]), fmt_s(f[f"fts5_{p}_s"]) + " F",
-                f"{f[f'fts5_{p}_s'] / f[f'engine_{p}_s']:.2f}x")
+            row(
+                f"  engine alone {p} (SearchIndex.search)",
+                fmt_s(f[f"engine_{p}_s"]),
+                fmt_s(f[f"fts5_{p}_s"]) + " F",
+                f"{f[f'fts5_{p}_s'] / f[f'engine_{p}_s']:.2f}x",
+            )
     if "import_only_this_s" in f:
         print(f"  import_logs alone (no catalog), this tree vs the baseline tree {f['baseline_tree']}:")
-        for label, suffix, n in (("archive", "", f["import_only_sessions"]),
-                                 ("tiny archive", "_tiny", f["import_only_tiny_sessions"])):
+        for label, suffix, n in (
+            ("archive", "", f["import_only_sessions"]),
+            ("tiny archive", "_tiny", f["import_only_tiny_sessions"]),
+        ):
             this, base = f[f"import_only_this{suffix}_s"], f[f"import_only_baseline{suffix}_s"]
             this_cpu, base_cpu = f[f"import_only_this{suffix}_cpu_s"], f[f"import_only_baseline{suffix}_cpu_s"]
             row(f"  {label}: wall (baseline / this)", fmt_s(this), fmt_s(base) + " baseline", f"{base / this:.2f}x")
-            row(f"  {label}: CPU incl. workers", fmt_s(this_cpu), fmt_s(base_cpu) + " baseline",
-                f"{base_cpu / this_cpu:.2f}x")
+            row(
+                f"  {label}: CPU incl. workers",
+                fmt_s(this_cpu),
+                fmt_s(base_cpu) + " baseline",
+                f"{base_cpu / this_cpu:.2f}x",
+            )
             row(f"  {label}: per session (wall)", fmt_s(this / n), fmt_s(base / n) + " baseline", "")
-            row(f"  {label}: peak RSS", f"{f[f'import_only_this{suffix}_rss_mb']:9,.0f} MB",
-                f"{f[f'import_only_baseline{suffix}_rss_mb']:9,.0f} MB", "")
+            row(
+                f"  {label}: peak RSS",
+                f"{f[f'import_only_this{suffix}_rss_mb']:9,.0f} MB",
+                f"{f[f'import_only_baseline{suffix}_rss_mb']:9,.0f} MB",
+                "",
+            )
         if "floor_a_s" in f:
-            row("  archive: floor A / import_logs (this; baseline)", f"{f['floor_a_s'] / f['import_only_this_s']:.3f}x",
-                f"{f['floor_a_s'] / f['import_only_baseline_s']:.3f}x", "")
-    row("refresh, nothing changed vs list+stat", fmt_s(f["noop_refresh_s"]), fmt_s(f["noop_floor_s"]),
-        f"{f['noop_floor_s'] / f['noop_refresh_s']:.3f}x")
-    for key, label in (("sweep", "  feed + sweep now (Store.refresh(full=False))"),
-                       ("feed", "  feed alone (full=False, sweep=False)"),
-                       ("search", "  before a search (LiveCatalog.ensure_current)")):
+            row(
+                "  archive: floor A / import_logs (this; baseline)",
+                f"{f['floor_a_s'] / f['import_only_this_s']:.3f}x",
+                f"{f['floor_a_s'] / f['import_only_baseline_s']:.3f}x",
+                "",
+            )
+    row(
+        "refresh, nothing changed vs list+stat",
+        fmt_s(f["noop_refresh_s"]),
+        fmt_s(f["noop_floor_s"]),
+        f"{f['noop_floor_s'] / f['noop_refresh_s']:.3f}x",
+    )
+    for key, label in (
+        ("sweep", "  feed + sweep now (Store.refresh(full=False))"),
+        ("feed", "  feed alone (full=False, sweep=False)"),
+        ("search", "  before a search (LiveCatalog.ensure_current)"),
+    ):
         if f"noop_{key}_s" in f:
-            row(label, fmt_s(f[f"noop_{key}_s"]), fmt_s(f["noop_floor_s"]),
-                f"{f['noop_floor_s'] / f[f'noop_{key}_s']:.3f}x")
+            row(
+                label,
+                fmt_s(f[f"noop_{key}_s"]),
+                fmt_s(f["noop_floor_s"]),
+                f"{f['noop_floor_s'] / f[f'noop_{key}_s']:.3f}x",
+            )
 
 
 def print_import(f: dict[str, Any], n: int) -> None:
-    row("import until searchable vs bare parse (A)", fmt_s(f["import_total_s"]), fmt_s(f["floor_a_s"]) + " A",
-        f"{f['floor_a_s'] / f['import_total_s']:.3f}x")
-    row("  CPU time (child rusage / process_time)", fmt_s(f["import_cpu_s"]), fmt_s(f["floor_a_cpu_s"]) + " A",
-        f"{f['floor_a_cpu_s'] / f['import_cpu_s']:.3f}x")
-    row("  throughput", f"{f['archive_mb'] / f['import_total_s']:9.1f} MB/s",
-        f"{f['archive_mb'] / f['floor_a_s']:9.1f} MB/s", "")
-    row("  of which import_logs / refresh / 1 search", fmt_s(f["import_import_s"]), fmt_s(f["import_refresh_s"]),
-        f"search {f['import_search_s'] * 1000:.0f} ms")
+    row(
+        "import until searchable vs bare parse (A)",
+        fmt_s(f["import_total_s"]),
+        fmt_s(f["floor_a_s"]) + " A",
+        f"{f['floor_a_s'] / f['import_total_s']:.3f}x",
+    )
+    row(
+        "  CPU time (child rusage / process_time)",
+        fmt_s(f["import_cpu_s"]),
+        fmt_s(f["floor_a_cpu_s"]) + " A",
+        f"{f['floor_a_cpu_s'] / f['import_cpu_s']:.3f}x",
+    )
+    row(
+        "  throughput",
+        f"{f['archive_mb'] / f['import_total_s']:9.1f} MB/s",
+        f"{f['archive_mb'] / f['floor_a_s']:9.1f} MB/s",
+        "",
+    )
+    row(
+        "  of which import_logs / refresh / 1 search",
+        fmt_s(f["import_import_s"]),
+        fmt_s(f["import_refresh_s"]),
+        f"search {f['import_search_s'] * 1000:.0f} ms",
+    )
     row("  peak RSS (import child)", f"{f['peak_rss_mb']:9,.0f} MB", "", "")
     row("  per session (whole archive)", fmt_s(f["import_total_s"] / n), fmt_s(f["floor_a_s"] / n), "")
-    row(f"tiny sessions ({f['tiny_sessions']:,}, {f['tiny_mb']:.1f} MB): per session",
-        fmt_s(f["tiny_total_s"] / f["tiny_sessions"]), fmt_s(f["tiny_floor_s"] / f["tiny_sessions"]) + " A",
-        f"{f['tiny_floor_s'] / f['tiny_total_s']:.3f}x")
+    row(
+        f"tiny sessions ({f['tiny_sessions']:,}, {f['tiny_mb']:.1f} MB): per session",
+        fmt_s(f["tiny_total_s"] / f["tiny_sessions"]),
+        fmt_s(f["tiny_floor_s"] / f["tiny_sessions"]) + " A",
+        f"{f['tiny_floor_s'] / f['tiny_total_s']:.3f}x",
+    )
     row("  CPU per session", fmt_s(f["tiny_cpu_s"] / f["tiny_sessions"]), "", "")
-    row("  derived: fixed cost per session (wall; CPU)", fmt_s(f["fixed_s_per_session"]),
-        fmt_s(f["fixed_cpu_s_per_session"]) + " C", "")
+    row(
+        "  derived: fixed cost per session (wall; CPU)",
+        fmt_s(f["fixed_s_per_session"]),
+        fmt_s(f["fixed_cpu_s_per_session"]) + " C",
+        "",
+    )
     row("  derived: cost per MB (wall; CPU)", fmt_s(f["s_per_mb"]), fmt_s(f["cpu_s_per_mb"]) + " C", "")
-    row("  derived: fixed costs' share (wall; CPU)", f"{f['fixed_s_per_session'] * n / f['import_total_s']:9.0%}",
-        f"{f['fixed_cpu_s_per_session'] * n / f['import_cpu_s']:9.0%} C", "")
+    row(
+        "  derived: fixed costs' share (wall; CPU)",
+        f"{f['fixed_s_per_session'] * n / f['import_total_s']:9.0%}",
+        f"{f['fixed_cpu_s_per_session'] * n / f['import_cpu_s']:9.0%} C",
+        "",
+    )
 
 
 def print_growth(results: list[dict[str, Any]]) -> None:
@@ -673,21 +878,24 @@ def print_growth(results: list[dict[str, Any]]) -> None:
     if len(done) < 2:
         return
     a, b = done[0], done[-1]
-    print(f"\n== growth from {a['sessions']:,} to {b['sessions']:,} sessions (ratio larger / smaller; "
-          f"{b['archive_mb'] / a['archive_mb']:.1f}x the bytes, {b['chunks'] / a['chunks']:.1f}x the chunks)")
+    print(
+        f"\n== growth from {a['sessions']:,} to {b['sessions']:,} sessions (ratio larger / smaller; "
+        f"{b['archive_mb'] / a['archive_mb']:.1f}x the bytes, {b['chunks'] / a['chunks']:.1f}x the chunks)"
+    )
     # (label, figure, its extrapolated stand-in when a stopped run could not measure it, divisor)
-    pairs = (("import_logs time per MB", "import_import_s", None, "archive_mb"),
-             ("import until searchable per MB", "import_total_s", "import_total_extrapolated_s", "archive_mb"),
-             ("import until searchable per session", "import_total_s", "import_total_extrapolated_s",
-              "memstore_sessions"),
-             ("catalog from scratch per chunk", "catalog_build_s", "refresh_extrapolated_s", "chunks"),
-             ("search_memory p50", "memstore_p50_s", None, None),
-             ("search_memory p95", "memstore_p95_s", None, None),
-             ("FTS5 bm25() p50", "fts5_p50_s", None, None),
-             ("refresh with nothing changed (full check)", "noop_refresh_s", None, None),
-             ("refresh with nothing changed (feed alone)", "noop_feed_s", None, None),
-             ("before a search, nothing changed", "noop_search_s", None, None),
-             ("peak RSS of the import child", "peak_rss_mb", None, None))
+    pairs = (
+        ("import_logs time per MB", "import_import_s", None, "archive_mb"),
+        ("import until searchable per MB", "import_total_s", "import_total_extrapolated_s", "archive_mb"),
+        ("import until searchable per session", "import_total_s", "import_total_extrapolated_s", "memstore_sessions"),
+        ("catalog from scratch per chunk", "catalog_build_s", "refresh_extrapolated_s", "chunks"),
+        ("search_memory p50", "memstore_p50_s", None, None),
+        ("search_memory p95", "memstore_p95_s", None, None),
+        ("FTS5 bm25() p50", "fts5_p50_s", None, None),
+        ("refresh with nothing changed (full check)", "noop_refresh_s", None, None),
+        ("refresh with nothing changed (feed alone)", "noop_feed_s", None, None),
+        ("before a search, nothing changed", "noop_search_s", None, None),
+        ("peak RSS of the import child", "peak_rss_mb", None, None),
+    )
     for label, key, stand_in, per in pairs:
         values: list[float] = []
         extrapolated = False
@@ -701,7 +909,10 @@ def print_growth(results: list[dict[str, Any]]) -> None:
         if len(values) < 2:
             print(f"  {label:40s} not measured at both sizes")
         else:
-            print(f"  {label:40s} {values[1] / values[0]:8.2f}x" + ("  (EXTRAPOLATED figure involved)" if extrapolated else ""))
+            print(
+                f"  {label:40s} {values[1] / values[0]:8.2f}x"
+                + ("  (EXTRAPOLATED figure involved)" if extrapolated else "")
+            )
 
 
 def main() -> None:
@@ -709,23 +920,39 @@ def main() -> None:
     parser.add_argument("--sessions", default=None, help="comma-separated archive sizes (default 1000)")
     parser.add_argument("--quick", action="store_true", help="a small archive and few repetitions")
     parser.add_argument("--json", type=Path, default=None, help="write every figure to this file")
-    parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "memstore-bench-archive")
+    parser.add_argument(
+        "--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "memstore-bench-archive"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scale", type=float, default=1.0, help="session size scale of the main archive")
     parser.add_argument("--tiny", type=int, default=None, help="sessions of the tiny-session archive (default 1000)")
     parser.add_argument("--queries", type=int, default=None)
-    parser.add_argument("--reps", type=int, default=None, help="import and catalog repetitions (default 2, 1 above 2 GB)")
+    parser.add_argument(
+        "--reps", type=int, default=None, help="import and catalog repetitions (default 2, 1 above 2 GB)"
+    )
     parser.add_argument("--search-reps", type=int, default=3)
     parser.add_argument("--import-timeout", type=float, default=2400.0, help="seconds before an import is stopped")
-    parser.add_argument("--rebuild-reps", type=int, default=None,
-                        help="catalog-from-scratch repetitions (default: as --reps); 0 takes the import run's first "
-                             "refresh, which built the catalog from scratch")
-    parser.add_argument("--previous", type=Path, default=None,
-                        help="a --json file of an earlier run: its sizes join the growth comparison")
+    parser.add_argument(
+        "--rebuild-reps",
+        type=int,
+        default=None,
+        help="catalog-from-scratch repetitions (default: as --reps); 0 takes the import run's first "
+        "refresh, which built the catalog from scratch",
+    )
+    parser.add_argument(
+        "--previous",
+        type=Path,
+        default=None,
+        help="a --json file of an earlier run: its sizes join the growth comparison",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the stores in the workdir")
-    parser.add_argument("--baseline-tree", type=Path, default=None,
-                        help="another checkout of memstore (the code before a change): import_logs alone of both "
-                             "archives is also measured with it, alternating with this tree")
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=None,
+        help="another checkout of memstore (the code before a change): import_logs alone of both "
+        "archives is also measured with it, alternating with this tree",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sessions.split(",")] if args.sessions else ([100] if args.quick else [1000])
     if args.quick:
@@ -733,15 +960,20 @@ def main() -> None:
     args.tiny = args.tiny or (100 if args.quick else 1000)
     args.queries = args.queries or (20 if args.quick else 50)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    print(f"memstore archive benchmark: sizes {sizes}, seed {args.seed}, scale {args.scale:g}, "
-          f"{args.queries} queries x {args.search_reps}, workdir {args.workdir}")
+    print(
+        f"memstore archive benchmark: sizes {sizes}, seed {args.seed}, scale {args.scale:g}, "
+        f"{args.queries} queries x {args.search_reps}, workdir {args.workdir}"
+    )
     print(f"  machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; sqlite {sqlite3.sqlite_version}")
     results: list[dict[str, Any]] = []
     for n in sizes:
         results.append(measure_size(n, args, args.workdir))
         if args.json:  # after each size: a long run that stops later keeps what it measured
-            args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
-                                            indent=2, default=str))
+            args.json.write_text(
+                json.dumps(
+                    {"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2, default=str
+                )
+            )
     earlier = json.loads(args.previous.read_text())["results"] if args.previous else []
     if earlier:
         print(f"\n(sizes {', '.join(str(r['sessions']) for r in earlier)} from the earlier run {args.previous})")

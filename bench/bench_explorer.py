@@ -57,19 +57,40 @@ def build(root: Path, sessions: int, events: int) -> None:
             ts = f"2026-11-{day:02d}T{(turn // 17) % 24:02d}:{turn % 60:02d}:00.000Z"
             log.append({"type": "turn.started"}, ts=ts)
             for i in range(8):
-                log.append({"type": "item.completed", "item": {
-                    "id": f"c{turn}.{i}", "type": "command_execution", "command": f"cargo test -p crate{i}",
-                    "aggregated_output": OUTPUT, "exit_code": i % 5 == 0, "status": "completed"}}, ts=ts)
-            log.append({"type": "turn.completed", "usage": {"input_tokens": 1000 + turn, "cached_input_tokens": 800,
-                                                             "output_tokens": 50}}, ts=ts)
+                log.append(
+                    {
+                        "type": "item.completed",
+                        "item": {
+                            "id": f"c{turn}.{i}",
+                            "type": "command_execution",
+                            "command": f"cargo test -p crate{i}",
+                            "aggregated_output": OUTPUT,
+                            "exit_code": i % 5 == 0,
+                            "status": "completed",
+                        },
+                    },
+                    ts=ts,
+                )
+            log.append(
+                {
+                    "type": "turn.completed",
+                    "usage": {"input_tokens": 1000 + turn, "cached_input_tokens": 800, "output_tokens": 50},
+                },
+                ts=ts,
+            )
             written += 10
     for n in range(sessions):
         ts = f"2026-10-{1 + n % 28:02d}T{n % 24:02d}:00:00.000Z"
         with memstore.open_session(root, f"s{n:05d}", durability="none") as log:
             log.append({"type": "thread.started", "thread_id": f"s{n:05d}"}, ts=ts)
             log.append({"type": "turn.started"}, ts=ts)
-            log.append({"type": "item.completed", "item": {"id": "u", "type": "user_message",
-                                                           "text": f"task number {n}: fix the build"}}, ts=ts)
+            log.append(
+                {
+                    "type": "item.completed",
+                    "item": {"id": "u", "type": "user_message", "text": f"task number {n}: fix the build"},
+                },
+                ts=ts,
+            )
             log.append({"type": "turn.completed", "usage": {"input_tokens": 100 + n, "output_tokens": 10}}, ts=ts)
         if n % 1000 == 999:
             print(f"  {n + 1} sessions written ({time.perf_counter() - started:.0f} s)", file=sys.stderr)

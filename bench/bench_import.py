@@ -36,8 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import memstore  # noqa: E402
 
-WORDS = ("cargo test build error warning file src main lib mod fn struct impl trait pub use let mut self return "
-         "match some none ok err vec string option result parser token line offset").split()
+WORDS = (
+    "cargo test build error warning file src main lib mod fn struct impl trait pub use let mut self return "
+    "match some none ok err vec string option result parser token line offset"
+).split()
 
 
 def _text(rng: random.Random, n_words: int) -> str:
@@ -53,7 +55,9 @@ def _output(rng: random.Random, n_bytes: int) -> str:
     return "\n".join(lines)
 
 
-def write_rollout(path: Path, target_bytes: int, seed: int = 11, thread: str = "019c0000-0000-7000-8000-000000000001") -> int:
+def write_rollout(
+    path: Path, target_bytes: int, seed: int = 11, thread: str = "019c0000-0000-7000-8000-000000000001"
+) -> int:
     """A Codex 0.104-style rollout of about ``target_bytes``; returns its line count."""
     rng = random.Random(seed)
     clock = [1_771_000_000.0, ""]
@@ -76,63 +80,150 @@ def write_rollout(path: Path, target_bytes: int, seed: int = 11, thread: str = "
 
     def context(turn: int) -> bytes:
         # Written once per model request (the reference counts 136 of them for 13 prompts).
-        return line("turn_context", {"turn_id": f"t{turn}", "cwd": "/home/dev/app", "approval_policy": "on-request",
-                                     "sandbox_policy": {"type": "workspace-write", "network_access": False,
-                                                        "exclude_tmpdir_env_var": False, "exclude_slash_tmp": False},
-                                     "model": "gpt-5.3-codex", "personality": "pragmatic", "effort": "medium",
-                                     "summary": "auto", "user_instructions": agents_md,
-                                     "truncation_policy": {"mode": "tokens", "limit": 10000}})
+        return line(
+            "turn_context",
+            {
+                "turn_id": f"t{turn}",
+                "cwd": "/home/dev/app",
+                "approval_policy": "on-request",
+                "sandbox_policy": {
+                    "type": "workspace-write",
+                    "network_access": False,
+                    "exclude_tmpdir_env_var": False,
+                    "exclude_slash_tmp": False,
+                },
+                "model": "gpt-5.3-codex",
+                "personality": "pragmatic",
+                "effort": "medium",
+                "summary": "auto",
+                "user_instructions": agents_md,
+                "truncation_policy": {"mode": "tokens", "limit": 10000},
+            },
+        )
 
-    limits = {"primary": {"used_percent": 4.0, "window_minutes": 300, "resets_at": 1771003600},
-              "secondary": {"used_percent": 21.0, "window_minutes": 10080, "resets_at": 1771500000},
-              "credits": {"has_credits": False, "unlimited": False, "balance": None}, "plan_type": "plus"}
+    limits = {
+        "primary": {"used_percent": 4.0, "window_minutes": 300, "resets_at": 1771003600},
+        "secondary": {"used_percent": 21.0, "window_minutes": 10080, "resets_at": 1771500000},
+        "credits": {"has_credits": False, "unlimited": False, "balance": None},
+        "plan_type": "plus",
+    }
     total = [0, 0, 0, 0]
     n_lines = 0
     with open(path, "wb") as fh:
-        fh.write(line("session_meta", {"id": thread, "timestamp": ts(), "cwd": "/home/dev/app", "originator": "codex_cli_rs",
-                                       "cli_version": "0.104.0", "source": "cli", "model_provider": "openai",
-                                       "base_instructions": {"text": _text(rng, 3000)}}))
+        fh.write(
+            line(
+                "session_meta",
+                {
+                    "id": thread,
+                    "timestamp": ts(),
+                    "cwd": "/home/dev/app",
+                    "originator": "codex_cli_rs",
+                    "cli_version": "0.104.0",
+                    "source": "cli",
+                    "model_provider": "openai",
+                    "base_instructions": {"text": _text(rng, 3000)},
+                },
+            )
+        )
         n_lines += 1
         turn = 0
         while fh.tell() < target_bytes:
             turn += 1
-            out = [line("event_msg", {"type": "task_started", "turn_id": f"t{turn}", "model_context_window": 258400}),
-                   context(turn),
-                   line("response_item", {"type": "message", "role": "user",
-                                          "content": [{"type": "input_text", "text": _text(rng, 30)}]}),
-                   line("event_msg", {"type": "user_message", "message": _text(rng, 30), "images": [],
-                                      "local_images": [], "text_elements": []})]
+            out = [
+                line("event_msg", {"type": "task_started", "turn_id": f"t{turn}", "model_context_window": 258400}),
+                context(turn),
+                line(
+                    "response_item",
+                    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": _text(rng, 30)}]},
+                ),
+                line(
+                    "event_msg",
+                    {
+                        "type": "user_message",
+                        "message": _text(rng, 30),
+                        "images": [],
+                        "local_images": [],
+                        "text_elements": [],
+                    },
+                ),
+            ]
             for step in range(rng.randint(3, 8)):
                 if step:
                     out.append(context(turn))
                 summary = _text(rng, 12)
                 out.append(line("event_msg", {"type": "agent_reasoning", "text": summary}))
-                out.append(line("response_item", {"type": "reasoning", "summary": [{"type": "summary_text", "text": summary}],
-                                                  "content": None, "encrypted_content": "gAAAA" + "x" * rng.randint(800, 2400)}))
+                out.append(
+                    line(
+                        "response_item",
+                        {
+                            "type": "reasoning",
+                            "summary": [{"type": "summary_text", "text": summary}],
+                            "content": None,
+                            "encrypted_content": "gAAAA" + "x" * rng.randint(800, 2400),
+                        },
+                    )
+                )
                 call_id = f"call_{turn}_{step}"
-                out.append(line("response_item", {"type": "function_call", "name": "exec_command", "call_id": call_id,
-                                                  "arguments": json.dumps({"cmd": f"cargo {rng.choice(WORDS)}",
-                                                                           "workdir": "/home/dev/app"})}))
+                out.append(
+                    line(
+                        "response_item",
+                        {
+                            "type": "function_call",
+                            "name": "exec_command",
+                            "call_id": call_id,
+                            "arguments": json.dumps({"cmd": f"cargo {rng.choice(WORDS)}", "workdir": "/home/dev/app"}),
+                        },
+                    )
+                )
                 code = rng.choice((0, 0, 0, 1))
-                out.append(line("response_item", {"type": "function_call_output", "call_id": call_id, "output":
-                                                  f"Chunk ID: {rng.randint(0, 1 << 24):06x}\nWall time: 1.2 seconds\n"
-                                                  f"Process exited with code {code}\nOriginal token count: 100\nOutput:\n"
-                                                  + _output(rng, rng.randint(500, 6000))}))
+                out.append(
+                    line(
+                        "response_item",
+                        {
+                            "type": "function_call_output",
+                            "call_id": call_id,
+                            "output": f"Chunk ID: {rng.randint(0, 1 << 24):06x}\nWall time: 1.2 seconds\n"
+                            f"Process exited with code {code}\nOriginal token count: 100\nOutput:\n"
+                            + _output(rng, rng.randint(500, 6000)),
+                        },
+                    )
+                )
                 last = [rng.randint(2000, 9000), 0, rng.randint(20, 400), rng.randint(0, 200)]
                 last[1] = last[0] - rng.randint(0, 1500)
                 total = [a + b for a, b in zip(total, last)]
-                usage = {"input_tokens": total[0], "cached_input_tokens": total[1], "output_tokens": total[2],
-                         "reasoning_output_tokens": total[3], "total_tokens": total[0] + total[2]}
-                count = line("event_msg", {"type": "token_count", "info": {"total_token_usage": usage, "last_token_usage": usage,
-                                                                           "model_context_window": 258400},
-                                           "rate_limits": limits})
+                usage = {
+                    "input_tokens": total[0],
+                    "cached_input_tokens": total[1],
+                    "output_tokens": total[2],
+                    "reasoning_output_tokens": total[3],
+                    "total_tokens": total[0] + total[2],
+                }
+                count = line(
+                    "event_msg",
+                    {
+                        "type": "token_count",
+                        "info": {"total_token_usage": usage, "last_token_usage": usage, "model_context_window": 258400},
+                        "rate_limits": limits,
+                    },
+                )
                 out.extend((count, count))  # Codex repeats token counts
             out.append(context(turn))
             answer = _text(rng, 60)
             out.append(line("event_msg", {"type": "agent_message", "message": answer}))
-            out.append(line("response_item", {"type": "message", "role": "assistant", "phase": "final_answer",
-                                              "content": [{"type": "output_text", "text": answer}]}))
-            out.append(line("event_msg", {"type": "task_complete", "turn_id": f"t{turn}", "last_agent_message": answer}))
+            out.append(
+                line(
+                    "response_item",
+                    {
+                        "type": "message",
+                        "role": "assistant",
+                        "phase": "final_answer",
+                        "content": [{"type": "output_text", "text": answer}],
+                    },
+                )
+            )
+            out.append(
+                line("event_msg", {"type": "task_complete", "turn_id": f"t{turn}", "last_agent_message": answer})
+            )
             fh.write(b"".join(out))
             n_lines += len(out)
     return n_lines
@@ -144,28 +235,97 @@ def write_claude(path: Path, seed: int, session: str, turns: int) -> None:
     clock = 1_768_000_000 + seed * 3600
     parent = None
     for t in range(turns):
+
         def stamp(offset: float, t: int = t) -> str:
             return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(clock + t * 60 + offset)) + ".000Z"
-        base = {"isSidechain": False, "userType": "external", "cwd": "/home/dev/app", "sessionId": session,
-                "version": "2.1.14", "gitBranch": "main"}
-        lines.append({**base, "parentUuid": parent, "type": "user", "message": {"role": "user", "content": _text(rng, 20)},
-                      "uuid": f"u{t}", "timestamp": stamp(0)})
-        usage = {"input_tokens": 3, "cache_creation_input_tokens": 200, "cache_read_input_tokens": 9000, "output_tokens": 50}
-        lines.append({**base, "parentUuid": f"u{t}", "type": "assistant", "requestId": f"r{t}", "uuid": f"a{t}",
-                      "timestamp": stamp(2), "message": {"model": "claude-sonnet-4-5", "id": f"msg_{seed}_{t}",
-                                                         "type": "message", "role": "assistant", "usage": usage,
-                                                         "content": [{"type": "tool_use", "id": f"tu{t}", "name": "Bash",
-                                                                      "input": {"command": "cargo test"}}]}})
-        lines.append({**base, "parentUuid": f"a{t}", "type": "user", "uuid": f"r{t}", "timestamp": stamp(4),
-                      "message": {"role": "user", "content": [{"tool_use_id": f"tu{t}", "type": "tool_result",
-                                                               "content": _output(rng, 400)}]},
-                      "toolUseResult": {"stdout": "ok", "stderr": "", "interrupted": False, "isImage": False}})
-        lines.append({**base, "parentUuid": f"r{t}", "type": "assistant", "requestId": f"r{t}b", "uuid": f"b{t}",
-                      "timestamp": stamp(6), "message": {"model": "claude-sonnet-4-5", "id": f"msg_{seed}_{t}b",
-                                                         "type": "message", "role": "assistant", "usage": usage,
-                                                         "content": [{"type": "text", "text": _text(rng, 40)}]}})
-        lines.append({**base, "parentUuid": f"b{t}", "type": "system", "subtype": "turn_duration", "durationMs": 6000,
-                      "uuid": f"s{t}", "timestamp": stamp(7)})
+
+        base = {
+            "isSidechain": False,
+            "userType": "external",
+            "cwd": "/home/dev/app",
+            "sessionId": session,
+            "version": "2.1.14",
+            "gitBranch": "main",
+        }
+        lines.append(
+            {
+                **base,
+                "parentUuid": parent,
+                "type": "user",
+                "message": {"role": "user", "content": _text(rng, 20)},
+                "uuid": f"u{t}",
+                "timestamp": stamp(0),
+            }
+        )
+        usage = {
+            "input_tokens": 3,
+            "cache_creation_input_tokens": 200,
+            "cache_read_input_tokens": 9000,
+            "output_tokens": 50,
+        }
+        lines.append(
+            {
+                **base,
+                "parentUuid": f"u{t}",
+                "type": "assistant",
+                "requestId": f"r{t}",
+                "uuid": f"a{t}",
+                "timestamp": stamp(2),
+                "message": {
+                    "model": "claude-sonnet-4-5",
+                    "id": f"msg_{seed}_{t}",
+                    "type": "message",
+                    "role": "assistant",
+                    "usage": usage,
+                    "content": [
+                        {"type": "tool_use", "id": f"tu{t}", "name": "Bash", "input": {"command": "cargo test"}}
+                    ],
+                },
+            }
+        )
+        lines.append(
+            {
+                **base,
+                "parentUuid": f"a{t}",
+                "type": "user",
+                "uuid": f"r{t}",
+                "timestamp": stamp(4),
+                "message": {
+                    "role": "user",
+                    "content": [{"tool_use_id": f"tu{t}", "type": "tool_result", "content": _output(rng, 400)}],
+                },
+                "toolUseResult": {"stdout": "ok", "stderr": "", "interrupted": False, "isImage": False},
+            }
+        )
+        lines.append(
+            {
+                **base,
+                "parentUuid": f"r{t}",
+                "type": "assistant",
+                "requestId": f"r{t}b",
+                "uuid": f"b{t}",
+                "timestamp": stamp(6),
+                "message": {
+                    "model": "claude-sonnet-4-5",
+                    "id": f"msg_{seed}_{t}b",
+                    "type": "message",
+                    "role": "assistant",
+                    "usage": usage,
+                    "content": [{"type": "text", "text": _text(rng, 40)}],
+                },
+            }
+        )
+        lines.append(
+            {
+                **base,
+                "parentUuid": f"b{t}",
+                "type": "system",
+                "subtype": "turn_duration",
+                "durationMs": 6000,
+                "uuid": f"s{t}",
+                "timestamp": stamp(7),
+            }
+        )
         parent = f"s{t}"
     path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
 
@@ -188,7 +348,7 @@ class Timer:
     """Wall time and this process's CPU time of a block. On a shared machine the CPU time is the
     steadier measure of what the code costs; both are reported."""
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:
         self.wall, self.cpu = time.perf_counter(), time.process_time()
         return self
 
@@ -260,14 +420,18 @@ def main() -> None:
         work = Path(tmp)
         if args.only != "reimport":
             (bare, bare_cpu), (imported, imported_cpu), n_lines = bench_throughput(work, size, reps)
-            print(f"throughput: {size / 2**20:.0f} MB rollout, {n_lines} lines: import {imported * 1000:.0f} ms "
-                  f"({size / 2**20 / imported:.1f} MB/s), bare orjson.loads loop {bare * 1000:.0f} ms; "
-                  f"ratio {bare / imported:.2f}x wall, {bare_cpu / imported_cpu:.2f}x cpu (goal >= 0.25x)")
+            print(
+                f"throughput: {size / 2**20:.0f} MB rollout, {n_lines} lines: import {imported * 1000:.0f} ms "
+                f"({size / 2**20 / imported:.1f} MB/s), bare orjson.loads loop {bare * 1000:.0f} ms; "
+                f"ratio {bare / imported:.2f}x wall, {bare_cpu / imported_cpu:.2f}x cpu (goal >= 0.25x)"
+            )
         if args.only != "throughput":
             (first, first_cpu), (again, again_cpu) = bench_reimport(work, n_sources, reps)
-            print(f"re-import: {n_sources} unchanged sources: first import {first * 1000:.0f} ms, "
-                  f"again {again * 1000:.0f} ms; ratio {again / first:.3f}x wall, "
-                  f"{again_cpu / first_cpu:.3f}x cpu (goal <= 0.05x)")
+            print(
+                f"re-import: {n_sources} unchanged sources: first import {first * 1000:.0f} ms, "
+                f"again {again * 1000:.0f} ms; ratio {again / first:.3f}x wall, "
+                f"{again_cpu / first_cpu:.3f}x cpu (goal <= 0.05x)"
+            )
 
 
 if __name__ == "__main__":

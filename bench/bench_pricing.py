@@ -26,7 +26,7 @@ import random
 import statistics
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -48,7 +48,7 @@ MODELS = [  # (agent, model, share of turns)
 def make_turns(count: int, seed: int = 19) -> list[tuple[str, str, str, tuple[int, int, int, int]]]:
     """``count`` turns: (agent, model, end time in memstore's format, usage counters)."""
     rng = random.Random(seed)
-    start = datetime(2026, 9, 1, tzinfo=timezone.utc)
+    start = datetime(2026, 9, 1, tzinfo=UTC)
     agents = [(agent, model) for agent, model, _ in MODELS]
     weights = [share for _, _, share in MODELS]
     turns = []
@@ -89,14 +89,18 @@ def run_pricing(turns) -> float:
 
 def run_library(turns) -> float:
     from genai_prices import Usage, calc_price
+
     providers = {"claude": "anthropic", "codex": "openai"}
     t0 = time.perf_counter()
     for agent, model, ts, (prompt, cached, written, output) in turns:
         if agent not in providers:
             continue
-        calc_price(Usage(input_tokens=prompt, cache_read_tokens=cached, cache_write_tokens=written,
-                         output_tokens=output), model, provider_id=providers[agent],
-                   genai_request_timestamp=datetime.fromisoformat(ts.replace("Z", "+00:00")))
+        calc_price(
+            Usage(input_tokens=prompt, cache_read_tokens=cached, cache_write_tokens=written, output_tokens=output),
+            model,
+            provider_id=providers[agent],
+            genai_request_timestamp=datetime.fromisoformat(ts.replace("Z", "+00:00")),
+        )
     return time.perf_counter() - t0
 
 
@@ -120,12 +124,18 @@ def main() -> None:
     lib_per_turn = lib / sum(1 for agent, *_ in sample if agent in ("claude", "codex"))
     print(f"{args.turns:,} turns, {args.repeat} repetitions (median), price table {pricing.price_data().price_version}")
     print(f"  baseline (build TokenUsage)    {base:8.3f} s  {args.turns / base:12,.0f} turns/s   1.0x")
-    print(f"  price_usage (cached lookups)   {ours:8.3f} s  {args.turns / ours:12,.0f} turns/s  "
-          f"{ours / base:6.1f}x baseline")
-    print(f"  genai-prices calc_price/turn   {lib_per_turn * args.turns:8.3f} s* {1 / lib_per_turn:12,.0f} turns/s "
-          f"{lib_per_turn * args.turns / base:6.1f}x baseline  (*from {len(sample):,} turns)")
-    print(f"  price_usage vs calc_price: {lib_per_turn * args.turns / ours:.1f}x faster; "
-          f"cache: {pricing._rates_on_day.cache_info()}")
+    print(
+        f"  price_usage (cached lookups)   {ours:8.3f} s  {args.turns / ours:12,.0f} turns/s  "
+        f"{ours / base:6.1f}x baseline"
+    )
+    print(
+        f"  genai-prices calc_price/turn   {lib_per_turn * args.turns:8.3f} s* {1 / lib_per_turn:12,.0f} turns/s "
+        f"{lib_per_turn * args.turns / base:6.1f}x baseline  (*from {len(sample):,} turns)"
+    )
+    print(
+        f"  price_usage vs calc_price: {lib_per_turn * args.turns / ours:.1f}x faster; "
+        f"cache: {pricing._rates_on_day.cache_info()}"
+    )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,9 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -81,12 +82,14 @@ def _git(*args: str) -> str:
         return ""
 
 
-def _pieces(text: str, rng: random.Random, small: tuple[int, int], large: tuple[int, int], large_share: float) -> list[str]:
+def _pieces(
+    text: str, rng: random.Random, small: tuple[int, int], large: tuple[int, int], large_share: float
+) -> list[str]:
     out, i = [], 0
     while i < len(text):
         lo, hi = large if rng.random() < large_share else small
         n = rng.randint(lo, hi)
-        out.append(text[i:i + n])
+        out.append(text[i : i + n])
         i += n
     return [p for p in out if p.strip()]
 
@@ -98,30 +101,77 @@ def agent_events(target_bytes: int, seed: int = 7) -> list[dict]:
     site = sysconfig.get_paths()["purelib"]
     per_kind = target_bytes // 4 + 1
     # detect-secrets' own docs are full of example secrets, and present only when it is installed.
-    prose = _read(sorted(p for p in glob.glob(f"{site}/*.dist-info/METADATA") if "detect_secrets" not in p)
-                  + [str(ROOT / "README.md"), str(ROOT / "RELIABILITY.md")], per_kind)
-    code = _read(sorted(glob.glob(str(ROOT / "memstore" / "**" / "*.py"), recursive=True)) + sorted(glob.glob(f"{stdlib}/*.py")),
-                 per_kind)
+    prose = _read(
+        sorted(p for p in glob.glob(f"{site}/*.dist-info/METADATA") if "detect_secrets" not in p)
+        + [str(ROOT / "README.md"), str(ROOT / "RELIABILITY.md")],
+        per_kind,
+    )
+    code = _read(
+        sorted(glob.glob(str(ROOT / "memstore" / "**" / "*.py"), recursive=True)) + sorted(glob.glob(f"{stdlib}/*.py")),
+        per_kind,
+    )
     # The redaction work itself (its corpus, tests and docs) is full of fake secrets: left out.
-    history = _git("log", "-p", "--stat", "-n", "400", "--", ".", ":(exclude)tests/fixtures/secrets",
-                   ":(exclude)tests/redact", ":(exclude)memstore/redact.py", ":(exclude)bench/bench_redact.py",
-                   ":(exclude)docs/redaction.md")[:per_kind]
-    data = _read(sorted(p for p in glob.glob(f"{site}/**/*.json", recursive=True) if os.path.getsize(p) < 200_000), per_kind)
+    history = _git(
+        "log",
+        "-p",
+        "--stat",
+        "-n",
+        "400",
+        "--",
+        ".",
+        ":(exclude)tests/fixtures/secrets",
+        ":(exclude)tests/redact",
+        ":(exclude)memstore/redact.py",
+        ":(exclude)bench/bench_redact.py",
+        ":(exclude)docs/redaction.md",
+    )[:per_kind]
+    data = _read(
+        sorted(p for p in glob.glob(f"{site}/**/*.json", recursive=True) if os.path.getsize(p) < 200_000), per_kind
+    )
     made: list[dict] = []
     for i, piece in enumerate(_pieces(prose, rng, (300, 1000), (2000, 6000), 0.05)):
         made.append({"type": "item.completed", "item": {"id": f"m{i}", "type": "agent_message", "text": piece}})
     for i, piece in enumerate(_pieces(code, rng, (300, 1000), (4000, 20000), 0.15)):
-        made.append({"type": "item.completed", "item": {"id": f"c{i}", "type": "command_execution",
-                                                        "command": f"sed -n '{i},{i + 80}p' src/module_{i % 17}.py",
-                                                        "aggregated_output": piece, "status": "completed", "exit_code": 0}})
+        made.append(
+            {
+                "type": "item.completed",
+                "item": {
+                    "id": f"c{i}",
+                    "type": "command_execution",
+                    "command": f"sed -n '{i},{i + 80}p' src/module_{i % 17}.py",
+                    "aggregated_output": piece,
+                    "status": "completed",
+                    "exit_code": 0,
+                },
+            }
+        )
     for i, piece in enumerate(_pieces(history, rng, (300, 1000), (3000, 12000), 0.2)):
-        made.append({"type": "item.completed", "item": {"id": f"d{i}", "type": "file_change", "status": "completed",
-                                                        "changes": [{"path": f"src/module_{i % 17}.py", "kind": "update"}],
-                                                        "unified_diff": piece}})
+        made.append(
+            {
+                "type": "item.completed",
+                "item": {
+                    "id": f"d{i}",
+                    "type": "file_change",
+                    "status": "completed",
+                    "changes": [{"path": f"src/module_{i % 17}.py", "kind": "update"}],
+                    "unified_diff": piece,
+                },
+            }
+        )
     for i, piece in enumerate(_pieces(data, rng, (300, 1000), (2000, 8000), 0.1)):
-        made.append({"type": "item.completed", "item": {"id": f"t{i}", "type": "tool_call", "tool_name": "Read",
-                                                        "arguments": {"file_path": f"/home/dev/app/data/{i}.json", "limit": 200},
-                                                        "output": piece, "status": "completed"}})
+        made.append(
+            {
+                "type": "item.completed",
+                "item": {
+                    "id": f"t{i}",
+                    "type": "tool_call",
+                    "tool_name": "Read",
+                    "arguments": {"file_path": f"/home/dev/app/data/{i}.json", "limit": 200},
+                    "output": piece,
+                    "status": "completed",
+                },
+            }
+        )
     rng.shuffle(made)
     return made
 
@@ -178,13 +228,16 @@ def run_engine(label: str, events: list[dict], reps: int) -> None:
     }
     result = measure(sides, reps)
     found = sum(len(redactor.findings(t)) for t in texts)
-    print(f"\n## {label}: {len(events)} events, {total:.2f} MB of text ({line_mb:.2f} MB as JSON lines), "
-          f"{found} findings")
+    print(
+        f"\n## {label}: {len(events)} events, {total:.2f} MB of text ({line_mb:.2f} MB as JSON lines), {found} findings"
+    )
     print(f"{'pass':28} {'CPU s':>8} {'MB/s':>9} {'vs encode':>10} {'vs orjson':>10} {'vs one regex':>12}")
     for name, seconds in result.items():
         mb = line_mb if name in ("orjson", "redact_text (JSON lines)", "redact_value") else total
-        print(f"{name:28} {seconds:8.3f} {mb / seconds:9.1f} {seconds / result['encode']:9.1f}x "
-              f"{seconds / result['orjson']:9.2f}x {seconds / result['one regex']:11.2f}x")
+        print(
+            f"{name:28} {seconds:8.3f} {mb / seconds:9.1f} {seconds / result['encode']:9.1f}x "
+            f"{seconds / result['orjson']:9.2f}x {seconds / result['one regex']:11.2f}x"
+        )
 
 
 def _corpus_coverage(scan: Callable[[str], list[str]]) -> tuple[int, int, int, dict[str, int]]:
@@ -222,10 +275,18 @@ def run_detect_secrets(clean: list[dict], budget_bytes: int) -> None:
         print("\n## detect-secrets: not installed (pip install detect-secrets==1.5.0 to compare)")
         return
     timed = "import time; t = time.perf_counter(); {}; print(time.perf_counter() - t)"
-    with_import = float(subprocess.run([sys.executable, "-c", timed.format(code)], check=True, capture_output=True,
-                                       text=True).stdout)
-    ours_import = float(subprocess.run([sys.executable, "-c", "import memstore; " + timed.format(
-        "import memstore.redact as r; r._scanner()")], check=True, capture_output=True, text=True, cwd=ROOT).stdout)
+    with_import = float(
+        subprocess.run([sys.executable, "-c", timed.format(code)], check=True, capture_output=True, text=True).stdout
+    )
+    ours_import = float(
+        subprocess.run(
+            [sys.executable, "-c", "import memstore; " + timed.format("import memstore.redact as r; r._scanner()")],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        ).stdout
+    )
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.core.scan import scan_line
     from detect_secrets.settings import transient_settings
@@ -236,23 +297,33 @@ def run_detect_secrets(clean: list[dict], budget_bytes: int) -> None:
     mapping: dict[str, type] = get_mapping_from_secret_type_to_class()
     names = [plugin.__name__ for plugin in mapping.values()]
     print(f"\n## detect-secrets 1.5 and memstore.redact, line by line over {size:.2f} MB of the text without secrets")
-    print(f"import: detect-secrets {with_import:.2f} s (it imports requests), "
-          f"memstore.redact with its regex compiled {ours_import:.3f} s")
+    print(
+        f"import: detect-secrets {with_import:.2f} s (it imports requests), "
+        f"memstore.redact with its regex compiled {ours_import:.3f} s"
+    )
     print(f"{'detector':44} {'MB/s':>8} {'reports':>8}   corpus secrets: removed / partly / missed (missed kinds)")
-    for label, plugins in (("detect-secrets, all plugins", names),
-                           ("detect-secrets, no entropy plugins", [n for n in names if "HighEntropy" not in n])):
+    for label, plugins in (
+        ("detect-secrets, all plugins", names),
+        ("detect-secrets, no entropy plugins", [n for n in names if "HighEntropy" not in n]),
+    ):
         with transient_settings({"plugins_used": [{"name": n} for n in plugins]}):
             start = time.process_time()
             reports = sum(1 for line in lines for _ in scan_line(line))
             seconds = time.process_time() - start
-            coverage = _corpus_coverage(lambda t: [s.secret_value or "" for ln in t.splitlines() for s in scan_line(ln)])
-        print(f"{label:44} {size / seconds:8.3f} {reports:8d}   {coverage[0]} / {coverage[1]} / {coverage[2]} {coverage[3]}")
+            coverage = _corpus_coverage(
+                lambda t: [s.secret_value or "" for ln in t.splitlines() for s in scan_line(ln)]
+            )
+        print(
+            f"{label:44} {size / seconds:8.3f} {reports:8d}   {coverage[0]} / {coverage[1]} / {coverage[2]} {coverage[3]}"
+        )
     redactor = Redactor()
     start = time.process_time()
     reports = sum(len(redactor.findings(line)) for line in lines)
     seconds = time.process_time() - start
-    coverage = _corpus_coverage(lambda t: [t[f.start:f.end] for f in redactor.findings(t)])
-    print(f"{'memstore.redact':44} {size / seconds:8.3f} {reports:8d}   {coverage[0]} / {coverage[1]} / {coverage[2]} {coverage[3]}")
+    coverage = _corpus_coverage(lambda t: [t[f.start : f.end] for f in redactor.findings(t)])
+    print(
+        f"{'memstore.redact':44} {size / seconds:8.3f} {reports:8d}   {coverage[0]} / {coverage[1]} / {coverage[2]} {coverage[3]}"
+    )
 
 
 STORE_SIDES = {
@@ -271,8 +342,9 @@ def _store_pass(archive: Path, root: Path, config: Any) -> tuple[float, float, f
     if config is not None:
         (root / "config.toml").write_text(config)
     wall, cpu = time.perf_counter(), time.process_time()
-    report = memstore.import_logs(root, [archive / ".claude" / "projects", archive / ".codex" / "sessions"],
-                                  settle_seconds=0)
+    report = memstore.import_logs(
+        root, [archive / ".claude" / "projects", archive / ".codex" / "sessions"], settle_seconds=0
+    )
     import_wall, import_cpu = time.perf_counter() - wall, time.process_time() - cpu
     if report.problems and not report.sessions:
         raise SystemExit(f"the import failed: {report.problems[:3]}")
@@ -292,8 +364,10 @@ def run_store(sessions: int, scale: float, reps: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-redact-store-"))
     try:
         summary = generate(work / "archive", sessions, seed=5, scale=scale)
-        print(f"archive: {summary.sessions} sessions, {summary.files} files, {summary.bytes / 1e6:.1f} MB, "
-              f"{summary.lines} lines; {reps} repetitions, fresh stores, sides alternating")
+        print(
+            f"archive: {summary.sessions} sessions, {summary.files} files, {summary.bytes / 1e6:.1f} MB, "
+            f"{summary.lines} lines; {reps} repetitions, fresh stores, sides alternating"
+        )
         figures: dict[str, list[tuple[float, float, float, float]]] = {side: [] for side in STORE_SIDES}
         for rep in range(reps):
             order = list(STORE_SIDES) if rep % 2 == 0 else list(reversed(STORE_SIDES))
@@ -303,8 +377,10 @@ def run_store(sessions: int, scale: float, reps: int) -> None:
                 shutil.rmtree(root)
         medians = {side: [statistics.median(f[i] for f in runs) for i in range(4)] for side, runs in figures.items()}
         base = medians["off"]
-        print(f"{'store':10} {'import wall':>12} {'import CPU':>11} {'catalog wall':>13} {'catalog CPU':>12}"
-              f"   ratios to off (import wall / CPU, catalog wall / CPU)")
+        print(
+            f"{'store':10} {'import wall':>12} {'import CPU':>11} {'catalog wall':>13} {'catalog CPU':>12}"
+            f"   ratios to off (import wall / CPU, catalog wall / CPU)"
+        )
         for side, m in medians.items():
             ratios = " / ".join(f"{m[i] / base[i]:.2f}x" for i in range(4))
             print(f"{side:10} {m[0]:11.2f}s {m[1]:10.2f}s {m[2]:12.2f}s {m[3]:11.2f}s   {ratios}")

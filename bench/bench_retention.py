@@ -30,7 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -47,16 +47,37 @@ def template(root: Path) -> dict[str, bytes]:
         log.append({"type": "thread.started", "thread_id": "template"})
         for n in range(3):
             log.append({"type": "turn.started"})
-            log.append({"type": "item.completed", "item": {"id": f"c{n}", "type": "command_execution",
-                                                            "command": "cargo test", "aggregated_output": "ok " * 50,
-                                                            "exit_code": 0, "status": "completed"}})
+            log.append(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": f"c{n}",
+                        "type": "command_execution",
+                        "command": "cargo test",
+                        "aggregated_output": "ok " * 50,
+                        "exit_code": 0,
+                        "status": "completed",
+                    },
+                }
+            )
             log.append({"type": "turn.completed", "usage": {"input_tokens": 100, "output_tokens": 10}})
-        log.append({"type": "thread.completed", "thread_id": "template", "session_id": "template",
-                    "subtype": "success", "outcome_code": "completed", "usage": {}, "num_turns": 3})
+        log.append(
+            {
+                "type": "thread.completed",
+                "thread_id": "template",
+                "session_id": "template",
+                "subtype": "success",
+                "outcome_code": "completed",
+                "usage": {},
+                "num_turns": 3,
+            }
+        )
         directory = log.directory
-    return {"events.jsonl": (directory / "events.jsonl").read_bytes(),
-            "manifest.json": (directory / "manifest.json").read_bytes(),
-            "index/session.db": (directory / "index" / "session.db").read_bytes()}
+    return {
+        "events.jsonl": (directory / "events.jsonl").read_bytes(),
+        "manifest.json": (directory / "manifest.json").read_bytes(),
+        "index/session.db": (directory / "index" / "session.db").read_bytes(),
+    }
 
 
 def build_store(root: Path, files: dict[str, bytes], count: int, old: int) -> None:
@@ -77,12 +98,13 @@ def build_store(root: Path, files: dict[str, bytes], count: int, old: int) -> No
         (directory / "session.lock").write_bytes(b"")
         os.link(shared_db, directory / "index" / "session.db")
         stamp = 1_577_836_800 + n if n < old else now - 3600 - n
-        (directory / "manifest.json").write_bytes(orjson.dumps(
-            {**manifest, "session_id": sid, "updated_at": format_ts_epoch(stamp)}))
+        (directory / "manifest.json").write_bytes(
+            orjson.dumps({**manifest, "session_id": sid, "updated_at": format_ts_epoch(stamp)})
+        )
 
 
 def format_ts_epoch(seconds: float) -> str:
-    return format_ts(datetime.fromtimestamp(seconds, timezone.utc))
+    return format_ts(datetime.fromtimestamp(seconds, UTC))
 
 
 def bare_walk(root: Path) -> int:
@@ -96,8 +118,9 @@ def bare_walk(root: Path) -> int:
     return seen
 
 
-def scenario(name: str, files: dict, count: int, old: int, policy: memstore.RetentionPolicy, repeat: int,
-             fresh: bool) -> dict:
+def scenario(
+    name: str, files: dict, count: int, old: int, policy: memstore.RetentionPolicy, repeat: int, fresh: bool
+) -> dict:
     base = Path(tempfile.mkdtemp(prefix="bench-retention-"))
     walks, runs, removed = [], [], []
     try:
@@ -118,9 +141,16 @@ def scenario(name: str, files: dict, count: int, old: int, policy: memstore.Rete
     finally:
         shutil.rmtree(base, ignore_errors=True)
     walk, run = statistics.median(walks), statistics.median(runs)
-    result = {"scenario": name, "sessions": count, "removed": removed[0], "walk_s": walk, "retention_s": run,
-              "walk_us_per_session": walk / count * 1e6, "retention_us_per_session": run / count * 1e6,
-              "ratio": run / walk}
+    result = {
+        "scenario": name,
+        "sessions": count,
+        "removed": removed[0],
+        "walk_s": walk,
+        "retention_s": run,
+        "walk_us_per_session": walk / count * 1e6,
+        "retention_us_per_session": run / count * 1e6,
+        "ratio": run / walk,
+    }
     if removed[0]:
         result["us_per_removal"] = (run - walk) / removed[0] * 1e6  # beyond the walk's share
     return result
@@ -136,20 +166,28 @@ def main() -> None:
         files = template(Path(scratch))
     results = [
         scenario("keep all", files, count, 0, memstore.RetentionPolicy(count * 2, 3650), args.repeat, fresh=False),
-        scenario("remove 10%", files, count, count // 10, memstore.RetentionPolicy(count * 2, 30), args.repeat,
-                 fresh=True),
-        scenario("default policy", files, count, 0, memstore.RetentionPolicy(50, 30), max(1, args.repeat // 2),
-                 fresh=True),
+        scenario(
+            "remove 10%", files, count, count // 10, memstore.RetentionPolicy(count * 2, 30), args.repeat, fresh=True
+        ),
+        scenario(
+            "default policy", files, count, 0, memstore.RetentionPolicy(50, 30), max(1, args.repeat // 2), fresh=True
+        ),
     ]
-    print(f"{'scenario':<16} {'sessions':>8} {'removed':>8} {'walk µs/session':>16} {'retention µs/session':>21} "
-          f"{'ratio':>7} {'µs/removal':>11}")
+    print(
+        f"{'scenario':<16} {'sessions':>8} {'removed':>8} {'walk µs/session':>16} {'retention µs/session':>21} "
+        f"{'ratio':>7} {'µs/removal':>11}"
+    )
     for r in results:
         per_removal = f"{r['us_per_removal']:.0f}" if "us_per_removal" in r else "-"
-        print(f"{r['scenario']:<16} {r['sessions']:>8} {r['removed']:>8} {r['walk_us_per_session']:>16.1f} "
-              f"{r['retention_us_per_session']:>21.1f} {r['ratio']:>6.2f}x {per_removal:>11}")
+        print(
+            f"{r['scenario']:<16} {r['sessions']:>8} {r['removed']:>8} {r['walk_us_per_session']:>16.1f} "
+            f"{r['retention_us_per_session']:>21.1f} {r['ratio']:>6.2f}x {per_removal:>11}"
+        )
     keep = results[0]
-    print(f"\nretention over {count} sessions (nothing to remove): {keep['retention_s'] * 1000:.0f} ms, "
-          f"walk {keep['walk_s'] * 1000:.0f} ms: ratio {keep['ratio']:.2f}x (goal <= 3x)")
+    print(
+        f"\nretention over {count} sessions (nothing to remove): {keep['retention_s'] * 1000:.0f} ms, "
+        f"walk {keep['walk_s'] * 1000:.0f} ms: ratio {keep['ratio']:.2f}x (goal <= 3x)"
+    )
 
 
 if __name__ == "__main__":

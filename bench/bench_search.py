@@ -72,8 +72,8 @@ import sys
 import sysconfig
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -172,8 +172,15 @@ class Vocabulary:
 # Sessions
 
 
-COMMON_COMMANDS = ("python -m pytest -q", "python -m pytest -x {path}", "git log --oneline -n 20",
-                   "git diff --stat", "python -m mypy {path}", "ruff check {path}", "make test")
+COMMON_COMMANDS = (
+    "python -m pytest -q",
+    "python -m pytest -x {path}",
+    "git log --oneline -n 20",
+    "git diff --stat",
+    "python -m mypy {path}",
+    "ruff check {path}",
+    "make test",
+)
 TOOLS = ("read_file", "grep", "list_files", "read_file", "grep")
 
 
@@ -199,7 +206,9 @@ class SessionText:
         identifiers (3%) and numbers (2%) mixed in."""
         if self._at + n > len(self._words):
             size = max(4096, n)
-            words = self.v.prose[np.minimum(np.searchsorted(self.v.prose_cdf, self.rng.random(size)), len(self.v.prose) - 1)]
+            words = self.v.prose[
+                np.minimum(np.searchsorted(self.v.prose_cdf, self.rng.random(size)), len(self.v.prose) - 1)
+            ]
             mix = self.rng.random(size)
             own = mix < 0.08
             words[own] = self.own[np.minimum(self.rng.zipf(1.3, int(own.sum())) - 1, len(self.own) - 1)]
@@ -208,7 +217,7 @@ class SessionText:
             numbers = (mix >= 0.11) & (mix < 0.13)
             words[numbers] = [str(x) for x in self.rng.integers(0, 5000, int(numbers.sum()))]
             self._words, self._at = words, 0
-        out = list(self._words[self._at:self._at + n])
+        out = list(self._words[self._at : self._at + n])
         self._at += n
         return out
 
@@ -241,7 +250,7 @@ class SessionText:
         lines = self.lines[path]
         count = min(len(lines), int(self.rng.integers(lo, hi)))
         start = int(self.rng.integers(0, len(lines) - count + 1))
-        return start + 1, lines[start:start + count]
+        return start + 1, lines[start : start + count]
 
     def file_read(self) -> tuple[str, str]:
         path = self.path()
@@ -279,16 +288,21 @@ class SessionText:
                 first, lines = self.window(path, 1, 3)
                 where = self.own[int(self.rng.integers(0, len(self.own)))]
                 line = f'  File "/home/dev/project/Lib/{path}", line {first}, in {where}\n' + "\n".join(
-                    "    " + code.strip() for code in lines)
+                    "    " + code.strip() for code in lines
+                )
             elif roll < 0.85:
                 a, b = self.rng.integers(0, 10_000, 2)
                 line = f"E       AssertionError: assert {a} == {b}"
             elif roll < 0.93:
-                line = (f"{self.prose(30, 90)} /tmp/pytest-of-dev/pytest-{int(self.rng.integers(0, 999))}/"
-                        f"{self.words(1)[0]}0 took {self.rng.random() * 9:.2f}s")
+                line = (
+                    f"{self.prose(30, 90)} /tmp/pytest-of-dev/pytest-{int(self.rng.integers(0, 999))}/"
+                    f"{self.words(1)[0]}0 took {self.rng.random() * 9:.2f}s"
+                )
             else:
-                line = (f"===== {int(self.rng.integers(0, 9))} failed, {int(self.rng.integers(10, 900))} passed in "
-                        f"{self.rng.random() * 60:.2f}s ({self.hex(12)}) =====")
+                line = (
+                    f"===== {int(self.rng.integers(0, 9))} failed, {int(self.rng.integers(10, 900))} passed in "
+                    f"{self.rng.random() * 60:.2f}s ({self.hex(12)}) ====="
+                )
             out.append(line)
             length += len(line) + 1
         return command, "\n".join(out)
@@ -329,7 +343,7 @@ def session_events(text: SessionText, number: int) -> list[tuple[dict, str]]:
         add({"type": "turn.started"})
         add({"type": "item.completed", "item": {"id": f"u{turn}", "type": "user_message", "text": text.prose(60, 400)}})
         add({"type": "item.completed", "item": {"id": f"r{turn}", "type": "reasoning", "text": text.prose(300, 1000)}})
-        for call in range(int(rng.integers(2, 5))):
+        for _ in range(int(rng.integers(2, 5))):
             tool = TOOLS[int(rng.integers(0, len(TOOLS)))]
             call_id = f"call_{text.hex(24)}"
             if tool == "grep":
@@ -338,29 +352,83 @@ def session_events(text: SessionText, number: int) -> list[tuple[dict, str]]:
                 output = text.grep(pattern)
             elif tool == "list_files":
                 arguments = {"path": f"Lib/{Path(text.path()).parent}"}
-                output = "\n".join(f"Lib/{p}" for p in text.paths) + "\n" + "\n".join(
-                    f"Lib/{text.v.files[int(i)]}" for i in rng.integers(0, len(text.v.files), 12))
+                output = (
+                    "\n".join(f"Lib/{p}" for p in text.paths)
+                    + "\n"
+                    + "\n".join(f"Lib/{text.v.files[int(i)]}" for i in rng.integers(0, len(text.v.files), 12))
+                )
             else:
                 path, output = text.file_read()
                 arguments = {"path": f"Lib/{path}"}
-            add({"type": "item.completed", "item": {"id": call_id, "type": "tool_invocation", "tool_name": tool,
-                                                    "arguments": arguments, "status": "completed"}})
-            add({"type": "item.completed", "item": {"id": f"{call_id}:out", "type": "tool_output", "call_id": call_id,
-                                                    "output": output, "status": "completed"}})
+            add(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": call_id,
+                        "type": "tool_invocation",
+                        "tool_name": tool,
+                        "arguments": arguments,
+                        "status": "completed",
+                    },
+                }
+            )
+            add(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": f"{call_id}:out",
+                        "type": "tool_output",
+                        "call_id": call_id,
+                        "output": output,
+                        "status": "completed",
+                    },
+                }
+            )
         if rng.random() < 0.35:
             command, output = text.command()
-            add({"type": "item.completed", "item": {"id": f"cmd{turn}", "type": "command_execution", "command": command,
-                                                    "aggregated_output": output, "exit_code": int(rng.random() < 0.3),
-                                                    "status": "completed"}})
+            add(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": f"cmd{turn}",
+                        "type": "command_execution",
+                        "command": command,
+                        "aggregated_output": output,
+                        "exit_code": int(rng.random() < 0.3),
+                        "status": "completed",
+                    },
+                }
+            )
         if rng.random() < 0.3:
             path, diff = text.diff()
-            add({"type": "item.completed", "item": {"id": f"fc{turn}", "type": "file_change", "status": "completed",
-                                                    "changes": [{"path": f"Lib/{path}", "kind": "update"}],
-                                                    "unified_diff": diff}})
-        add({"type": "item.completed", "item": {"id": f"m{turn}", "type": "agent_message", "text": text.prose(100, 800)}})
-        add({"type": "turn.completed", "usage": {"input_tokens": int(rng.integers(1000, 90000)),
-                                                 "cached_input_tokens": int(rng.integers(0, 900)),
-                                                 "output_tokens": int(rng.integers(100, 900))}})
+            add(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": f"fc{turn}",
+                        "type": "file_change",
+                        "status": "completed",
+                        "changes": [{"path": f"Lib/{path}", "kind": "update"}],
+                        "unified_diff": diff,
+                    },
+                }
+            )
+        add(
+            {
+                "type": "item.completed",
+                "item": {"id": f"m{turn}", "type": "agent_message", "text": text.prose(100, 800)},
+            }
+        )
+        add(
+            {
+                "type": "turn.completed",
+                "usage": {
+                    "input_tokens": int(rng.integers(1000, 90000)),
+                    "cached_input_tokens": int(rng.integers(0, 900)),
+                    "output_tokens": int(rng.integers(100, 900)),
+                },
+            }
+        )
     return events
 
 
@@ -404,8 +472,10 @@ def store_for(workdir: Path, n_chunks: int, jobs: int, seed: int = 20261130) -> 
         with multiprocessing.get_context("spawn").Pool(jobs) as pool:
             written = pool.map(write_sessions, tasks)
     sessions = sum(s for s, _ in written)
-    print(f"  {sessions:,} sessions written in {time.perf_counter() - started:.0f}s; refreshing the catalog ...",
-          flush=True)
+    print(
+        f"  {sessions:,} sessions written in {time.perf_counter() - started:.0f}s; refreshing the catalog ...",
+        flush=True,
+    )
     started = time.perf_counter()
     refresh_catalog(root)
     print(f"  catalog refreshed in {time.perf_counter() - started:.0f}s", flush=True)
@@ -423,7 +493,9 @@ def make_queries(vocab: Vocabulary, n: int, seed: int = 7) -> list[str]:
             if rng.random() < 0.5:
                 terms.append(vocab.identifiers[int(np.exp(rng.uniform(np.log(50), np.log(20_000))))])
             else:
-                terms.append(vocab.prose[int(np.exp(rng.uniform(np.log(400), np.log(min(12_000, len(vocab.prose) - 1)))))])
+                terms.append(
+                    vocab.prose[int(np.exp(rng.uniform(np.log(400), np.log(min(12_000, len(vocab.prose) - 1)))))]
+                )
         rng.shuffle(terms)
         queries.append(" ".join(terms))
     return queries
@@ -472,8 +544,14 @@ def fmt_ms(seconds: float) -> str:
     return f"{seconds * 1000:9.2f} ms"
 
 
-def compare(label: str, queries: list[str], ours: Callable[[str], object], theirs: Callable[[str], object],
-            reps: int, names: tuple[str, str] = ("memstore", "FTS5")) -> dict:
+def compare(
+    label: str,
+    queries: list[str],
+    ours: Callable[[str], object],
+    theirs: Callable[[str], object],
+    reps: int,
+    names: tuple[str, str] = ("memstore", "FTS5"),
+) -> dict:
     """Time both sides on every query ``reps`` times, alternating which goes first; print and
     return p50/p95 of the per-query medians and their ratios (theirs / ours)."""
     for q in queries[:3]:  # warm both sides alike
@@ -482,7 +560,7 @@ def compare(label: str, queries: list[str], ours: Callable[[str], object], their
     times: dict[int, list[list[float]]] = {0: [[] for _ in queries], 1: [[] for _ in queries]}
     for rep in range(reps):
         for qi, q in enumerate(queries):
-            for side in ((0, 1) if (rep + qi) % 2 == 0 else (1, 0)):
+            for side in (0, 1) if (rep + qi) % 2 == 0 else (1, 0):
                 fn = ours if side == 0 else theirs
                 started = time.perf_counter()
                 fn(q)
@@ -492,8 +570,14 @@ def compare(label: str, queries: list[str], ours: Callable[[str], object], their
     o95, t95 = p95(per_query[0]), p95(per_query[1])
     print(f"  {label:38s} p50 {names[0]} {fmt_ms(o50)}  {names[1]} {fmt_ms(t50)}  ratio {t50 / o50:7.2f}", flush=True)
     print(f"  {'':38s} p95 {names[0]} {fmt_ms(o95)}  {names[1]} {fmt_ms(t95)}  ratio {t95 / o95:7.2f}", flush=True)
-    return {"ours_p50": o50, "ours_p95": o95, "theirs_p50": t50, "theirs_p95": t95,
-            "p50_ratio": t50 / o50, "p95_ratio": t95 / o95}
+    return {
+        "ours_p50": o50,
+        "ours_p95": o95,
+        "theirs_p50": t50,
+        "theirs_p95": t95,
+        "p50_ratio": t50 / o50,
+        "p95_ratio": t95 / o95,
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -519,10 +603,14 @@ def run_size(n: int, workdir: Path, reps: int, n_queries: int, jobs: int, engine
     path = catalog_path(root)
     conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
     chunks, sessions, mb = conn.execute(
-        "SELECT count(*), count(DISTINCT session_id), total(length(CAST(text AS BLOB))) / 1e6 FROM chunks").fetchone()
+        "SELECT count(*), count(DISTINCT session_id), total(length(CAST(text AS BLOB))) / 1e6 FROM chunks"
+    ).fetchone()
     lengths = [r[0] for r in conn.execute("SELECT length(text) FROM chunks")]
-    print(f"  {chunks:,} chunks in {sessions:,} sessions, {mb:,.0f} MB of text; chunk length p50"
-          f" {statistics.median(lengths):.0f}, p95 {p95(lengths):.0f} characters", flush=True)
+    print(
+        f"  {chunks:,} chunks in {sessions:,} sessions, {mb:,.0f} MB of text; chunk length p50"
+        f" {statistics.median(lengths):.0f}, p95 {p95(lengths):.0f} characters",
+        flush=True,
+    )
     queries = make_queries(vocab, n_queries)
     print(f"  queries like: {' | '.join(queries[:4])}", flush=True)
     figures: dict = {"n": chunks, "sessions": sessions}
@@ -535,13 +623,25 @@ def run_size(n: int, workdir: Path, reps: int, n_queries: int, jobs: int, engine
                 while f.read(1 << 24):
                     pass
     print(f"  (catalog file read into the OS cache in {time.perf_counter() - started:.1f}s)", flush=True)
-    print(f"  memstore's top {LIMIT} also in FTS5's top {LIMIT} (recency off): {check_same_hits(conn, queries):.0%}",
-          flush=True)
+    print(
+        f"  memstore's top {LIMIT} also in FTS5's top {LIMIT} (recency off): {check_same_hits(conn, queries):.0%}",
+        flush=True,
+    )
 
-    figures["kept"] = compare("1. search_catalog vs FTS5", queries,
-                              lambda q: search_catalog(conn, q, limit=LIMIT), lambda q: fts_search(conn, q), reps)
-    figures["memory"] = compare("2. search_memory vs refresh+FTS5", queries,
-                                lambda q: search_memory(root, q), lambda q: fts_search_memory(root, q), reps)
+    figures["kept"] = compare(
+        "1. search_catalog vs FTS5",
+        queries,
+        lambda q: search_catalog(conn, q, limit=LIMIT),
+        lambda q: fts_search(conn, q),
+        reps,
+    )
+    figures["memory"] = compare(
+        "2. search_memory vs refresh+FTS5",
+        queries,
+        lambda q: search_memory(root, q),
+        lambda q: fts_search_memory(root, q),
+        reps,
+    )
     refresh = []
     for _ in range(max(5, reps)):
         started = time.perf_counter()
@@ -550,9 +650,14 @@ def run_size(n: int, workdir: Path, reps: int, n_queries: int, jobs: int, engine
     figures["refresh_s"] = statistics.median(refresh)
     print(f"  {'':38s} (of which refresh_catalog alone: median {fmt_ms(figures['refresh_s'])})", flush=True)
     cold_queries = queries[: max(10, n_queries // 5)]
-    figures["cold"] = compare("3. kept index vs a new one per query", cold_queries,
-                              lambda q: search_catalog(conn, q, limit=LIMIT),
-                              lambda q: SearchIndex(conn).search(q, LIMIT), max(2, reps // 2), ("kept", "new"))
+    figures["cold"] = compare(
+        "3. kept index vs a new one per query",
+        cold_queries,
+        lambda q: search_catalog(conn, q, limit=LIMIT),
+        lambda q: SearchIndex(conn).search(q, LIMIT),
+        max(2, reps // 2),
+        ("kept", "new"),
+    )
     conn.close()
     if engine:
         figures["engine"] = run_engine(root, workdir, n, reps, queries)
@@ -576,8 +681,21 @@ CREATE TABLE chunks (
   text TEXT NOT NULL
 )
 """
-_ROW_COLUMNS = ("id", "chunk_id", "session_id", "seq", "turn", "part", "source", "kind", "path", "start_line",
-                "end_line", "created_at", "text")
+_ROW_COLUMNS = (
+    "id",
+    "chunk_id",
+    "session_id",
+    "seq",
+    "turn",
+    "part",
+    "source",
+    "kind",
+    "path",
+    "start_line",
+    "end_line",
+    "created_at",
+    "text",
+)
 
 
 def load_rows(root: Path) -> list[dict]:
@@ -658,8 +776,12 @@ print(json.dumps({"first": t1 - t0, "second": t2 - t1, "hits": len(hits)}))
 
 
 def first_search(path: Path, query: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", FIRST_SEARCH_CHILD, str(ROOT), str(path), query],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_SEARCH_CHILD, str(ROOT), str(path), query],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out)
 
 
@@ -682,9 +804,11 @@ def run_engine(root: Path, workdir: Path, n: int, reps: int, queries: list[str])
     ins, idx = build_memstore(ours_path, rows)
     gc.collect()
     fts_t = build_fts(fts_path, rows)
-    print(f"  indexing: SearchIndex.add {idx:.1f}s ({mb / idx:.1f} MB/s), with the row inserts {ins + idx:.1f}s;"
-          f" insert_all+enable_fts {fts_t:.1f}s; ratio {fts_t / idx:.2f} ({fts_t / (ins + idx):.2f} with inserts)",
-          flush=True)
+    print(
+        f"  indexing: SearchIndex.add {idx:.1f}s ({mb / idx:.1f} MB/s), with the row inserts {ins + idx:.1f}s;"
+        f" insert_all+enable_fts {fts_t:.1f}s; ratio {fts_t / idx:.2f} ({fts_t / (ins + idx):.2f} with inserts)",
+        flush=True,
+    )
     figures.update(index_s=idx, insert_s=ins, fts_index_s=fts_t)
     retriever = build_bm25s(rows)
     session_rows = rows[:500]
@@ -692,15 +816,23 @@ def run_engine(root: Path, workdir: Path, n: int, reps: int, queries: list[str])
     gc.collect()
     conn = sqlite3.connect(ours_path)
     index = SearchIndex(conn)
-    figures["bm25s"] = compare("search vs bm25s (numpy)", queries, lambda q: index.search(q, LIMIT),
-                               lambda q: bm25s_query(retriever, q), reps, ("memstore", "bm25s"))
+    figures["bm25s"] = compare(
+        "search vs bm25s (numpy)",
+        queries,
+        lambda q: index.search(q, LIMIT),
+        lambda q, retriever=retriever: bm25s_query(retriever, q),
+        reps,
+        ("memstore", "bm25s"),
+    )
     del retriever
     conn.close()
     firsts = [first_search(ours_path, q)["first"] for q in queries[:5]]
     retok = min(retokenize(ours_path) for _ in range(2))
     first = statistics.median(firsts)
-    print(f"  first search in a fresh process {fmt_ms(first)} vs re-tokenizing {fmt_ms(retok)}:"
-          f" {first / retok:.4f}x", flush=True)
+    print(
+        f"  first search in a fresh process {fmt_ms(first)} vs re-tokenizing {fmt_ms(retok)}: {first / retok:.4f}x",
+        flush=True,
+    )
     figures.update(first_s=first, retokenize_s=retok)
     conn = sqlite3.connect(ours_path)
     index = SearchIndex(conn)
@@ -719,8 +851,11 @@ def run_engine(root: Path, workdir: Path, n: int, reps: int, queries: list[str])
         add_times.append(added - started)
     conn.close()
     figures.update(add_session_s=statistics.median(add_times), remove_session_s=statistics.median(remove_times))
-    print(f"  add a session of 500 chunks {fmt_ms(figures['add_session_s'])}, remove it"
-          f" {fmt_ms(figures['remove_session_s'])} (medians of 7)", flush=True)
+    print(
+        f"  add a session of 500 chunks {fmt_ms(figures['add_session_s'])}, remove it"
+        f" {fmt_ms(figures['remove_session_s'])} (medians of 7)",
+        flush=True,
+    )
     return figures
 
 
@@ -728,8 +863,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="20,000 chunks, few repetitions")
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=None)
-    parser.add_argument("--workdir", type=Path,
-                        default=Path(os.environ.get("TMPDIR", "/tmp")) / "memstore-bench-search")
+    parser.add_argument(
+        "--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "memstore-bench-search"
+    )
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--queries", type=int, default=None)
     parser.add_argument("--jobs", type=int, default=2, help="processes writing the store (built once)")
@@ -744,18 +880,22 @@ def main() -> None:
         for n in sizes:
             store_for(args.workdir, n, args.jobs)
         return
-    print(f"memstore search benchmark: sizes {sizes}, {n_queries} queries x {reps} repetitions,"
-          f" workdir {args.workdir}", flush=True)
+    print(
+        f"memstore search benchmark: sizes {sizes}, {n_queries} queries x {reps} repetitions, workdir {args.workdir}",
+        flush=True,
+    )
     results = [run_size(n, args.workdir, reps, n_queries, args.jobs, args.engine) for n in sizes]
     print("\n== summary (ratios: FTS5 time / memstore time; above 1, memstore is faster)")
     for r in results:
         k, m, c = r["kept"], r["memory"], r["cold"]
-        print(f"  {r['n']:>9,} chunks, {r['sessions']:,} sessions:"
-              f" search_catalog p50 {k['p50_ratio']:.1f}x ({k['ours_p50'] * 1000:.2f} vs {k['theirs_p50'] * 1000:.2f} ms),"
-              f" p95 {k['p95_ratio']:.1f}x;"
-              f" search_memory p50 {m['p50_ratio']:.2f}x ({m['ours_p50'] * 1000:.1f} vs {m['theirs_p50'] * 1000:.1f} ms),"
-              f" p95 {m['p95_ratio']:.2f}x, refresh alone {r['refresh_s'] * 1000:.1f} ms;"
-              f" a new index per query is {c['p50_ratio']:.1f}x slower at p50")
+        print(
+            f"  {r['n']:>9,} chunks, {r['sessions']:,} sessions:"
+            f" search_catalog p50 {k['p50_ratio']:.1f}x ({k['ours_p50'] * 1000:.2f} vs {k['theirs_p50'] * 1000:.2f} ms),"
+            f" p95 {k['p95_ratio']:.1f}x;"
+            f" search_memory p50 {m['p50_ratio']:.2f}x ({m['ours_p50'] * 1000:.1f} vs {m['theirs_p50'] * 1000:.1f} ms),"
+            f" p95 {m['p95_ratio']:.2f}x, refresh alone {r['refresh_s'] * 1000:.1f} ms;"
+            f" a new index per query is {c['p50_ratio']:.1f}x slower at p50"
+        )
 
 
 if __name__ == "__main__":

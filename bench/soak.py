@@ -69,10 +69,21 @@ def crash_soak(kills: int, per_round: int, seed: int) -> list[dict]:
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             done += per_round
-        results.append({"scenario": name, "kills": done, "rounds": rounds, "failed_rounds": failures,
-                        "seconds": round(time.monotonic() - started, 1), "errors": errors[:3]})
-        print(f"{name:<50} {done:>5} kills in {rounds:>4} rounds: "
-              f"{'ok' if not failures else f'{failures} rounds FAILED'} ({results[-1]['seconds']} s)", flush=True)
+        results.append(
+            {
+                "scenario": name,
+                "kills": done,
+                "rounds": rounds,
+                "failed_rounds": failures,
+                "seconds": round(time.monotonic() - started, 1),
+                "errors": errors[:3],
+            }
+        )
+        print(
+            f"{name:<50} {done:>5} kills in {rounds:>4} rounds: "
+            f"{'ok' if not failures else f'{failures} rounds FAILED'} ({results[-1]['seconds']} s)",
+            flush=True,
+        )
         for error in errors[:3]:
             print("   ", error)
     return results
@@ -90,9 +101,20 @@ def bulk_round(root: Path, max_events: int, kills: int) -> None:
     store = root / "store"
     for i in range(kills):
         proc = subprocess.Popen(
-            [sys.executable, "-c", BULK_WRITER, str(store), test_crash.SESSION_ID, "none",
-             str(rng.randrange(2**32)), str(max_events)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=test_crash.writer_env())
+            [
+                sys.executable,
+                "-c",
+                BULK_WRITER,
+                str(store),
+                test_crash.SESSION_ID,
+                "none",
+                str(rng.randrange(2**32)),
+                str(max_events),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=test_crash.writer_env(),
+        )
         time.sleep(rng.uniform(0.05, 0.3))
         proc.kill()
         proc.wait()
@@ -104,24 +126,45 @@ def bulk_round(root: Path, max_events: int, kills: int) -> None:
         incremental = test_crash.read_index(store)
         rebuilt = test_crash.rebuild_elsewhere(store, root / f"rebuilt-{i}", with_manifest=True)
         assert incremental["events"] == rebuilt["events"] and incremental["turns"] == rebuilt["turns"], (
-            f"bulk kill {i}: the index differs from a rebuild")
+            f"bulk kill {i}: the index differs from a rebuild"
+        )
 
 
 def property_soak(examples: int) -> dict:
     # The catalog's property builds whole stores per example: a tenth as many examples.
     catalog_examples = max(25, examples // 10)
-    env = dict(os.environ, MEMSTORE_PROPERTY_EXAMPLES=str(examples),
-               MEMSTORE_PROPERTY_EXAMPLES_CATALOG=str(catalog_examples))
+    env = dict(
+        os.environ, MEMSTORE_PROPERTY_EXAMPLES=str(examples), MEMSTORE_PROPERTY_EXAMPLES_CATALOG=str(catalog_examples)
+    )
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "tests/test_log_properties.py", "tests/test_catalog.py::test_incremental_refreshes_equal_a_refresh_from_scratch"],
-                          cwd=REPO, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_log_properties.py",
+            "tests/test_catalog.py::test_incremental_refreshes_equal_a_refresh_from_scratch",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
-    print(f"{'property tests, ' + str(examples) + f' examples each (catalog {catalog_examples})':<50} {last} "
-          f"({time.monotonic() - started:.0f} s)")
-    return {"examples_per_test": examples, "catalog_examples": catalog_examples, "result": last,
-            "passed": proc.returncode == 0,
-            "seconds": round(time.monotonic() - started, 1)}
+    print(
+        f"{'property tests, ' + str(examples) + f' examples each (catalog {catalog_examples})':<50} {last} "
+        f"({time.monotonic() - started:.0f} s)"
+    )
+    return {
+        "examples_per_test": examples,
+        "catalog_examples": catalog_examples,
+        "result": last,
+        "passed": proc.returncode == 0,
+        "seconds": round(time.monotonic() - started, 1),
+    }
 
 
 def main() -> None:
@@ -136,8 +179,12 @@ def main() -> None:
     print(f"soak: {args.kills} SIGKILLs, seed {seed}")
     crashes = crash_soak(args.kills, args.kills_per_round, seed)
     properties = property_soak(args.examples) if args.examples else None
-    summary = {"seed": seed, "crashes": crashes, "properties": properties,
-               "ok": all(r["failed_rounds"] == 0 for r in crashes) and (properties is None or properties["passed"])}
+    summary = {
+        "seed": seed,
+        "crashes": crashes,
+        "properties": properties,
+        "ok": all(r["failed_rounds"] == 0 for r in crashes) and (properties is None or properties["passed"]),
+    }
     print("all checks passed" if summary["ok"] else "FAILURES: see above")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))

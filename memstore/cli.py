@@ -1293,8 +1293,9 @@ def search_command(query, session_id, since, source, limit, max_results, no_rece
         else:
             names = ", ".join(f"{m.directory} ({m.reason})" for m in missing[:5])
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-            click.echo(f"warning: partial results: {plural(len(missing), 'session')} not searched: {names}{more}",
-                       err=True)
+            click.echo(
+                f"warning: partial results: {plural(len(missing), 'session')} not searched: {names}{more}", err=True
+            )
     base = _explorer_base(root, explorer_url)
     urls = Urls(base) if base is not None else None
     hits = [(r, _hit_url(urls, r) if urls is not None else None, _hit_command(r, root)) for r in results]
@@ -2022,8 +2023,10 @@ def scrub_command(session, scrub_all, root, as_json):
     for r in reports:
         if r.changed:
             found = ", ".join(f"{n} {kind}" for kind, n in r.secrets.items())
-            click.echo(f"{r.session_id}: scrubbed {plural(r.lines_changed, 'line')} ({found}); "
-                       f"{r.bytes_before} -> {r.bytes_after} bytes")
+            click.echo(
+                f"{r.session_id}: scrubbed {plural(r.lines_changed, 'line')} ({found}); "
+                f"{r.bytes_before} -> {r.bytes_after} bytes"
+            )
         elif not scrub_all:
             click.echo(f"{r.session_id}: no secret found; nothing changed")
     if scrub_all:
@@ -2069,9 +2072,10 @@ def forget_command(session, undo, root, as_json):
     if as_json:
         _echo_json({"forgotten": True, **report.to_dict()})
     else:
-        click.echo(f"forgot {session!r} ({plural(report.bytes, 'byte')}); a tombstone keeps imports from "
-                   "bringing it back (memstore forget --undo to allow it)")
-
+        click.echo(
+            f"forgot {session!r} ({plural(report.bytes, 'byte')}); a tombstone keeps imports from "
+            "bringing it back (memstore forget --undo to allow it)"
+        )
 
 
 def _add_verbosity(command: click.Command) -> None:

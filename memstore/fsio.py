@@ -304,8 +304,9 @@ def atomic_write(path: os.PathLike | str, data: bytes, *, durable: bool = True) 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
-def write_temp_beside(path: os.PathLike | str, data: bytes | bytearray, *, sync: bool, create_op: str = "create",
-                      write_op: str = "write") -> tuple[str, os.stat_result]:
+def write_temp_beside(
+    path: os.PathLike | str, data: bytes | bytearray, *, sync: bool, create_op: str = "create", write_op: str = "write"
+) -> tuple[str, os.stat_result]:
     """Write ``data`` to a new private (0600) temp file in ``path``'s directory, named so that
     the next open removes it if its writer dies (see :func:`temp_file_pid`), and ``fdatasync``
     it when ``sync``; return its path and stat. A failure removes it again."""

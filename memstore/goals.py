@@ -16,10 +16,11 @@ import shutil
 import stat
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from .errors import InvalidProgress, MemstoreError
 from .events import utc_now
@@ -76,13 +77,13 @@ class GoalStatus(str, Enum):
     COMPLETE = "complete"
 
     @classmethod
-    def _missing_(cls, value: object) -> Optional["GoalStatus"]:
+    def _missing_(cls, value: object) -> Optional[GoalStatus]:
         if not isinstance(value, str):
             return None
         return cls(_STATUS_ALIASES.get(value, "user_paused"))
 
     @classmethod
-    def from_wire_str(cls, text: str) -> "GoalStatus":
+    def from_wire_str(cls, text: str) -> GoalStatus:
         """Parse a wire status, fail-safe (see the class docstring)."""
         return cls(text)
 
@@ -163,7 +164,7 @@ class GoalEvent(str, Enum):
     UNKNOWN = "unknown"
 
     @classmethod
-    def _missing_(cls, value: object) -> Optional["GoalEvent"]:
+    def _missing_(cls, value: object) -> Optional[GoalEvent]:
         return cls.UNKNOWN if isinstance(value, str) else None
 
 
@@ -193,7 +194,7 @@ class GoalHistoryEntry:
         self.event = GoalEvent(self.event)
 
     @classmethod
-    def now(cls, event: GoalEvent, detail: Optional[str] = None) -> "GoalHistoryEntry":
+    def now(cls, event: GoalEvent, detail: Optional[str] = None) -> GoalHistoryEntry:
         """An entry stamped with the current time."""
         return cls(utc_now(), event, detail)
 
@@ -210,7 +211,7 @@ class GoalHistoryEntry:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any) -> "GoalHistoryEntry":
+    def from_dict(cls, data: Any) -> GoalHistoryEntry:
         """Parse the JSON form; an unknown ``event`` string becomes ``GoalEvent.UNKNOWN``."""
         if not isinstance(data, dict):
             raise InvalidProgress("a history entry must be a JSON object")
@@ -343,7 +344,7 @@ class GoalOrchestration:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any) -> "GoalOrchestration":
+    def from_dict(cls, data: Any) -> GoalOrchestration:
         """Parse the JSON wire form.
 
         ``goal_id``, ``objective``, ``status``, ``phase``, ``elapsed_ms``, ``created_at`` and
@@ -369,7 +370,9 @@ class GoalOrchestration:
             token_baseline=int_field(data, "token_baseline", _I64_MIN, _I64_MAX, 0),
             tokens_used_high_water=int_field(data, "tokens_used_high_water", _I64_MIN, _I64_MAX, 0),
             parent_tokens_spent=int_field(data, "parent_tokens_spent", _I64_MIN, _I64_MAX, 0),
-            last_session_tokens_seen=int_field(data, "last_session_tokens_seen", _I64_MIN, _I64_MAX, None, nullable=True),
+            last_session_tokens_seen=int_field(
+                data, "last_session_tokens_seen", _I64_MIN, _I64_MAX, None, nullable=True
+            ),
             history=history,
             pause_message=req(data, "pause_message", str, None, nullable=True),
             verifier_id=new_verifier_id() if verifier_id is None else _check_verifier_id(verifier_id),
@@ -446,7 +449,7 @@ class GoalTracker:
         snapshot: GoalOrchestration,
         *,
         clock: Callable[[], int] = time.monotonic_ns,
-    ) -> "GoalTracker":
+    ) -> GoalTracker:
         """Restore a tracker from a snapshot (which is copied, not aliased).
 
         A goal caught mid-planning or mid-execution is parked: its phase becomes ``idle``, an

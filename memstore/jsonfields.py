@@ -9,7 +9,6 @@ from typing import Any
 
 from .errors import InvalidProgress
 
-
 _MISSING = object()
 
 
@@ -40,5 +39,3 @@ def str_list(data: dict, key: str) -> list:
     if not all(isinstance(item, str) for item in value):
         raise InvalidProgress(f"key {key!r} must be a list of strings")
     return list(value)
-
-

@@ -39,6 +39,8 @@ PENDING_SUFFIX = ".pending"
 # back again on every emptying would fail (and log) on every retention run for ever.
 UNRECORDED_SUFFIX = ".unrecorded"
 STORE_LOCKS = ("catalog", "retention", "migration", "import")
+
+
 class StoreLock:
     """One store-wide lock (see :func:`store_lock`): a context manager, with ``acquire`` and
     ``release`` like a filelock ``FileLock`` (which does the locking)."""
@@ -90,8 +92,9 @@ class StoreLock:
     def __enter__(self) -> StoreLock:
         return self.acquire()
 
-    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
+    def __exit__(
+        self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
         self.release()
 
 
@@ -136,10 +139,13 @@ def new_removal_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def remove_session_directory(root: os.PathLike | str, session_dir: os.PathLike | str,
-                             still_removable: Optional[Callable[[], bool]] = None,
-                             on_moved: Optional[Callable[[], None]] = None,
-                             removal_id: Optional[str] = None) -> bool:
+def remove_session_directory(
+    root: os.PathLike | str,
+    session_dir: os.PathLike | str,
+    still_removable: Optional[Callable[[], bool]] = None,
+    on_moved: Optional[Callable[[], None]] = None,
+    removal_id: Optional[str] = None,
+) -> bool:
     """Remove a session directory that no process has open; return whether it was removed.
 
     Takes the session's liveness lock first, so a writer that opens the session at that moment
@@ -276,8 +282,7 @@ def _set_aside(entry: Path, kept: Path, home: Path) -> None:
     except OSError as exc:
         logger.error("could not set %s aside as %s (%s)", entry, kept, exc)
         return
-    logger.error("%s is a removal that was never recorded, and %s is a newer session: kept as %s",
-                 entry, home, kept)
+    logger.error("%s is a removal that was never recorded, and %s is a newer session: kept as %s", entry, home, kept)
 
 
 def _delete_tree(path: Path) -> None:

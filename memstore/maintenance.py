@@ -90,8 +90,13 @@ from .views.registry import file_views
 
 logger = logging.getLogger(__name__)
 
-_PRIVATE_FILES = (EVENTS_FILE, MANIFEST_FILE, f"{INDEX_DIR}/{INDEX_FILE}", f"{DERIVED_DIR}/{PROGRESS_FILE}",
-                  f"{DERIVED_DIR}/{MEMORY_FILE}")
+_PRIVATE_FILES = (
+    EVENTS_FILE,
+    MANIFEST_FILE,
+    f"{INDEX_DIR}/{INDEX_FILE}",
+    f"{DERIVED_DIR}/{PROGRESS_FILE}",
+    f"{DERIVED_DIR}/{MEMORY_FILE}",
+)
 _PRIVATE_DIRS = ("", INDEX_DIR, DERIVED_DIR)
 
 
@@ -120,8 +125,11 @@ class SessionIssue:
     reason: Optional[SkipReason] = None
 
     def to_dict(self) -> dict:
-        return {"session": self.session, "detail": self.detail,
-                "reason": self.reason.value if self.reason is not None else None}
+        return {
+            "session": self.session,
+            "detail": self.detail,
+            "reason": self.reason.value if self.reason is not None else None,
+        }
 
 
 @dataclass
@@ -164,11 +172,22 @@ class RebuildReport:
         return issue
 
     def to_dict(self) -> dict:
-        return {"root": self.root, "ok": self.ok,
-                "rebuilt": [{"session_id": m.session_id, "event_count": m.event_count, "turn_count": m.turn_count,
-                             "status": m.status} for m in self.rebuilt],
-                "skipped": [i.to_dict() for i in self.skipped], "failed": [i.to_dict() for i in self.failed],
-                "catalog_error": self.catalog_error}
+        return {
+            "root": self.root,
+            "ok": self.ok,
+            "rebuilt": [
+                {
+                    "session_id": m.session_id,
+                    "event_count": m.event_count,
+                    "turn_count": m.turn_count,
+                    "status": m.status,
+                }
+                for m in self.rebuilt
+            ],
+            "skipped": [i.to_dict() for i in self.skipped],
+            "failed": [i.to_dict() for i in self.failed],
+            "catalog_error": self.catalog_error,
+        }
 
 
 def _skip_reason(error: MemstoreError) -> Optional[SkipReason]:
@@ -262,8 +281,10 @@ def rebuild_file_views(log: SessionLog) -> None:
     needles = [f'"{kind}"' for view in views for kind in view.event_types]
     mentioned = dict(zip(needles, _log_mentions(log.events_path, tuple(needles))))
     for view in views:
-        if any(mentioned[f'"{kind}"'] for kind in view.event_types) or \
-                (log.directory / DERIVED_DIR / view.filename).exists():
+        if (
+            any(mentioned[f'"{kind}"'] for kind in view.event_types)
+            or (log.directory / DERIVED_DIR / view.filename).exists()
+        ):
             view.rebuild(log)
 
 
@@ -283,8 +304,9 @@ def _log_mentions(path: Path, needles: tuple[str, ...]) -> list[bool]:
         os.close(fd)
 
 
-def session_ids(root: os.PathLike | str, *, include_legacy: bool = False,
-                on_skip: Optional[Callable[[str, str], None]] = None) -> list[str]:
+def session_ids(
+    root: os.PathLike | str, *, include_legacy: bool = False, on_skip: Optional[Callable[[str, str], None]] = None
+) -> list[str]:
     """The ids of the sessions under ``root`` that hold a log (and, with ``include_legacy``,
     the legacy sessions: see :mod:`memstore.layout`), in directory-name order. Entries that
     may be sessions but cannot be read (a symlink, never followed; a log that is not a regular
@@ -310,8 +332,12 @@ _REBUILD_CHUNK = 16
 _OWN_DERIVED_TABLES = {"event_details", "chunks", "file_changes"}
 
 
-def rebuild_each(root: os.PathLike | str, ids: Iterable[str], *, jobs: int = 1,
-                 ) -> Iterator[tuple[str, Union[Manifest, MemstoreError]]]:
+def rebuild_each(
+    root: os.PathLike | str,
+    ids: Iterable[str],
+    *,
+    jobs: int = 1,
+) -> Iterator[tuple[str, Union[Manifest, MemstoreError]]]:
     """Rebuild the views of each session of ``ids`` (each distinct id once) as :func:`rebuild`
     does, not the catalog, yielding ``(session_id, manifest)`` in order as each is done, or
     ``(session_id, error)`` for one that failed with a :class:`MemstoreError` (the others are
@@ -339,9 +365,10 @@ def rebuild_each(root: os.PathLike | str, ids: Iterable[str], *, jobs: int = 1,
     root = Path(root).absolute()
     here = _open_here(root, ids)
     away = [sid for sid in ids if sid not in here]
-    chunks = [away[i:i + _REBUILD_CHUNK] for i in range(0, len(away), _REBUILD_CHUNK)]
-    with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
+    chunks = [away[i : i + _REBUILD_CHUNK] for i in range(0, len(away), _REBUILD_CHUNK)]
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(chunks)), mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
         futures = {chunk[0]: pool.submit(_rebuild_chunk, str(root), chunk) for chunk in chunks}
         broken = False
         try:
@@ -466,8 +493,9 @@ def _rebuild_legacy(directory: Path, session_id: str) -> Manifest:
         if not lock.acquire():
             raise SessionBusyError(f"session {session_id!r} is open in another process ({lock.path} is locked)")
     except SessionGone:
-        raise StoreIOError("rebuild", directory, "no such session (removed while it was rebuilt)",
-                           errno.ENOENT) from None
+        raise StoreIOError(
+            "rebuild", directory, "no such session (removed while it was rebuilt)", errno.ENOENT
+        ) from None
     try:
         path = directory / MANIFEST_FILE
         problem = manifest_problem(path)
@@ -547,13 +575,21 @@ class DoctorReport:
         return all(p.fixed for p in self.problems)
 
     def to_dict(self) -> dict:
-        return {"root": self.root, "sessions": self.sessions, "ok": self.ok, "live": self.live,
-                "problems": [asdict(p) for p in self.problems], "imports": [i.to_dict() for i in self.imports],
-                "warnings": list(self.warnings), "legacy": list(self.legacy)}
+        return {
+            "root": self.root,
+            "sessions": self.sessions,
+            "ok": self.ok,
+            "live": self.live,
+            "problems": [asdict(p) for p in self.problems],
+            "imports": [i.to_dict() for i in self.imports],
+            "warnings": list(self.warnings),
+            "legacy": list(self.legacy),
+        }
 
 
-def check_store(root: os.PathLike | str, *, fix: bool = False,
-                progress: Optional[Callable[[int, int], None]] = None) -> DoctorReport:
+def check_store(
+    root: os.PathLike | str, *, fix: bool = False, progress: Optional[Callable[[int, int], None]] = None
+) -> DoctorReport:
     """Check every session under ``root`` and the catalog; with ``fix``, repair what is wrong.
     A session that cannot be checked is one problem, and the others are checked all the same;
     ``sessions/`` that is a symlink (never followed) or not a directory is a problem too."""
@@ -571,8 +607,9 @@ def check_store(root: os.PathLike | str, *, fix: bool = False,
         raise StoreIOError.from_os_error("stat", base, exc) from exc
     if st is not None and not stat.S_ISDIR(st.st_mode):
         what = "a symlink (never followed)" if stat.S_ISLNK(st.st_mode) else f"{file_kind(st.st_mode)}, not a directory"
-        report.problems.append(Problem(str(base), None, "store", f"{base} is {what}: no session can be checked",
-                                       fixable=False))
+        report.problems.append(
+            Problem(str(base), None, "store", f"{base} is {what}: no session can be checked", fixable=False)
+        )
     elif st is not None:
         for entry in iter_session_dirs(root, sort=True, on_skip=lambda name, why: entries.append((name, why))):
             entries.append((entry.name, None))
@@ -584,16 +621,18 @@ def check_store(root: os.PathLike | str, *, fix: bool = False,
             progress(done, len(entries))
         directory = base / name
         if why is not None:
-            report.problems.append(Problem(str(directory), None, "log", f"not a session directory: {why}",
-                                           fixable=False))
+            report.problems.append(
+                Problem(str(directory), None, "log", f"not a session directory: {why}", fixable=False)
+            )
             continue
         try:
             _check_session(root, directory, report, seen, fix, imported)
         except (MemstoreError, OSError, sqlite3.Error) as exc:
             logger.warning("doctor: %s could not be checked: %s", directory, exc)
             known = seen.get(name)
-            report.problems.append(Problem(str(directory), known[0] if known else None, "log",
-                                           f"cannot be checked: {exc}", fixable=False))
+            report.problems.append(
+                Problem(str(directory), known[0] if known else None, "log", f"cannot be checked: {exc}", fixable=False)
+            )
     _check_catalog(root, report, seen, fix)
     _report_imports(report, imported)
     return report
@@ -637,15 +676,28 @@ def _import_stats(directory: Path, session_id: str, manifest: Manifest, turns: l
     records = stats.get("records")
     unrecognized = stats.get("unrecognized")
     expects_usage = not (agent == "codex" and (carry.get("legacy") is True or version is None))
-    tokens = [sum(getattr(t, name) for t in turns) for name in
-              ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")]
-    return SourceStats(session_id, agent, version, len(turns), tokens[0], tokens[1], tokens[2], tokens[3],
-                       records if type(records) is int else None,
-                       dict(unrecognized) if isinstance(unrecognized, dict) else {}, expects_usage)
+    tokens = [
+        sum(getattr(t, name) for t in turns)
+        for name in ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
+    ]
+    return SourceStats(
+        session_id,
+        agent,
+        version,
+        len(turns),
+        tokens[0],
+        tokens[1],
+        tokens[2],
+        tokens[3],
+        records if type(records) is int else None,
+        dict(unrecognized) if isinstance(unrecognized, dict) else {},
+        expects_usage,
+    )
 
 
-def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict, fix: bool,
-                   imported: Optional[list] = None) -> None:
+def _check_session(
+    root: Path, directory: Path, report: DoctorReport, seen: dict, fix: bool, imported: Optional[list] = None
+) -> None:
     name = directory.name
 
     def problem(check: str, detail: str, session: Optional[str] = None, fixable: bool = True) -> Problem:
@@ -668,7 +720,9 @@ def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict
         return
     report.sessions += 1
     if not stat.S_ISREG(st.st_mode):
-        what = "a symlink (never followed)" if stat.S_ISLNK(st.st_mode) else f"{file_kind(st.st_mode)}, not a regular file"
+        what = (
+            "a symlink (never followed)" if stat.S_ISLNK(st.st_mode) else f"{file_kind(st.st_mode)}, not a regular file"
+        )
         problem("log", f"{EVENTS_FILE} is {what}: the session cannot be read", fixable=False)
         return
     live = is_live(directory)
@@ -693,7 +747,11 @@ def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict
     if torn > 0:
         found.append(problem("torn_tail", f"{torn} bytes after the last complete line of events.jsonl", session_id))
     if not index_ok:
-        found.append(problem("index", f"{INDEX_DIR}/{INDEX_FILE} is missing or unusable (reads fall back to the log)", session_id))
+        found.append(
+            problem(
+                "index", f"{INDEX_DIR}/{INDEX_FILE} is missing or unusable (reads fall back to the log)", session_id
+            )
+        )
     elif behind and not live:
         found.append(problem("index", f"the index is behind the log by {behind} events", session_id))
     unusable = manifest_problem(directory / MANIFEST_FILE)
@@ -703,9 +761,14 @@ def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict
     elif on_disk is None:
         found.append(problem("manifest", "manifest.json is missing or unreadable", session_id))
     elif not live and (on_disk.event_count, on_disk.turn_count) != (manifest.event_count, manifest.turn_count):
-        found.append(problem("manifest", f"manifest.json says {on_disk.event_count} events and {on_disk.turn_count} "
-                                         f"turns; the log holds {manifest.event_count} and {manifest.turn_count}",
-                             session_id))
+        found.append(
+            problem(
+                "manifest",
+                f"manifest.json says {on_disk.event_count} events and {on_disk.turn_count} "
+                f"turns; the log holds {manifest.event_count} and {manifest.turn_count}",
+                session_id,
+            )
+        )
     if not found or not fix:
         return
     if live:
@@ -715,8 +778,9 @@ def _check_session(root: Path, directory: Path, report: DoctorReport, seen: dict
     _repair(root, directory, session_id, seen, found)
 
 
-def _check_legacy(root: Path, directory: Path, report: DoctorReport, seen: dict, fix: bool,
-                  problem: Callable[..., Problem]) -> None:
+def _check_legacy(
+    root: Path, directory: Path, report: DoctorReport, seen: dict, fix: bool, problem: Callable[..., Problem]
+) -> None:
     """A legacy session is healthy when its manifest is usable and its own (and its files are
     private); a manifest that is not is rebuilt by ``--fix`` (see :func:`rebuild`)."""
     name = directory.name
@@ -850,8 +914,12 @@ def _check_catalog(root: Path, report: DoctorReport, seen: dict, fix: bool) -> N
             uri = readonly_uri(path) or f"{path.absolute().as_uri()}?mode=ro"
             conn = sqlite3.connect(uri, uri=True)
             try:
-                rows = {r[0]: r[1:] for r in conn.execute(
-                    "SELECT directory, session_id, event_count, turn_count, generation FROM sessions")}
+                rows = {
+                    r[0]: r[1:]
+                    for r in conn.execute(
+                        "SELECT directory, session_id, event_count, turn_count, generation FROM sessions"
+                    )
+                }
                 layout = layout_problem(conn)
             finally:
                 conn.close()
@@ -863,7 +931,8 @@ def _check_catalog(root: Path, report: DoctorReport, seen: dict, fix: bool) -> N
             # Only a file that is not (or no longer) a database is set aside by --fix, never one
             # that is merely busy.
             unreadable = getattr(exc, "sqlite_errorname", "") in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or (
-                "not a database" in str(exc) or "malformed" in str(exc))
+                "not a database" in str(exc) or "malformed" in str(exc)
+            )
     if mode is not None and stat.S_ISREG(mode) and not found:
         for name, (session_id, manifest) in seen.items():
             row = rows.get(name)
@@ -872,8 +941,11 @@ def _check_catalog(root: Path, report: DoctorReport, seen: dict, fix: bool) -> N
                     continue  # no log to copy: a catalog may list a legacy session or not
                 problem("the catalog does not list this session", session_id)
             elif row[1:] != (manifest.event_count, manifest.turn_count, manifest.generation):
-                problem(f"the catalog has {row[1]} events, {row[2]} turns (generation {row[3]}); the session has "
-                        f"{manifest.event_count}, {manifest.turn_count} (generation {manifest.generation})", session_id)
+                problem(
+                    f"the catalog has {row[1]} events, {row[2]} turns (generation {row[3]}); the session has "
+                    f"{manifest.event_count}, {manifest.turn_count} (generation {manifest.generation})",
+                    session_id,
+                )
         for name in sorted(set(rows) - set(seen)):
             problem(f"the catalog lists {rows[name][0]!r}, which is no longer in the store", rows[name][0])
     if fix and found:

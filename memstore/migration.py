@@ -83,14 +83,26 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 import orjson
 
+from . import events as ev
+from .errors import (
+    InvalidEvent,
+    InvalidSessionId,
+    SessionBusyError,
+    SessionNotFound,
+    StoreIOError,
+    UnsafePathError,
+)
+from .events import Record
+from .fsio import open_read_no_follow, read_no_follow
 from .layout import (
     DERIVED_DIR,
     EVENTS_FILE,
@@ -107,24 +119,13 @@ from .layout import (
     session_directory,
     sessions_root,
 )
-from . import events as ev
-from .errors import (
-    InvalidEvent,
-    InvalidSessionId,
-    SessionBusyError,
-    SessionNotFound,
-    StoreIOError,
-    UnsafePathError,
-)
-from .events import Record
-from .fsio import open_read_no_follow, read_no_follow
 from .locks import remove_session_directory, store_lock
-from .session.manifest import load_summary
-from .session.log import SessionLog, open_session
-from .views.memory_view import ENVELOPE_EVENT, not_after_now, not_before, refresh_memory_view
-from .views.trajectory import TRAJECTORY_EVENT, write_trajectory_view
 from .reader import read_session
 from .retention import GcLog
+from .session.log import SessionLog, open_session
+from .session.manifest import load_summary
+from .views.memory_view import ENVELOPE_EVENT, not_after_now, not_before, refresh_memory_view
+from .views.trajectory import TRAJECTORY_EVENT, write_trajectory_view
 
 logger = logging.getLogger("memstore")
 
@@ -211,8 +212,9 @@ class MigrationReport:
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data["migrated_by_vtcode"] = [{"path": m.path, "session": m.session, "state": m.state.value}
-                                      for m in self.migrated_by_vtcode]
+        data["migrated_by_vtcode"] = [
+            {"path": m.path, "session": m.session, "state": m.state.value} for m in self.migrated_by_vtcode
+        ]
         data["legacy"] = self.legacy.to_dict() if self.legacy is not None else None
         return data
 
@@ -300,7 +302,7 @@ def _why(exc: Exception) -> str:
 
 
 def _mtime_ts(st: os.stat_result) -> str:
-    return ev.format_ts(datetime.fromtimestamp(st.st_mtime, timezone.utc))
+    return ev.format_ts(datetime.fromtimestamp(st.st_mtime, UTC))
 
 
 def _vt_prefix(session_id: str) -> str:
@@ -475,8 +477,9 @@ def _unfinished(root: Path, session_id: str, held: _Imported) -> bool:
     if held.migrated and not held.completed:
         return True
     derived = session_directory(root, session_id) / DERIVED_DIR
-    return (held.memory and not os.path.lexists(derived / MEMORY_FILE)) or \
-        (held.trajectory and not os.path.lexists(derived / TRAJECTORY_FILE))
+    return (held.memory and not os.path.lexists(derived / MEMORY_FILE)) or (
+        held.trajectory and not os.path.lexists(derived / TRAJECTORY_FILE)
+    )
 
 
 def _imported(records: Iterable[Record]) -> _Imported:
@@ -519,7 +522,7 @@ class _VtcodeSession:
     def copy_rel(self) -> str:
         return f"{SESSIONS_DIR}/{self.name}/{DERIVED_DIR}/{MEMORY_FILE}"
 
-    def adoptable_for(self, envelope: "_Envelope") -> bool:
+    def adoptable_for(self, envelope: _Envelope) -> bool:
         """Whether a changed version of ``envelope``'s file belongs in this session: VT Code
         migrated that file here (its manifest says so and its copy can be kept in a log), or an
         earlier run of memstore already put a version of the file into this session's log."""
@@ -530,7 +533,7 @@ class _VtcodeSession:
         return self.held.migrated and envelope.rel in self.held.files
 
 
-def _vtcode_session(root: Path, envelope: "_Envelope") -> Optional[_VtcodeSession]:
+def _vtcode_session(root: Path, envelope: _Envelope) -> Optional[_VtcodeSession]:
     """The session VT Code's own migration made for ``envelope``'s file, if there is one: a
     real directory (never a symlink) named by VT Code's id mapping. ``None`` otherwise."""
     stem = envelope.rel.split("/", 1)[1][: -len(".json")]
@@ -562,8 +565,12 @@ def _vtcode_session(root: Path, envelope: "_Envelope") -> Optional[_VtcodeSessio
     except StoreIOError as exc:  # a symlinked or unreadable manifest: not VT Code's
         logger.warning("migrate: cannot read the manifest of %s: %s", directory, exc)
         summary = None
-    vtcode_manifest = (summary is not None and summary.session_id in (stem, name)
-                       and summary.turn_count == 0 and summary.event_count == 0)
+    vtcode_manifest = (
+        summary is not None
+        and summary.session_id in (stem, name)
+        and summary.turn_count == 0
+        and summary.event_count == 0
+    )
     copy_ts = (_manifest_created_at(directory) if vtcode_manifest else None) or copy_mtime or envelope.ts
     return _VtcodeSession(name, copy_sha, copy, copy_ts, held, vtcode_manifest, addressable)
 
@@ -642,8 +649,13 @@ def _vtcode_trajectory_copy(root: Path, name: str) -> Optional[_TrajectoryCopy]:
     except (OSError, StoreIOError) as exc:
         logger.warning("migrate: cannot read %s: %s", path, exc)
         return None
-    if raw is None or summary is None or summary.session_id not in (vtcode_id, directory_name) \
-            or summary.turn_count != 0 or summary.event_count != 0:
+    if (
+        raw is None
+        or summary is None
+        or summary.session_id not in (vtcode_id, directory_name)
+        or summary.turn_count != 0
+        or summary.event_count != 0
+    ):
         return None
     lines, last = _split_lines(raw, complete_only=True)
     generation = hashlib.sha256(lines[0][1]).hexdigest()[:32] if lines else None
@@ -660,7 +672,7 @@ def _unix_ts(record: dict) -> Optional[str]:
         return None
     if not math.isfinite(value) or not 0 <= value <= _MAX_UNIX_TS:
         return None
-    return ev.format_ts(datetime.fromtimestamp(value, timezone.utc))
+    return ev.format_ts(datetime.fromtimestamp(value, UTC))
 
 
 def _trajectory_event(trajectory: _Trajectory, number: int, line: bytes) -> tuple[dict, Optional[str]]:
@@ -677,8 +689,9 @@ def _trajectory_event(trajectory: _Trajectory, number: int, line: bytes) -> tupl
 class _Writer:
     """Appends imported events to one session, dating each no earlier than the log's last."""
 
-    def __init__(self, root: Path, session_id: str, first_file: str, report: MigrationReport,
-                 *, vtcode_session: bool = False):
+    def __init__(
+        self, root: Path, session_id: str, first_file: str, report: MigrationReport, *, vtcode_session: bool = False
+    ):
         # Only a directory this import made may be removed again (see finish).
         self.made_directory = not os.path.lexists(session_directory(root, session_id))
         # A session VT Code's migration made is not created by this import, even when this
@@ -707,8 +720,14 @@ class _Writer:
         ts = not_before(not_after_now(ts), self.found.last_ts)
         if self.created and not self.started:
             ev.encode_record(1, ts, event)  # refuse before the thread starts, not after
-            self.log.append({"type": ev.THREAD_STARTED, "thread_id": self.session_id,
-                             "source": {"agent": "vtcode", "importer": IMPORTER, "file": self.first_file}}, ts=ts)
+            self.log.append(
+                {
+                    "type": ev.THREAD_STARTED,
+                    "thread_id": self.session_id,
+                    "source": {"agent": "vtcode", "importer": IMPORTER, "file": self.first_file},
+                },
+                ts=ts,
+            )
             self.started = True
         self.log.append(event, ts=ts)
         self.found.last_ts = ev.normalize_ts(ts)
@@ -724,10 +743,18 @@ class _Writer:
                 if (self.created and self.appended) or (self.found.migrated and not self.found.completed):
                     # Dated when the import finished: the session's last event is its import, so
                     # retention counts a migrated session's age from the migration.
-                    self.log.append({"type": ev.THREAD_COMPLETED, "thread_id": self.session_id,
-                                     "session_id": self.session_id, "subtype": "success",
-                                     "outcome_code": "imported", "usage": {}, "num_turns": 0},
-                                    ts=not_before(ev.utc_now(), self.found.last_ts))
+                    self.log.append(
+                        {
+                            "type": ev.THREAD_COMPLETED,
+                            "thread_id": self.session_id,
+                            "session_id": self.session_id,
+                            "subtype": "success",
+                            "outcome_code": "imported",
+                            "usage": {},
+                            "num_turns": 0,
+                        },
+                        ts=not_before(ev.utc_now(), self.found.last_ts),
+                    )
                 self.log.flush()
                 if self.found.memory:
                     refresh_memory_view(self.log)
@@ -751,8 +778,15 @@ class _Writer:
             logger.warning("closing %s after a failed import: %s", self.log.directory, exc)
 
 
-def _open_writer(root: Path, session_id: str, first_file: str, report: MigrationReport,
-                 sources: list[str], *, vtcode_session: bool = False) -> Optional[_Writer]:
+def _open_writer(
+    root: Path,
+    session_id: str,
+    first_file: str,
+    report: MigrationReport,
+    sources: list[str],
+    *,
+    vtcode_session: bool = False,
+) -> Optional[_Writer]:
     try:
         return _Writer(root, session_id, first_file, report, vtcode_session=vtcode_session)
     except SessionBusyError:
@@ -801,7 +835,9 @@ def _import_envelopes(root: Path, session_id: str, envelopes: list[_Envelope], r
         _import_into_vtcode_session(root, vtcode, changed, unfinished, report)
     if not pending and not _unfinished(root, session_id, held):
         return  # nothing new: the session is not even opened for writing
-    writer = _open_writer(root, session_id, (pending or envelopes)[0].rel, report, [e.rel for e in pending or envelopes])
+    writer = _open_writer(
+        root, session_id, (pending or envelopes)[0].rel, report, [e.rel for e in pending or envelopes]
+    )
     if writer is None:
         return
     try:
@@ -819,9 +855,14 @@ def _append_envelope(writer: _Writer, envelope: _Envelope, report: MigrationRepo
         report.already_imported += 1
         return False
     try:
-        writer.append({"type": ENVELOPE_EVENT, "envelope": envelope.data,
-                       "source": {"importer": IMPORTER, "file": envelope.rel, "sha256": envelope.sha256,
-                                  "mtime": envelope.ts}}, envelope.ts)
+        writer.append(
+            {
+                "type": ENVELOPE_EVENT,
+                "envelope": envelope.data,
+                "source": {"importer": IMPORTER, "file": envelope.rel, "sha256": envelope.sha256, "mtime": envelope.ts},
+            },
+            envelope.ts,
+        )
     except InvalidEvent as exc:
         report.skip(envelope.rel, f"cannot be stored as an event ({exc})")
         return False
@@ -830,8 +871,9 @@ def _append_envelope(writer: _Writer, envelope: _Envelope, report: MigrationRepo
     return True
 
 
-def _import_into_vtcode_session(root: Path, vtcode: _VtcodeSession, envelopes: list[_Envelope],
-                                unfinished: list[str], report: MigrationReport) -> None:
+def _import_into_vtcode_session(
+    root: Path, vtcode: _VtcodeSession, envelopes: list[_Envelope], unfinished: list[str], report: MigrationReport
+) -> None:
     """Import files changed since VT Code migrated them into the session VT Code made for them,
     and finish what an interrupted run left there (``unfinished``: the files it had imported). A log this import starts there begins
     with VT Code's copy (the only copy left of the version VT Code migrated), dated when VT
@@ -842,12 +884,27 @@ def _import_into_vtcode_session(root: Path, vtcode: _VtcodeSession, envelopes: l
     if writer is None:
         return
     try:
-        if (envelopes and vtcode.copy is not None and vtcode.copy_sha256 not in writer.found.envelope_shas
-                and not writer.found.migrated):
-            writer.append({"type": ENVELOPE_EVENT, "envelope": vtcode.copy,
-                           "source": {"importer": IMPORTER, "file": vtcode.copy_rel, "sha256": vtcode.copy_sha256,
-                                      "mtime": vtcode.copy_ts, "migrated_by": "vtcode",
-                                      "legacy_file": sources[0]}}, vtcode.copy_ts)
+        if (
+            envelopes
+            and vtcode.copy is not None
+            and vtcode.copy_sha256 not in writer.found.envelope_shas
+            and not writer.found.migrated
+        ):
+            writer.append(
+                {
+                    "type": ENVELOPE_EVENT,
+                    "envelope": vtcode.copy,
+                    "source": {
+                        "importer": IMPORTER,
+                        "file": vtcode.copy_rel,
+                        "sha256": vtcode.copy_sha256,
+                        "mtime": vtcode.copy_ts,
+                        "migrated_by": "vtcode",
+                        "legacy_file": sources[0],
+                    },
+                },
+                vtcode.copy_ts,
+            )
         for envelope in envelopes:
             if _append_envelope(writer, envelope, report):
                 report.vtcode(envelope.rel, vtcode.name, VtcodeState.CHANGED_SINCE)
@@ -857,8 +914,9 @@ def _import_into_vtcode_session(root: Path, vtcode: _VtcodeSession, envelopes: l
     writer.finish()
 
 
-def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, live_copy: Optional[_TrajectoryCopy],
-                       report: MigrationReport) -> None:
+def _import_trajectory(
+    root: Path, trajectory: _Trajectory, live: _Imported, live_copy: Optional[_TrajectoryCopy], report: MigrationReport
+) -> None:
     """Import the lines of ``trajectory`` that no session holds yet.
 
     VT Code's copies count (see the module docstring): a rotated log whose own session VT Code
@@ -873,8 +931,11 @@ def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, liv
             report.vtcode(trajectory.rel, own.name, VtcodeState.ALREADY_MIGRATED)
             return
         if not own.is_prefix_of(trajectory):
-            report.skip(trajectory.rel, f"VT Code's copy in session {own.name!r} holds lines this file no longer "
-                                        "holds (it was rewritten since VT Code migrated it); not imported over it")
+            report.skip(
+                trajectory.rel,
+                f"VT Code's copy in session {own.name!r} holds lines this file no longer "
+                "holds (it was rewritten since VT Code migrated it); not imported over it",
+            )
             return
     if trajectory.generation is None:
         report.already_imported += 1  # nothing in it
@@ -902,8 +963,9 @@ def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, liv
         if not _unfinished(root, trajectory.session_id, held):
             return
     done = max(done, copied)
-    writer = _open_writer(root, trajectory.session_id, trajectory.rel, report, [trajectory.rel],
-                          vtcode_session=into_vtcode)
+    writer = _open_writer(
+        root, trajectory.session_id, trajectory.rel, report, [trajectory.rel], vtcode_session=into_vtcode
+    )
     if writer is None:
         return
     imported = 0
@@ -917,8 +979,11 @@ def _import_trajectory(root: Path, trajectory: _Trajectory, live: _Imported, liv
                 writer.append(event, ts or trajectory.ts)
             except InvalidEvent:
                 # JSON nested deeper than orjson writes: its text is kept instead.
-                event = {"type": TRAJECTORY_EVENT, "raw": line.decode("utf-8", "backslashreplace"),
-                         "source": event["source"]}
+                event = {
+                    "type": TRAJECTORY_EVENT,
+                    "raw": line.decode("utf-8", "backslashreplace"),
+                    "source": event["source"],
+                }
                 writer.append(event, ts or trajectory.ts)
             imported += 1
             report.bytes_migrated += len(line) + 1
@@ -1027,8 +1092,13 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
             if vtcode is not None and envelope.sha256 in vtcode.held.envelope_shas:
                 holder = vtcode.name
             elif vtcode is not None and vtcode.copy_sha256 == envelope.sha256:
-                kept.append(SkippedSource(rel, f"migrated by VT Code into session {vtcode.name!r}, which holds it only "
-                                               "as derived/memory.json, in no log"))
+                kept.append(
+                    SkippedSource(
+                        rel,
+                        f"migrated by VT Code into session {vtcode.name!r}, which holds it only "
+                        "as derived/memory.json, in no log",
+                    )
+                )
                 continue
             else:
                 kept.append(SkippedSource(rel, f"not imported into session {envelope.session_id!r} (run migrate)"))
@@ -1050,8 +1120,11 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
             continue
         if trajectory.generation is not None:
             generation = trajectory.generation
-            spans = [(held.first_lines[generation], held.lines[generation])
-                     for held in (session(sid), session(LIVE_TRAJECTORY_SESSION)) if generation in held.lines]
+            spans = [
+                (held.first_lines[generation], held.lines[generation])
+                for held in (session(sid), session(LIVE_TRAJECTORY_SESSION))
+                if generation in held.lines
+            ]
             missing = [n for n, _line in trajectory.lines if not any(first <= n <= last for first, last in spans)]
             if missing:
                 kept.append(SkippedSource(rel, _why_kept(root, trajectory, missing, sid)))
@@ -1069,8 +1142,9 @@ def _gc_legacy(root: Path) -> LegacyGcReport:
                     continue
                 except OSError as exc:
                     raise StoreIOError.from_os_error("remove", path, exc) from exc
-                gc_log.record(session_id=sid, directory=rel, reason="legacy_imported", size=before.st_size,
-                              updated_at=None)
+                gc_log.record(
+                    session_id=sid, directory=rel, reason="legacy_imported", size=before.st_size, updated_at=None
+                )
                 report.removed.append(rel)
                 report.bytes_freed += before.st_size
     for name in (LEGACY_HISTORY_DIR, LEGACY_LOGS_DIR):
@@ -1085,12 +1159,20 @@ def _why_kept(root: Path, trajectory: _Trajectory, missing: list[int], session_i
     """Why gc_legacy keeps a rotated trajectory log whose lines ``missing`` no log holds."""
     own = _vtcode_trajectory_copy(root, trajectory.rel.split("/", 1)[1])
     if own is not None and own.name == session_id and own.sha256 == trajectory.sha256:
-        return f"migrated by VT Code into session {own.name!r}, which holds it only as derived/trajectory.jsonl, in no log"
+        return (
+            f"migrated by VT Code into session {own.name!r}, which holds it only as derived/trajectory.jsonl, in no log"
+        )
     live_copy = _vtcode_trajectory_copy(root, LEGACY_TRAJECTORY_FILE)
-    if (live_copy is not None and live_copy.generation == trajectory.generation and live_copy.is_prefix_of(trajectory)
-            and max(missing) <= live_copy.last):
-        return (f"lines {min(missing)}-{max(missing)} are held only by VT Code's copy in session {live_copy.name!r}, "
-                "in no log")
+    if (
+        live_copy is not None
+        and live_copy.generation == trajectory.generation
+        and live_copy.is_prefix_of(trajectory)
+        and max(missing) <= live_copy.last
+    ):
+        return (
+            f"lines {min(missing)}-{max(missing)} are held only by VT Code's copy in session {live_copy.name!r}, "
+            "in no log"
+        )
     return f"not (fully) imported into session {session_id!r} (run migrate)"
 
 
@@ -1102,7 +1184,11 @@ def _unchanged(path: Path, before: os.stat_result) -> bool:
     except OSError:
         return False
     return stat.S_ISREG(now.st_mode) and (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == (
-        before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns)
+        before.st_dev,
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
 
 
 __all__ = [

@@ -66,17 +66,17 @@ import shutil
 import sqlite3
 import stat
 import tempfile
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, TypeGuard
+from typing import Any, Optional, TypeGuard
 
 import orjson
 
-from .layout import DERIVED_DIR, INDEX_DIR, INDEX_FILE, MANIFEST_FILE, PACK_FILE, session_directory
 from .errors import InvalidPack, StoreIOError, UnsafePathError
 from .events import utc_now
 from .fsio import atomic_write, ensure_private_dir, read_no_follow, temp_file_pid
+from .layout import DERIVED_DIR, INDEX_DIR, INDEX_FILE, MANIFEST_FILE, PACK_FILE, session_directory
 from .session.index import derived_tables, file_stamp, readonly_uri
 from .session.manifest import load_summary
 
@@ -138,8 +138,12 @@ class AuditPackDatabase:
     digest: str = SQLITE_ROWS_DIGEST
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "digest": self.digest, "sha256": self.sha256,
-                "tables": [table.to_dict() for table in self.tables]}
+        return {
+            "path": self.path,
+            "digest": self.digest,
+            "sha256": self.sha256,
+            "tables": [table.to_dict() for table in self.tables],
+        }
 
 
 @dataclass
@@ -176,7 +180,7 @@ class SessionAuditPack:
         return orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
 
     @classmethod
-    def from_dict(cls, data: Any) -> "SessionAuditPack":
+    def from_dict(cls, data: Any) -> SessionAuditPack:
         """Parse a pack; raise ``InvalidPack`` for an unsupported ``schema_version`` or a
         malformed shape. Entry paths are checked by ``verify_audit_pack``."""
         if not isinstance(data, dict):
@@ -229,7 +233,9 @@ def _databases_from(raw: Any) -> list[AuditPackDatabase]:
         if not isinstance(path, str):
             raise InvalidPack("an audit pack database's 'path' must be a string")
         if digest != SQLITE_ROWS_DIGEST:
-            raise InvalidPack(f"database {path!r}: unsupported digest {_show(digest)} (expected {SQLITE_ROWS_DIGEST!r})")
+            raise InvalidPack(
+                f"database {path!r}: unsupported digest {_show(digest)} (expected {SQLITE_ROWS_DIGEST!r})"
+            )
         if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
             raise InvalidPack(f"database {path!r}: 'sha256' must be 64 lowercase hex characters")
         if not isinstance(raw_tables, list):
@@ -493,8 +499,10 @@ def _covered_tables(conn: sqlite3.Connection) -> list[str]:
         listed = conn.execute("PRAGMA main.table_list").fetchall()
         names = [bytes(row[1]).decode("utf-8", "surrogateescape") for row in listed if bytes(row[2]) == b"table"]
     except sqlite3.OperationalError:  # SQLite older than 3.37: tell shadow tables by their names
-        master = [(bytes(n).decode("utf-8", "surrogateescape"), bytes(sql or b""))
-                  for n, sql in conn.execute("SELECT name, sql FROM main.sqlite_master WHERE type = 'table'")]
+        master = [
+            (bytes(n).decode("utf-8", "surrogateescape"), bytes(sql or b""))
+            for n, sql in conn.execute("SELECT name, sql FROM main.sqlite_master WHERE type = 'table'")
+        ]
         virtual = [n for n, sql in master if sql.upper().startswith(b"CREATE VIRTUAL TABLE")]
         names = [n for n, _sql in master if n not in virtual and not any(n.startswith(v + "_") for v in virtual)]
     return sorted(n for n in names if not n.lower().startswith("sqlite_") and n.lower() != WATERMARK_TABLE)
@@ -523,8 +531,10 @@ def _table_digest(conn: sqlite3.Connection, name: str, through: ThroughSeq) -> T
 def _schema_digest(conn: sqlite3.Connection) -> TableDigest:
     """The schema: every table, index, view and trigger with its SQL (SQLite's own left out),
     and the application's version numbers (``user_version``, ``application_id``)."""
-    rows = conn.execute("SELECT type, name, tbl_name, sql FROM main.sqlite_master "
-                        "WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY type, name").fetchall()
+    rows = conn.execute(
+        "SELECT type, name, tbl_name, sql FROM main.sqlite_master "
+        "WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY type, name"
+    ).fetchall()
     for pragma in ("application_id", "user_version"):
         value = conn.execute(f"PRAGMA main.{pragma}").fetchone()[0]
         rows.append((_Text(b"pragma"), _Text(pragma.encode()), None, value))
@@ -676,8 +686,9 @@ def _inventory_database(session_dir: Path, relpath: str) -> Optional[AuditPackDa
     except (FileNotFoundError, NotADirectoryError):
         return None
     except _Unreadable as exc:
-        logger.warning("%s cannot be read as a SQLite database (%s): inventoried by its bytes",
-                       session_dir / relpath, exc)
+        logger.warning(
+            "%s cannot be read as a SQLite database (%s): inventoried by its bytes", session_dir / relpath, exc
+        )
         return None
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EINVAL):
@@ -730,9 +741,7 @@ def _check_database(session_dir: Path, packed: AuditPackDatabase) -> tuple[str, 
 # Public API
 
 
-def create_audit_pack(
-    root: os.PathLike | str, session_id: str, *, exclude: Iterable[str] = ()
-) -> SessionAuditPack:
+def create_audit_pack(root: os.PathLike | str, session_id: str, *, exclude: Iterable[str] = ()) -> SessionAuditPack:
     """Inventory the session: size and SHA-256 of every regular file, sorted by path, and
     ``index/session.db`` by what it holds (its side files left out; see the module docstring).
 

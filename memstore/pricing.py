@@ -41,13 +41,14 @@ import logging
 import math
 import re
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from .errors import MemstoreError
 from .events import THREAD_COMPLETED, TURN_ENDS, parse_ts, usage_of
@@ -55,9 +56,24 @@ from .events import THREAD_COMPLETED, TURN_ENDS, parse_ts, usage_of
 logger = logging.getLogger(__name__)
 
 __all__ = (
-    "AGENT_PROVIDERS", "Cost", "CostParts", "CostSource", "CostSummary", "ModelRates", "PriceData",
-    "PricingInputError", "PricingUnavailable", "TokenUsage", "model_rates", "price_data", "price_usage",
-    "register_sql_functions", "reported_cost", "session_cost", "summarize", "turn_cost",
+    "AGENT_PROVIDERS",
+    "Cost",
+    "CostParts",
+    "CostSource",
+    "CostSummary",
+    "ModelRates",
+    "PriceData",
+    "PricingInputError",
+    "PricingUnavailable",
+    "TokenUsage",
+    "model_rates",
+    "price_data",
+    "price_usage",
+    "register_sql_functions",
+    "reported_cost",
+    "session_cost",
+    "summarize",
+    "turn_cost",
 )
 
 
@@ -73,9 +89,9 @@ class PricingInputError(MemstoreError, ValueError):
 class CostSource(str, Enum):
     """Where a dollar figure comes from."""
 
-    REPORTED = "reported"    # the agent recorded it
+    REPORTED = "reported"  # the agent recorded it
     ESTIMATED = "estimated"  # tokens priced from the price table
-    UNPRICED = "unpriced"    # no figure: unknown model, no model, unpriceable usage
+    UNPRICED = "unpriced"  # no figure: unknown model, no model, unpriceable usage
 
 
 # memstore's agent names (thread.started.source.agent) -> the price table's provider id.
@@ -87,8 +103,8 @@ AGENT_PROVIDERS: dict[str, Optional[str]] = {"codex": "openai", "claude": "anthr
 # ``costUSD`` of Claude Code transcripts.
 REPORTED_COST_KEYS = ("total_cost_usd", "cost_usd", "costUSD")
 
-_PER_TOKEN = Decimal(1_000_000)   # table prices are per million tokens
-_PER_REQUEST = Decimal(1_000)     # requests_kcount: per thousand requests
+_PER_TOKEN = Decimal(1_000_000)  # table prices are per million tokens
+_PER_REQUEST = Decimal(1_000)  # requests_kcount: per thousand requests
 _ZERO = Decimal(0)
 
 
@@ -107,20 +123,31 @@ class TokenUsage(NamedTuple):
     output_tokens: int = 0
 
     @classmethod
-    def from_event(cls, event: dict[str, Any]) -> "TokenUsage":
+    def from_event(cls, event: dict[str, Any]) -> TokenUsage:
         """The usage of a turn or thread event (0 where missing or malformed, as the index reads it)."""
         return cls._make(usage_of(event))
 
     @classmethod
-    def from_anthropic(cls, input_tokens: int, cache_read_input_tokens: int = 0,
-                       cache_creation_input_tokens: int = 0, output_tokens: int = 0) -> "TokenUsage":
+    def from_anthropic(
+        cls,
+        input_tokens: int,
+        cache_read_input_tokens: int = 0,
+        cache_creation_input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> TokenUsage:
         """From an Anthropic API (Claude Code) ``usage``, whose ``input_tokens`` excludes cache
         reads and writes: they are added to make the whole prompt."""
-        return as_token_usage((input_tokens + cache_read_input_tokens + cache_creation_input_tokens,
-                               cache_read_input_tokens, cache_creation_input_tokens, output_tokens))
+        return as_token_usage(
+            (
+                input_tokens + cache_read_input_tokens + cache_creation_input_tokens,
+                cache_read_input_tokens,
+                cache_creation_input_tokens,
+                output_tokens,
+            )
+        )
 
     @classmethod
-    def from_openai(cls, input_tokens: int, cached_input_tokens: int = 0, output_tokens: int = 0) -> "TokenUsage":
+    def from_openai(cls, input_tokens: int, cached_input_tokens: int = 0, output_tokens: int = 0) -> TokenUsage:
         """From an OpenAI (Codex) ``usage``, whose ``input_tokens`` already includes the cached
         ones; OpenAI bills no cache writes."""
         return as_token_usage((input_tokens, cached_input_tokens, 0, output_tokens))
@@ -148,7 +175,8 @@ def as_token_usage(usage: UsageLike) -> TokenUsage:
                 raise PricingInputError(f"token counts must be non-negative integers, not {value!r}")
         return TokenUsage._make(usage)
     raise PricingInputError(
-        f"usage must be a TokenUsage, a usage object or four token counts, not {type(usage).__name__}")
+        f"usage must be a TokenUsage, a usage object or four token counts, not {type(usage).__name__}"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,16 +234,22 @@ class Cost(NamedTuple):
             "model_matched": self.model_matched,
             "provider": self.provider,
             "price_date": self.price_date,
-            "parts": None if parts is None else {
-                "input": float(parts.input), "cached_input": float(parts.cached_input),
-                "cache_write": float(parts.cache_write), "output": float(parts.output),
-                "requests": float(parts.requests)},
+            "parts": None
+            if parts is None
+            else {
+                "input": float(parts.input),
+                "cached_input": float(parts.cached_input),
+                "cache_write": float(parts.cache_write),
+                "output": float(parts.output),
+                "requests": float(parts.requests),
+            },
             "note": self.note,
         }
 
 
-def _unpriced(model: Optional[str], note: str, price_version: Optional[str] = None,
-              price_date: Optional[str] = None) -> Cost:
+def _unpriced(
+    model: Optional[str], note: str, price_version: Optional[str] = None, price_date: Optional[str] = None
+) -> Cost:
     return Cost(None, CostSource.UNPRICED, price_version, model, None, None, None, price_date, note)
 
 
@@ -267,7 +301,8 @@ def _library() -> _Library:
                 from genai_prices import data_snapshot, types
             except ImportError as exc:
                 raise PricingUnavailable(
-                    f"cost estimates need the genai-prices package (pip install genai-prices): {exc}") from None
+                    f"cost estimates need the genai-prices package (pip install genai-prices): {exc}"
+                ) from None
             # Our own snapshot of the bundled data, never the process-wide one that an
             # UpdatePrices started elsewhere would replace with downloaded prices.
             snapshot = data_snapshot.DataSnapshot(providers=gp_data.providers, from_auto_update=False)
@@ -318,6 +353,7 @@ class ModelRates:
         reaches. Cache reads and writes without a price of their own take the input price; a
         class the table has no price for is 0 here (:func:`price_usage` leaves usage of it
         unpriced rather than use that 0)."""
+
         def pick(rate: Optional[Rate]) -> Optional[Decimal]:
             if rate is None:
                 return None
@@ -327,10 +363,15 @@ class ModelRates:
                     if prompt_tokens > start:
                         return price
             return base
+
         input_price = pick(self.input) or _ZERO
         cached, written, output = pick(self.cached_input), pick(self.cache_write), pick(self.output)
-        return (input_price, input_price if cached is None else cached, input_price if written is None else written,
-                _ZERO if output is None else output)
+        return (
+            input_price,
+            input_price if cached is None else cached,
+            input_price if written is None else written,
+            _ZERO if output is None else output,
+        )
 
     def per_million(self, rate: Optional[Rate]) -> Optional[Decimal]:
         """A base per-token rate as the usual price per million tokens."""
@@ -351,7 +392,8 @@ def _rate(value: Any, tiered_type: Any) -> Optional[Rate]:
 def _has_time_of_day(info: Any, types: Any) -> bool:
     prices = info.prices
     return isinstance(prices, list) and any(
-        isinstance(conditional.constraint, types.TimeOfDateConstraint) for conditional in prices)
+        isinstance(conditional.constraint, types.TimeOfDateConstraint) for conditional in prices
+    )
 
 
 def _find(model: str, hint: Optional[str], provider: Optional[str]) -> Union[tuple[Any, Any], str]:
@@ -419,12 +461,12 @@ def _rates_at(model: str, hint: Optional[str], provider: Optional[str], at: date
 def _rates_on_day(model: str, hint: Optional[str], provider: Optional[str], day: str) -> Union[ModelRates, str]:
     """The rates in force on a UTC day (at its start; :func:`_rates_at_time` for the few models
     whose prices change within a day)."""
-    return _rates_at(model, hint, provider, datetime.fromisoformat(day).replace(tzinfo=timezone.utc))
+    return _rates_at(model, hint, provider, datetime.fromisoformat(day).replace(tzinfo=UTC))
 
 
 @lru_cache(maxsize=16384)
 def _rates_at_time(model: str, hint: Optional[str], provider: Optional[str], minute: str) -> Union[ModelRates, str]:
-    return _rates_at(model, hint, provider, datetime.fromisoformat(minute).replace(tzinfo=timezone.utc))
+    return _rates_at(model, hint, provider, datetime.fromisoformat(minute).replace(tzinfo=UTC))
 
 
 _MEMSTORE_DAY = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z\Z")
@@ -433,7 +475,7 @@ _MEMSTORE_DAY = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z\Z")
 def _moment(when: Union[datetime, str, None]) -> tuple[str, str]:
     """The UTC day and minute of ``when`` (default now), as ISO text (cache keys)."""
     if when is None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         return now.date().isoformat(), now.strftime("%Y-%m-%dT%H:%M")
     if type(when) is str and _MEMSTORE_DAY.match(when) and _is_date(when[:10]):
         return when[:10], when[:16]
@@ -442,10 +484,10 @@ def _moment(when: Union[datetime, str, None]) -> tuple[str, str]:
         if dt is None:
             raise PricingInputError(f"when must be an RFC 3339 timestamp, not {when!r}")
     elif isinstance(when, datetime):
-        dt = when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+        dt = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
     else:
         raise PricingInputError(f"when must be a datetime or a timestamp string, not {type(when).__name__}")
-    dt = dt.astimezone(timezone.utc)
+    dt = dt.astimezone(UTC)
     return dt.date().isoformat(), dt.strftime("%Y-%m-%dT%H:%M")
 
 
@@ -473,8 +515,13 @@ def _provider(provider: Optional[str]) -> Optional[str]:
     return provider.strip().lower() or None if provider else None
 
 
-def model_rates(model: Optional[str], *, provider_hint: Optional[str] = None, provider: Optional[str] = None,
-                when: Union[datetime, str, None] = None) -> Optional[ModelRates]:
+def model_rates(
+    model: Optional[str],
+    *,
+    provider_hint: Optional[str] = None,
+    provider: Optional[str] = None,
+    when: Union[datetime, str, None] = None,
+) -> Optional[ModelRates]:
     """The prices ``model`` is charged at on ``when`` (default: now), or ``None`` when the table
     does not know it (``provider_hint`` and ``provider`` as in :func:`price_usage`)."""
     if not model:
@@ -506,9 +553,15 @@ def _warn_once(model: str, note: str) -> None:
         logger.warning("cost of %r is unpriced: %s", model, note)
 
 
-def price_usage(model: Optional[str], usage: UsageLike, *, provider_hint: Optional[str] = None,
-                provider: Optional[str] = None, when: Union[datetime, str, None] = None,
-                single_request: bool = False) -> Cost:
+def price_usage(
+    model: Optional[str],
+    usage: UsageLike,
+    *,
+    provider_hint: Optional[str] = None,
+    provider: Optional[str] = None,
+    when: Union[datetime, str, None] = None,
+    single_request: bool = False,
+) -> Cost:
     """What ``usage`` (memstore's convention, see the module doc) of ``model`` cost: an
     ``ESTIMATED`` :class:`Cost` from the price table, or ``UNPRICED`` (``usd`` None) when the
     model is unknown, missing, or the usage cannot be priced. Never a made-up $0: zero tokens
@@ -544,9 +597,13 @@ def price_usage(model: Optional[str], usage: UsageLike, *, provider_hint: Option
     uncached = prompt - cached - written
     if uncached < 0:
         _warn_once(model, "inconsistent usage")
-        return _unpriced(model, f"usage is inconsistent: cached input ({cached}) and cache writes ({written}) "
-                                f"exceed the whole prompt ({prompt}); memstore's input_tokens includes both",
-                         version, day)
+        return _unpriced(
+            model,
+            f"usage is inconsistent: cached input ({cached}) and cache writes ({written}) "
+            f"exceed the whole prompt ({prompt}); memstore's input_tokens includes both",
+            version,
+            day,
+        )
     if rates.input is None and prompt:
         missing = f"the price table has no input price for {rates.model_matched}"
         _warn_once(model, missing)
@@ -556,7 +613,8 @@ def price_usage(model: Optional[str], usage: UsageLike, *, provider_hint: Option
         _warn_once(model, missing)
         return _unpriced(model, missing, version, day)
     in_price, cached_price, write_price, out_price = (
-        rates.prices(prompt, single_request=True) if single_request else rates.base)
+        rates.prices(prompt, single_request=True) if single_request else rates.base
+    )
     fee = rates.request_fee if single_request and rates.request_fee is not None else _ZERO
     parts = CostParts(uncached * in_price, cached * cached_price, written * write_price, output * out_price, fee)
     note: Optional[str] = None
@@ -567,8 +625,17 @@ def price_usage(model: Optional[str], usage: UsageLike, *, provider_hint: Option
         if rates.request_fee is not None:
             fees = "per-request fees left out: the number of requests is not recorded"
             note = fees if note is None else f"{note}; {fees}"
-    return Cost(parts.input + parts.cached_input + parts.cache_write + parts.output + fee, CostSource.ESTIMATED,
-                version, model, rates.model_matched, rates.provider, parts, rates.price_date, note)
+    return Cost(
+        parts.input + parts.cached_input + parts.cache_write + parts.output + fee,
+        CostSource.ESTIMATED,
+        version,
+        model,
+        rates.model_matched,
+        rates.provider,
+        parts,
+        rates.price_date,
+        note,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -593,13 +660,23 @@ def reported_cost(event: Mapping[str, Any]) -> Optional[Cost]:
             logger.warning("ignored a reported cost that is not a non-negative number: %s=%r", key, value)
             continue
         model = event.get("model")
-        return Cost(Decimal(repr(value)) if type(value) is float else Decimal(value), CostSource.REPORTED,
-                    None, model if isinstance(model, str) else None, note=f"recorded by the agent as {key}")
+        return Cost(
+            Decimal(repr(value)) if type(value) is float else Decimal(value),
+            CostSource.REPORTED,
+            None,
+            model if isinstance(model, str) else None,
+            note=f"recorded by the agent as {key}",
+        )
     return None
 
 
-def turn_cost(event: Mapping[str, Any], *, provider_hint: Optional[str] = None, provider: Optional[str] = None,
-              when: Union[datetime, str, None] = None) -> Cost:
+def turn_cost(
+    event: Mapping[str, Any],
+    *,
+    provider_hint: Optional[str] = None,
+    provider: Optional[str] = None,
+    when: Union[datetime, str, None] = None,
+) -> Cost:
     """The cost of a turn end (``turn.completed``/``failed``/``aborted``): the agent's own
     figure when it recorded one, else its ``usage`` of its ``model`` priced (time: ``when``,
     else the event's ``completed_at``, else now). :class:`PricingInputError` for other events."""
@@ -612,8 +689,13 @@ def turn_cost(event: Mapping[str, Any], *, provider_hint: Optional[str] = None, 
         completed = event.get("completed_at")
         when = completed if isinstance(completed, str) and parse_ts(completed) is not None else None
     model = event.get("model")
-    return price_usage(model if isinstance(model, str) else None, TokenUsage._make(usage_of(dict(event))),
-                       provider_hint=provider_hint, provider=provider, when=when)
+    return price_usage(
+        model if isinstance(model, str) else None,
+        TokenUsage._make(usage_of(dict(event))),
+        provider_hint=provider_hint,
+        provider=provider,
+        when=when,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -644,10 +726,17 @@ class CostSummary:
         return self.unpriced == 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"usd": None if self.usd is None else float(self.usd), "source": self.source.value,
-                "reported_usd": float(self.reported_usd), "estimated_usd": float(self.estimated_usd),
-                "priced": self.priced, "unpriced": self.unpriced, "complete": self.complete,
-                "price_versions": list(self.price_versions), "unpriced_models": list(self.unpriced_models)}
+        return {
+            "usd": None if self.usd is None else float(self.usd),
+            "source": self.source.value,
+            "reported_usd": float(self.reported_usd),
+            "estimated_usd": float(self.estimated_usd),
+            "priced": self.priced,
+            "unpriced": self.unpriced,
+            "complete": self.complete,
+            "price_versions": list(self.price_versions),
+            "unpriced_models": list(self.unpriced_models),
+        }
 
 
 def summarize(costs: Iterable[Cost]) -> CostSummary:
@@ -669,10 +758,17 @@ def summarize(costs: Iterable[Cost]) -> CostSummary:
             if cost.price_version:
                 versions.add(cost.price_version)
     priced = reported_count + estimated_count
-    source = (CostSource.UNPRICED if not priced else CostSource.ESTIMATED if estimated_count
-              else CostSource.REPORTED)
-    return CostSummary(reported + estimated if priced else None, source, reported, estimated, priced, unpriced,
-                       tuple(sorted(versions)), tuple(sorted(models)))
+    source = CostSource.UNPRICED if not priced else CostSource.ESTIMATED if estimated_count else CostSource.REPORTED
+    return CostSummary(
+        reported + estimated if priced else None,
+        source,
+        reported,
+        estimated,
+        priced,
+        unpriced,
+        tuple(sorted(versions)),
+        tuple(sorted(models)),
+    )
 
 
 def session_cost(turn_costs: Iterable[Cost], thread_completed: Optional[Mapping[str, Any]] = None) -> CostSummary:
@@ -692,9 +788,12 @@ def session_cost(turn_costs: Iterable[Cost], thread_completed: Optional[Mapping[
 def _sql_cost(model: Any, hint: Any, prompt: Any, cached: Any, written: Any, output: Any, ts: Any) -> Optional[Cost]:
     counts = tuple(v if type(v) is int and v >= 0 else 0 for v in (prompt, cached, written, output))
     try:
-        return price_usage(model if isinstance(model, str) else None, counts,  # type: ignore[arg-type]
-                           provider_hint=hint if isinstance(hint, str) else None,
-                           when=ts if isinstance(ts, str) and ts else None)
+        return price_usage(
+            model if isinstance(model, str) else None,
+            counts,  # type: ignore[arg-type]
+            provider_hint=hint if isinstance(hint, str) else None,
+            when=ts if isinstance(ts, str) and ts else None,
+        )
     except PricingInputError as exc:
         logger.warning("SQL cost of %r left unpriced: %s", model, exc)
         return None
@@ -713,6 +812,7 @@ def register_sql_functions(conn: Any) -> None:
     the agent reported lives in its own column and wins: ``COALESCE(reported, memstore_cost_usd(...))``.
     Not declared deterministic: with a NULL ``ts`` the result depends on the day.
     """
+
     def usd(*args: Any) -> Optional[float]:
         cost = _sql_cost(*args)
         return None if cost is None or cost.usd is None else float(cost.usd)

@@ -23,9 +23,11 @@ import sqlite3
 import stat
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 from . import events as ev
 from .errors import EventNotFound, SessionNotFound, StoreIOError, TurnNotFound, UnsafePathError
@@ -46,7 +48,7 @@ _SNAPSHOT_ATTEMPTS = 3
 _READ_BATCH_BYTES = 1 << 20
 
 
-def read_session(root: os.PathLike | str, session_id: str, *, redact: bool = False) -> "SessionReader":
+def read_session(root: os.PathLike | str, session_id: str, *, redact: bool = False) -> SessionReader:
     """Open the session ``session_id`` under ``root`` for reading (a context manager).
 
     With ``redact`` every event, record and turn error it returns has its secrets replaced by
@@ -63,7 +65,7 @@ def read_session(root: os.PathLike | str, session_id: str, *, redact: bool = Fal
     return reader
 
 
-def read_session_dir(session_dir: os.PathLike | str) -> "SessionReader":
+def read_session_dir(session_dir: os.PathLike | str) -> SessionReader:
     """Open a session by its directory (the session id is taken from its metadata)."""
     return SessionReader(Path(session_dir), None)
 
@@ -150,9 +152,13 @@ class SessionReader:
             except FileNotFoundError:
                 raise SessionNotFound(session_id or self.dir.name, self.log.path) from None
             self.end = self._complete_end()
-            if (saved is not None and self.index is not None and covers_prefix(self.log, saved)
-                    and self.index.is_consistent(saved.manifest)
-                    and not self.index.changed()):
+            if (
+                saved is not None
+                and self.index is not None
+                and covers_prefix(self.log, saved)
+                and self.index.is_consistent(saved.manifest)
+                and not self.index.changed()
+            ):
                 break
             if attempt < _SNAPSHOT_ATTEMPTS - 1 and saved is not None:
                 # A writer may have rewritten the log between the two reads: look again.
@@ -164,8 +170,11 @@ class SessionReader:
         self.session_id = self._session_id(session_id, on_disk, saved)
         if saved is not None:
             manifest = saved.manifest
-            if on_disk is not None and on_disk.persisted_file_len == manifest.persisted_file_len and (
-                on_disk.turn_count, on_disk.event_count) == (manifest.turn_count, manifest.event_count):
+            if (
+                on_disk is not None
+                and on_disk.persisted_file_len == manifest.persisted_file_len
+                and (on_disk.turn_count, on_disk.event_count) == (manifest.turn_count, manifest.event_count)
+            ):
                 # Retention may have marked the session completed; the writer keeps that too.
                 manifest.status = on_disk.status
             self._index_last_turn = manifest.turn_count + (1 if manifest.in_turn else 0)
@@ -177,9 +186,14 @@ class SessionReader:
         else:
             self._release_snapshot()
             marker = load_marker(self.dir)
-            base = scan_turn_base(self.log, self.index, self.dir,
-                                  marker if marker is not None and marker.matches(self.log.length) else None,
-                                  on_disk, None)
+            base = scan_turn_base(
+                self.log,
+                self.index,
+                self.dir,
+                marker if marker is not None and marker.matches(self.log.length) else None,
+                on_disk,
+                None,
+            )
             manifest = Manifest(
                 session_id=self.session_id,
                 created_at=on_disk.created_at if on_disk else "",
@@ -234,15 +248,17 @@ class SessionReader:
         logger.info("reading %s from its log from now on: %s", self.dir, why)
         self._release_snapshot()
         reported = self.state.manifest
-        state = LogState(Manifest(
-            session_id=reported.session_id,
-            created_at=reported.created_at,
-            updated_at=reported.updated_at,
-            turn_count=reported.retained_turn_base - 1,
-            retained_turn_base=reported.retained_turn_base,
-            status=reported.status,
-            next_seq=self.log.head().next_seq or 1,
-        ))
+        state = LogState(
+            Manifest(
+                session_id=reported.session_id,
+                created_at=reported.created_at,
+                updated_at=reported.updated_at,
+                turn_count=reported.retained_turn_base - 1,
+                retained_turn_base=reported.retained_turn_base,
+                status=reported.status,
+                next_seq=self.log.head().next_seq or 1,
+            )
+        )
         self.tail_rows = _Tail(self.log)
         self.indexed_len = self.indexed_seq = self.derived_seq = 0
         self._index_last_turn, self._index_open_turn = 0, None
@@ -258,13 +274,13 @@ class SessionReader:
             self.index = None
 
     def _log_time(self) -> str:
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         try:
             mtime = os.fstat(self.log.rfd).st_mtime
         except OSError as exc:
             raise StoreIOError.from_os_error("stat", self.log.path, exc) from exc
-        return ev.format_ts(datetime.fromtimestamp(mtime, timezone.utc))
+        return ev.format_ts(datetime.fromtimestamp(mtime, UTC))
 
     def _complete_end(self) -> int:
         """The end of the last complete line: a torn tail is ignored, not cut."""
@@ -408,7 +424,9 @@ class SessionReader:
                 start = batch[0][1]
                 data = self.log.pread(start, batch[-1][1] + batch[-1][2] - start)
                 for seq, offset, length, turn, ts in batch:
-                    yield BatchRecord(seq, turn, ts, offset, length, line=data[offset - start: offset - start + length])
+                    yield BatchRecord(
+                        seq, turn, ts, offset, length, line=data[offset - start : offset - start + length]
+                    )
                 del data
             after = rows[-1][0]
         yield from self.tail_rows.records(after)
@@ -430,7 +448,7 @@ class SessionReader:
         self._release_snapshot()
         self.log.close()
 
-    def __enter__(self) -> "SessionReader":
+    def __enter__(self) -> SessionReader:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -464,8 +482,9 @@ class _Tail:
     def __getitem__(self, i: int) -> tuple:
         seq, offset, length, turn = self.seqs[i], self.offsets[i], self.lengths[i], self.turns[i] or None
         record = ev.decode_line(self.log.pread(offset, length))
-        return event_row(seq, offset, length, turn, record.ts if record else None,
-                         record.event if record else {"type": ""})
+        return event_row(
+            seq, offset, length, turn, record.ts if record else None, record.event if record else {"type": ""}
+        )
 
     @property
     def last_seq(self) -> int:
@@ -485,7 +504,7 @@ class _Tail:
             data = self.log.pread(start, self.offsets[batch[-1]] + self.lengths[batch[-1]] - start)
             for i in batch:
                 offset, length = self.offsets[i], self.lengths[i]
-                record = ev.decode_line(data[offset - start: offset - start + length])
+                record = ev.decode_line(data[offset - start : offset - start + length])
                 if record is None:  # the log changed under the reader (it cannot, short of an edit)
                     raise StoreIOError("read", self.log.path, f"no record at byte {offset} any more")
                 yield BatchRecord(self.seqs[i], self.turns[i] or None, record.ts, offset, length, record.event)

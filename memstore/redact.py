@@ -35,9 +35,10 @@ import math
 import os
 import re
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 from .errors import MemstoreError
 from .fsio import read_no_follow
@@ -138,18 +139,26 @@ def load_config(root: Union[os.PathLike, str]) -> RedactConfig:
     if not isinstance(section, dict):
         raise RedactConfigError(path, f"[{CONFIG_SECTION}] must be a table, not {_type_name(section)}")
     config = parse_config(section, source=path)
-    log.debug("redaction config read from %s: %d allowed, %d allowed patterns, %d patterns, disabled %s",
-              path, len(config.allow), len(config.allow_patterns), len(config.patterns), sorted(config.disabled))
+    log.debug(
+        "redaction config read from %s: %d allowed, %d allowed patterns, %d patterns, disabled %s",
+        path,
+        len(config.allow),
+        len(config.allow_patterns),
+        len(config.patterns),
+        sorted(config.disabled),
+    )
     return config
 
 
 def _toml_module() -> Any:
     try:
         import tomllib
+
         return tomllib
     except ImportError:  # Python 3.10
         try:
             import tomli  # type: ignore[import-not-found]
+
             return tomli
         except ImportError:
             return None
@@ -175,24 +184,41 @@ def parse_config(section: dict, source: Union[os.PathLike, str, None] = None) ->
     if at_write and not enabled:
         raise fail(f"{CONFIG_SECTION}.at_write = true needs redaction enabled ({CONFIG_SECTION}.enabled = false)")
     allow = _string_list(section, "allow", fail)
-    allow_patterns = tuple(_compile(text, f"{CONFIG_SECTION}.allow_patterns[{i}]", 0, fail)
-                           for i, text in enumerate(_string_list(section, "allow_patterns", fail)))
+    allow_patterns = tuple(
+        _compile(text, f"{CONFIG_SECTION}.allow_patterns[{i}]", 0, fail)
+        for i, text in enumerate(_string_list(section, "allow_patterns", fail))
+    )
     disabled = _string_list(section, "disable", fail)
     for kind in disabled:
         if kind not in BUILTIN_KINDS:
-            raise fail(f"{CONFIG_SECTION}.disable names {kind!r}, which is not a built-in kind "
-                       f"(built-in: {', '.join(sorted(BUILTIN_KINDS))})")
+            raise fail(
+                f"{CONFIG_SECTION}.disable names {kind!r}, which is not a built-in kind "
+                f"(built-in: {', '.join(sorted(BUILTIN_KINDS))})"
+            )
     raw_patterns = section.get("patterns", [])
     if not isinstance(raw_patterns, list):
         raise fail(f"{CONFIG_SECTION}.patterns must be an array of tables ([[{CONFIG_SECTION}.patterns]])")
     patterns = tuple(_user_pattern(entry, i, fail) for i, entry in enumerate(raw_patterns))
-    return RedactConfig(enabled=enabled, at_write=at_write, allow=frozenset(allow), allow_patterns=allow_patterns,
-                        patterns=patterns, disabled=frozenset(disabled), source=where)
+    return RedactConfig(
+        enabled=enabled,
+        at_write=at_write,
+        allow=frozenset(allow),
+        allow_patterns=allow_patterns,
+        patterns=patterns,
+        disabled=frozenset(disabled),
+        source=where,
+    )
 
 
 def _type_name(value: Any) -> str:
-    return {dict: "a table", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
-            float: "a number"}.get(type(value), type(value).__name__)
+    return {
+        dict: "a table",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 def _string_list(section: dict, key: str, fail: Callable[[str], RedactConfigError]) -> list[str]:
@@ -218,8 +244,10 @@ def _user_pattern(entry: Any, index: int, fail: Callable[[str], RedactConfigErro
         raise fail(f"unknown key {where}.{unknown[0]} (known: {', '.join(_PATTERN_KEYS)})")
     kind, text = entry.get("kind"), entry.get("regex")
     if not isinstance(kind, str) or not _KIND.match(kind) or len(kind) > 40:
-        raise fail(f"{where}.kind must be lowercase letters, digits and single dashes "
-                   f"(at most 40), like 'acme-token', not {kind!r}")
+        raise fail(
+            f"{where}.kind must be lowercase letters, digits and single dashes "
+            f"(at most 40), like 'acme-token', not {kind!r}"
+        )
     if not isinstance(text, str) or not text:
         raise fail(f"{where}.regex must be a non-empty string")
     ignore_case = entry.get("ignore_case", False)
@@ -256,7 +284,7 @@ class _Format:
 
 
 def _has_classes(token: str, needed: int) -> bool:
-    classes = (any(c.isdigit() for c in token) + any(c.islower() for c in token) + any(c.isupper() for c in token))
+    classes = any(c.isdigit() for c in token) + any(c.islower() for c in token) + any(c.isupper() for c in token)
     return classes >= needed
 
 
@@ -268,23 +296,34 @@ def _openai_like(token: str) -> bool:
 
 
 _NB = r"(?<![A-Za-z0-9_-])"  # no token character just before a prefix
-_NA = r"(?![A-Za-z0-9_])"    # nor just after a fixed-length token
+_NA = r"(?![A-Za-z0-9_])"  # nor just after a fixed-length token
 
 _FORMATS: tuple[_Format, ...] = (
-    _Format("aws-access-key", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"),
-            r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    _Format(
+        "aws-access-key",
+        ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"),
+        r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Za-z0-9])",
+    ),
     _Format("google-api-key", ("AIza",), _NB + r"AIza[0-9A-Za-z_-]{35}" + r"(?![A-Za-z0-9_-])"),
     _Format("google-oauth-client-secret", ("GOCSPX-",), _NB + r"GOCSPX-[A-Za-z0-9_-]{28,40}"),
     _Format("google-oauth-token", ("ya29.",), _NB + r"ya29\.[0-9A-Za-z_-]{30,2048}"),
     _Format("azure-storage-key", ("AccountKey=",), r"(?<=AccountKey=)[A-Za-z0-9+/]{86}==", shift=11),
     _Format("azure-storage-key", ("SharedAccessKey=",), r"(?<=SharedAccessKey=)[A-Za-z0-9+/]{42,43}=", shift=16),
-    _Format("azure-client-secret", ("Q~",), r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.-]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~-])",
-            shift=-4),
+    _Format(
+        "azure-client-secret",
+        ("Q~",),
+        r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.-]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~-])",
+        shift=-4,
+    ),
     _Format("github-token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), _NB + r"gh[pousr]_[A-Za-z0-9]{36,251}" + _NA),
     _Format("github-token", ("github_pat_",), _NB + r"github_pat_[A-Za-z0-9_]{70,251}" + _NA),
-    _Format("gitlab-token", tuple(f"{p}-" for p in ("glpat", "gldt", "glrt", "glptt", "glft", "glsoat", "glcbt", "glimt",
-                                                   "gloas", "glagent")),
-            _NB + r"gl(?:pat|dt|rt|ptt|ft|soat|cbt|imt|oas|agent)-[A-Za-z0-9_-]{20,1024}(?:\.[0-9a-z]{2}\.[0-9a-z]{7,9})?"),
+    _Format(
+        "gitlab-token",
+        tuple(
+            f"{p}-" for p in ("glpat", "gldt", "glrt", "glptt", "glft", "glsoat", "glcbt", "glimt", "gloas", "glagent")
+        ),
+        _NB + r"gl(?:pat|dt|rt|ptt|ft|soat|cbt|imt|oas|agent)-[A-Za-z0-9_-]{20,1024}(?:\.[0-9a-z]{2}\.[0-9a-z]{7,9})?",
+    ),
     _Format("anthropic-api-key", ("sk-ant-",), _NB + r"sk-ant-[a-z]{2,8}\d{2}-[A-Za-z0-9_-]{32,512}"),
     _Format("openrouter-api-key", ("sk-or-",), _NB + r"sk-or-v\d-[0-9a-f]{64}" + _NA),
     _Format("openai-api-key", ("sk-",), _NB + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,512}", _openai_like),
@@ -296,27 +335,46 @@ _FORMATS: tuple[_Format, ...] = (
     _Format("replicate-token", ("r8_",), _NB + r"r8_[A-Za-z0-9]{37}" + _NA),
     _Format("langsmith-api-key", ("lsv2_pt_", "lsv2_sk_"), _NB + r"lsv2_(?:pt|sk)_[0-9a-f]{32}_[0-9a-f]{10}" + _NA),
     _Format("tavily-api-key", ("tvly-",), _NB + r"tvly-(?:dev-|prod-)?[A-Za-z0-9]{32}" + _NA),
-    _Format("slack-token", tuple(f"xox{c}-" for c in "abposre"), _NB + r"xox[abposre]-[0-9A-Za-z-]{10,250}",
-            lambda t: any(c.isdigit() for c in t)),
+    _Format(
+        "slack-token",
+        tuple(f"xox{c}-" for c in "abposre"),
+        _NB + r"xox[abposre]-[0-9A-Za-z-]{10,250}",
+        lambda t: any(c.isdigit() for c in t),
+    ),
     _Format("slack-token", ("xapp-",), _NB + r"xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]{20,}"),
-    _Format("slack-webhook", ("https://hooks.slack.com/",),
-            r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{20,200}"),
-    _Format("discord-webhook", ("https://discord.com/api/webhooks/", "https://discordapp.com/api/webhooks/"),
-            r"https://discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_-]{60,}"),
-    _Format("stripe-key", ("sk_live_", "sk_test_", "rk_live_", "rk_test_"), _NB + r"[rs]k_(?:live|test)_[0-9a-zA-Z]{24,247}" + _NA),
+    _Format(
+        "slack-webhook",
+        ("https://hooks.slack.com/",),
+        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{20,200}",
+    ),
+    _Format(
+        "discord-webhook",
+        ("https://discord.com/api/webhooks/", "https://discordapp.com/api/webhooks/"),
+        r"https://discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_-]{60,}",
+    ),
+    _Format(
+        "stripe-key",
+        ("sk_live_", "sk_test_", "rk_live_", "rk_test_"),
+        _NB + r"[rs]k_(?:live|test)_[0-9a-zA-Z]{24,247}" + _NA,
+    ),
     _Format("stripe-webhook-secret", ("whsec_",), _NB + r"whsec_[A-Za-z0-9+/=]{32,}"),
     _Format("npm-token", ("npm_",), _NB + r"npm_[A-Za-z0-9]{36}" + _NA),
     _Format("pypi-token", ("pypi-AgE",), _NB + r"pypi-AgE[A-Za-z0-9_-]{50,}"),
     _Format("sendgrid-api-key", ("SG.",), _NB + r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _NA),
     _Format("digitalocean-token", ("dop_v1_", "doo_v1_", "dor_v1_"), _NB + r"do[opr]_v1_[a-f0-9]{64}" + _NA),
-    _Format("shopify-token", ("shpat_", "shpca_", "shppa_", "shpss_"), _NB + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _NA),
+    _Format(
+        "shopify-token", ("shpat_", "shpca_", "shppa_", "shpss_"), _NB + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _NA
+    ),
     _Format("jwt", ("eyJ",), _NB + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    _Format("private-key", ("-----BEGIN",),
-            # A whole PEM block, its newlines real or escaped (\n in JSON text); one cut short
-            # (a truncated command output) up to where its base64 body ends.
-            r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-            r"(?:[\s\S]{0,16384}?-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-            r"|(?:[A-Za-z0-9+/=:,. -]|\\+[nrt]|\s)*)"),
+    _Format(
+        "private-key",
+        ("-----BEGIN",),
+        # A whole PEM block, its newlines real or escaped (\n in JSON text); one cut short
+        # (a truncated command output) up to where its base64 body ends.
+        r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:[\s\S]{0,16384}?-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+        r"|(?:[A-Za-z0-9+/=:,. -]|\\+[nrt]|\s)*)",
+    ),
     _Format("private-key", ("AGE-SECRET-KEY-1",), _NB + r"AGE-SECRET-KEY-1[0-9A-Z]{58}" + _NA),
 )
 
@@ -327,19 +385,89 @@ _FORMATS: tuple[_Format, ...] = (
 # Key names whose value is a secret: the name must end with one (``DB_PASSWORD``, ``apiKey``,
 # ``x-api-key``, ``aws_secret_access_key``); ``max_tokens`` or ``token_count`` do not.
 _KEY_WORDS = ("password", "passwd", "passphrase", "pass", "pwd", "secret", "token", "authorization")
-_KEY_COMPOUNDS = ("api key", "secret key", "access key", "private key", "auth key", "signing key", "encryption key",
-                  "master key", "client key", "account key", "session key")
+_KEY_COMPOUNDS = (
+    "api key",
+    "secret key",
+    "access key",
+    "private key",
+    "auth key",
+    "signing key",
+    "encryption key",
+    "master key",
+    "client key",
+    "account key",
+    "session key",
+)
 # What may stand between a key and its ``=`` or ``:``: a closing quote (plain or JSON-escaped),
 # a closing bracket, a space.
 _CLOSERS = ("", '"', "'", '\\"', " ", '"]')
 # A key ending like this is a digest or an identifier, not a secret, whatever its value looks like.
-_NOT_SECRET_KEYS = ("integrity", "hash", "checksum", "digest", "sha", "sha1", "sha256", "sha512", "md5", "etag",
-                    "signature", "encrypted_content", "id", "uuid", "guid", "commit", "rev", "revision", "version",
-                    "cursor", "nonce", "salt", "fingerprint", "thumbprint", "path", "file", "url", "uri", "name",
-                    "model", "ref", "branch", "tag", "image", "type", "kind", "mode", "format")
+_NOT_SECRET_KEYS = (
+    "integrity",
+    "hash",
+    "checksum",
+    "digest",
+    "sha",
+    "sha1",
+    "sha256",
+    "sha512",
+    "md5",
+    "etag",
+    "signature",
+    "encrypted_content",
+    "id",
+    "uuid",
+    "guid",
+    "commit",
+    "rev",
+    "revision",
+    "version",
+    "cursor",
+    "nonce",
+    "salt",
+    "fingerprint",
+    "thumbprint",
+    "path",
+    "file",
+    "url",
+    "uri",
+    "name",
+    "model",
+    "ref",
+    "branch",
+    "tag",
+    "image",
+    "type",
+    "kind",
+    "mode",
+    "format",
+)
 # Prefixes of identifiers that agent logs are full of (tool calls, messages, requests).
-_ID_PREFIXES = ("call_", "toolu_", "msg_", "req_", "resp_", "run_", "thread_", "file-", "file_", "chatcmpl-", "asst_",
-                "batch_", "evt_", "ch_", "cus_", "pi_", "sub_", "in_", "prod_", "price_", "srvtoolu_", "rs_", "fc_")
+_ID_PREFIXES = (
+    "call_",
+    "toolu_",
+    "msg_",
+    "req_",
+    "resp_",
+    "run_",
+    "thread_",
+    "file-",
+    "file_",
+    "chatcmpl-",
+    "asst_",
+    "batch_",
+    "evt_",
+    "ch_",
+    "cus_",
+    "pi_",
+    "sub_",
+    "in_",
+    "prod_",
+    "price_",
+    "srvtoolu_",
+    "rs_",
+    "fc_",
+)
 
 
 def _key_variants() -> list[str]:
@@ -357,12 +485,14 @@ _SHORT_KEYS = ("pass", "pwd")  # only as a whole word: not bypass, not cwd
 _VALUE = re.compile(
     r"[ \t]{0,8}(?:"
     r"(?P<esc>\\{1,3})?(?:\"(?P<dq>(?:[^\"\\\n]|\\[^\"\nnrt]){1,%d})|'(?P<sq>[^'\\\n]{1,%d})|`(?P<bq>[^`\\\n]{1,%d}))"
-    r"|(?P<uv>[^\s\"'`\\,;&|<>(){}\[\]]{1,%d}))" % (_MAX_VALUE, _MAX_VALUE, _MAX_VALUE, _MAX_VALUE))
+    r"|(?P<uv>[^\s\"'`\\,;&|<>(){}\[\]]{1,%d}))" % (_MAX_VALUE, _MAX_VALUE, _MAX_VALUE, _MAX_VALUE)
+)
 _AUTH_SCHEME = re.compile(r"(?i:(bearer|basic|token|digest|apikey))[ \t]+(?=\S)")
 _PLACEHOLDER_WORDS = frozenset(
     "none null nil true false undefined str string int number bool boolean bytes any optional required secret "
     "password passwd pass token redacted hidden masked env environ changeme xxx example test dummy placeholder "
-    "secretstr os self config settings getpass input prompt empty unset default value".split())
+    "secretstr os self config settings getpass input prompt empty unset default value".split()
+)
 _DOTTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEX_OR_UUID = re.compile(r"[0-9a-fA-F]+(?:-[0-9a-fA-F]+)*")
@@ -414,7 +544,9 @@ def _is_placeholder(value: str) -> bool:
 
 
 def _is_path(value: str) -> bool:
-    return value.startswith(("/", "./", "../", "~/", "file:")) or (len(value) > 2 and value[1] == ":" and value[2] in "\\/")
+    return value.startswith(("/", "./", "../", "~/", "file:")) or (
+        len(value) > 2 and value[1] == ":" and value[2] in "\\/"
+    )
 
 
 def _assigned_value_is_secret(value: str, kind: str, *, quoted: bool, spaced: bool, colon: bool, follower: str) -> bool:
@@ -587,7 +719,9 @@ class _Trigger:
     handler: Callable[[str, int], Iterator[tuple[int, int, str, int]]]
 
 
-def _format_handler(formats: tuple[_Format, ...], offset: int) -> Callable[[str, int], Iterator[tuple[int, int, str, int]]]:
+def _format_handler(
+    formats: tuple[_Format, ...], offset: int
+) -> Callable[[str, int], Iterator[tuple[int, int, str, int]]]:
     compiled = [(f, re.compile(f.pattern)) for f in formats]
 
     def handle(text: str, at: int) -> Iterator[tuple[int, int, str, int]]:
@@ -612,9 +746,15 @@ def _format_triggers() -> list[_Trigger]:
     # Longer literals first: with one anchor and one text before it, sk-ant- before sk-.
     for literal in sorted(by_literal, key=len, reverse=True):
         i = _anchor(literal)
-        after = literal[i + 1:]
-        triggers.append(_Trigger(literal[i], literal[:i], f"(?={re.escape(after)})" if after else "",
-                                 _format_handler(tuple(by_literal[literal]), i)))
+        after = literal[i + 1 :]
+        triggers.append(
+            _Trigger(
+                literal[i],
+                literal[:i],
+                f"(?={re.escape(after)})" if after else "",
+                _format_handler(tuple(by_literal[literal]), i),
+            )
+        )
     return triggers
 
 
@@ -663,16 +803,18 @@ def _separator_handler(text: str, at: int) -> Iterator[tuple[int, int, str, int]
                     return
                 vend = tail.end("uv")
                 value = tail.group("uv")
-        spaced = text[at - 1:at] == " " and text[after:after + 1] == " "
-        follower = text[vend:vend + 1]
-        if _assigned_value_is_secret(value, kind, quoted=quoted, spaced=spaced, colon=text[at] == ":", follower=follower):
+        spaced = text[at - 1 : at] == " " and text[after : after + 1] == " "
+        follower = text[vend : vend + 1]
+        if _assigned_value_is_secret(
+            value, kind, quoted=quoted, spaced=spaced, colon=text[at] == ":", follower=follower
+        ):
             yield (vstart, vend, kind, _PRIORITY_ASSIGNED)
             return
     if key and key.lower().replace("-", "_").endswith(_NOT_SECRET_KEYS):
         return
-    if text[at - 1:at] in ("!", "<", ">"):
+    if text[at - 1 : at] in ("!", "<", ">"):
         return  # a comparison, not an assignment
-    if not quoted and (text[vend:vend + 1] in ("(", "[") or _DOTTED_NAME.fullmatch(value.lstrip("~!-+"))):
+    if not quoted and (text[vend : vend + 1] in ("(", "[") or _DOTTED_NAME.fullmatch(value.lstrip("~!-+"))):
         return  # code: a call, an index, an attribute (retriever = BM25HF.load_from_hub(...))
     token = _ENTROPY_TOKEN.match(text, vstart, vend)
     if token is not None and token.end() == vend and looks_random(token.group()):
@@ -697,8 +839,9 @@ def _flag_handler(text: str, at: int) -> Iterator[tuple[int, int, str, int]]:
     if value is None:
         return
     quoted, vstart, vend = _value_span(value)
-    if _assigned_value_is_secret(text[vstart:vend], kind, quoted=quoted, spaced=False, colon=False,
-                                 follower=text[vend:vend + 1]):
+    if _assigned_value_is_secret(
+        text[vstart:vend], kind, quoted=quoted, spaced=False, colon=False, follower=text[vend : vend + 1]
+    ):
         yield (vstart, vend, kind, _PRIORITY_ASSIGNED)
 
 
@@ -725,9 +868,13 @@ def _keyword_condition() -> str:
 
 # A run of at least 20 token characters (not a path), with a digit in it, after optional space
 # and an opening quote: all a random-looking value needs, tested before Python sees it.
-_ENTROPY_AHEAD = (r"(?=[ \t]?(?:\\{0,3}[\"'`])?(?=[A-Za-z0-9+=_~.-][A-Za-z0-9+/=_~.-]{19})"
-                  r"[A-Za-z+/=_~.-]{0,%d}\d)" % _MAX_VALUE)
-_FLAG_KEYS = "|".join(_fold(k) for k in sorted({k.replace("_", "-").replace(".", "-") for k in _KEYS}, key=len, reverse=True))
+_ENTROPY_AHEAD = (
+    r"(?=[ \t]?(?:\\{0,3}[\"'`])?(?=[A-Za-z0-9+=_~.-][A-Za-z0-9+/=_~.-]{19})"
+    r"[A-Za-z+/=_~.-]{0,%d}\d)" % _MAX_VALUE
+)
+_FLAG_KEYS = "|".join(
+    _fold(k) for k in sorted({k.replace("_", "-").replace(".", "-") for k in _KEYS}, key=len, reverse=True)
+)
 
 
 def _all_triggers() -> list[_Trigger]:
@@ -737,7 +884,9 @@ def _all_triggers() -> list[_Trigger]:
         triggers.append(_Trigger(sep, "", f"(?:{keyword}|{_ENTROPY_AHEAD})", _separator_handler))
     triggers.append(_Trigger(":", "", r"(?=//[^\s/@]{1,512}@)", _url_handler))
     triggers.append(_Trigger("-", "", r"(?=-(?:[A-Za-z0-9]+-)*(?:" + _FLAG_KEYS + r")(?:=|[ \t]))", _flag_handler))
-    triggers.append(_Trigger("-", "", r"(?<=[\s'\"]-)(?=(?:u|-user)(?:[ \t]+|=)[\"']?[^\s:\"'@]{1,128}:)", _flag_handler))
+    triggers.append(
+        _Trigger("-", "", r"(?<=[\s'\"]-)(?=(?:u|-user)(?:[ \t]+|=)[\"']?[^\s:\"'@]{1,128}:)", _flag_handler)
+    )
     return triggers
 
 
@@ -764,9 +913,21 @@ def _scanner() -> _Scanner:
     return _Scanner(re.compile("|".join(branches), re.DOTALL), handlers)
 
 
-BUILTIN_KINDS = frozenset([f.kind for f in _FORMATS] + [
-    "url-password", "password", "secret", "token", "api-key", "aws-secret-key", "private-key", "bearer-token",
-    "basic-auth", "high-entropy"])
+BUILTIN_KINDS = frozenset(
+    [f.kind for f in _FORMATS]
+    + [
+        "url-password",
+        "password",
+        "secret",
+        "token",
+        "api-key",
+        "aws-secret-key",
+        "private-key",
+        "bearer-token",
+        "basic-auth",
+        "high-entropy",
+    ]
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -884,9 +1045,10 @@ class Redactor:
             scheme = _AUTH_SCHEME.match(text)
             if scheme is not None:
                 kind = "basic-auth" if scheme.group(1).lower() == "basic" else kind
-                value = text[scheme.end():]
+                value = text[scheme.end() :]
         if kind in self.config.disabled or not _assigned_value_is_secret(
-                value, kind, quoted=True, spaced=False, colon=False, follower=""):
+            value, kind, quoted=True, spaced=False, colon=False, follower=""
+        ):
             return _apply(text, found)
         if self._check_allowed and (self._allowed(text) or self._allowed(value)):
             return _apply(text, found)
@@ -900,7 +1062,7 @@ def _apply(text: str, found: list[Finding]) -> str:
         return text
     pieces, last = [], 0
     for f in found:
-        pieces.append(text[last:f.start])
+        pieces.append(text[last : f.start])
         pieces.append(marker(f.kind))
         last = f.end
     pieces.append(text[last:])
@@ -912,7 +1074,7 @@ class _Frame:
 
     __slots__ = ("source", "items", "copy", "parent", "key", "is_dict")
 
-    def __init__(self, source: Union[dict, list], parent: Optional["_Frame"], key: Any):
+    def __init__(self, source: Union[dict, list], parent: Optional[_Frame], key: Any):
         self.source = source
         self.is_dict = isinstance(source, dict)
         self.items: Iterator[tuple[Any, Any]] = iter(source.items()) if isinstance(source, dict) else enumerate(source)

@@ -73,25 +73,8 @@ from typing import Optional, Union
 
 import orjson
 
-from .layout import (
-    DERIVED_DIR,
-    EVENTS_FILE,
-    GC_LOG_FILE,
-    IMPORT_STATE_FILE,
-    TOMBSTONES_FILE,
-    MANIFEST_FILE,
-    MEMORY_FILE,
-    PIN_FILE,
-    PROGRESS_FILE,
-    SESSIONS_DIR,
-    TRAJECTORY_FILE,
-    TRASH_DIR,
-    check_session_id,
-    session_dir_name,
-    session_directory,
-    sessions_root,
-)
 from . import events as ev
+from .changes import mark_changed, mark_session_changed
 from .errors import (
     InvalidSessionId,
     MemstoreError,
@@ -99,14 +82,31 @@ from .errors import (
     StoreIOError,
     UnsafePathError,
 )
-from .changes import mark_changed, mark_session_changed
 from .fsio import atomic_write, open_private_append, read_no_follow, write_all
-from .session.lock import LivenessLock, SessionGone, is_live
+from .layout import (
+    DERIVED_DIR,
+    EVENTS_FILE,
+    GC_LOG_FILE,
+    IMPORT_STATE_FILE,
+    MANIFEST_FILE,
+    MEMORY_FILE,
+    PIN_FILE,
+    PROGRESS_FILE,
+    SESSIONS_DIR,
+    TOMBSTONES_FILE,
+    TRAJECTORY_FILE,
+    TRASH_DIR,
+    check_session_id,
+    session_dir_name,
+    session_directory,
+    sessions_root,
+)
 from .locks import empty_trash, new_removal_id, remove_session_directory, store_lock
+from .reader import read_session_dir
+from .session.lock import LivenessLock, SessionGone, is_live
 from .session.manifest import STATUS_ACTIVE, STATUS_COMPLETED, SessionSummary, summary_cache
 from .tombstones import TombstoneFileError, TombstoneReason, Tombstones
 from .views.memory_view import VIEW_MARKER
-from .reader import read_session_dir
 
 logger = logging.getLogger("memstore")
 
@@ -202,8 +202,13 @@ class RetentionReport:
 # Public API
 
 
-def apply_retention(root: os.PathLike | str, policy: RetentionPolicy = RetentionPolicy(), *,
-                    apply: Optional[bool] = None, dry_run: Optional[bool] = None) -> RetentionReport:
+def apply_retention(
+    root: os.PathLike | str,
+    policy: RetentionPolicy = RetentionPolicy(),
+    *,
+    apply: Optional[bool] = None,
+    dry_run: Optional[bool] = None,
+) -> RetentionReport:
     """What ``policy`` would remove from the store at ``root`` (a dry run), or with
     ``apply=True`` mark, remove and record it (see the module docstring). Same as
     :func:`apply_retention_preserving` with no preserved session."""
@@ -224,9 +229,14 @@ def _removes(apply: Optional[bool] = None, dry_run: Optional[bool] = None) -> bo
     return dry_run is False
 
 
-def apply_retention_preserving(root: os.PathLike | str, policy: RetentionPolicy,
-                               preserve_session_id: Optional[str], *, apply: Optional[bool] = None,
-                               dry_run: Optional[bool] = None) -> RetentionReport:
+def apply_retention_preserving(
+    root: os.PathLike | str,
+    policy: RetentionPolicy,
+    preserve_session_id: Optional[str],
+    *,
+    apply: Optional[bool] = None,
+    dry_run: Optional[bool] = None,
+) -> RetentionReport:
     """Apply ``policy`` to the store at ``root``, never touching ``preserve_session_id`` (the
     caller's current session). Returns a :class:`RetentionReport` (``report.count`` sessions
     removed, or that a dry run would remove).
@@ -269,8 +279,9 @@ def apply_retention_preserving(root: os.PathLike | str, policy: RetentionPolicy,
     return report
 
 
-def mark_abandoned_active_sessions(root: os.PathLike | str, max_age_days: int,
-                                   preserve_session_id: Optional[str] = None) -> int:
+def mark_abandoned_active_sessions(
+    root: os.PathLike | str, max_age_days: int, preserve_session_id: Optional[str] = None
+) -> int:
     """Mark ``completed`` every idle ``active`` session whose last event is older than
     ``max_age_days``; return how many were marked. ``0`` disables the sweep (returns 0).
 
@@ -386,8 +397,7 @@ def retention_pinned_session_ids(root: os.PathLike | str) -> list[str]:
         return []
     except OSError as exc:
         raise StoreIOError.from_os_error("list", base, exc) from exc
-    return sorted(e.name for e in entries
-                  if e.is_dir(follow_symlinks=False) and _pin_state(e.path) is not None)
+    return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False) and _pin_state(e.path) is not None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,17 +416,34 @@ class GcLog:
         self.path = Path(root) / GC_LOG_FILE
         self.fd: Optional[int] = None
 
-    def __enter__(self) -> "GcLog":
+    def __enter__(self) -> GcLog:
         self.fd, _created = open_private_append(self.path)
         return self
 
-    def record(self, *, session_id: Optional[str], directory: str, reason: str, size: int,
-               updated_at: Optional[str], removal_id: Optional[str] = None) -> str:
+    def record(
+        self,
+        *,
+        session_id: Optional[str],
+        directory: str,
+        reason: str,
+        size: int,
+        updated_at: Optional[str],
+        removal_id: Optional[str] = None,
+    ) -> str:
         """Append one removal; return its ``removed_at``."""
         removed_at = ev.utc_now()
-        line = orjson.dumps({"session_id": session_id, "directory": directory, "removed_at": removed_at,
-                             "reason": reason, "bytes": size, "updated_at": updated_at, "removal_id": removal_id},
-                            option=orjson.OPT_APPEND_NEWLINE)
+        line = orjson.dumps(
+            {
+                "session_id": session_id,
+                "directory": directory,
+                "removed_at": removed_at,
+                "reason": reason,
+                "bytes": size,
+                "updated_at": updated_at,
+                "removal_id": removal_id,
+            },
+            option=orjson.OPT_APPEND_NEWLINE,
+        )
         write_all(self.fd, line, self.path)
         try:
             _fdatasync(self.fd)
@@ -466,8 +493,15 @@ def _sessions_dir_usable(root: Path, report: RetentionReport) -> bool:
     return True
 
 
-def _survey(root: Path, max_age_days: int, preserve: Optional[str], report: RetentionReport, *,
-            mark: bool, removable_only: bool = True) -> list[_Seen]:
+def _survey(
+    root: Path,
+    max_age_days: int,
+    preserve: Optional[str],
+    report: RetentionReport,
+    *,
+    mark: bool,
+    removable_only: bool = True,
+) -> list[_Seen]:
     """Look at every entry of ``<root>/sessions`` (sorted by name); run the abandoned sweep
     (``mark``: for real, else only in the report); return the completed sessions that are not
     pinned or preserved. Whether they are live is probed later, only for those it matters for
@@ -523,8 +557,7 @@ def _survey(root: Path, max_age_days: int, preserve: Optional[str], report: Rete
     return removable
 
 
-_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-               | getattr(os, "O_CLOEXEC", 0))
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _read_regular(path: str) -> tuple[Optional[bytes], Optional[tuple]]:
@@ -594,8 +627,14 @@ def _inspect(path: str) -> Union[_Seen, str]:
         return "not a session: no manifest.json and no events.jsonl"
     else:
         return "manifest.json is malformed (not a session summary) and there is no events.jsonl"
-    return _Seen(path.rpartition("/")[2], path, summary, _epoch_seconds(summary.updated_at),
-                 (manifest_stamp, log_stamp, None), manifest)
+    return _Seen(
+        path.rpartition("/")[2],
+        path,
+        summary,
+        _epoch_seconds(summary.updated_at),
+        (manifest_stamp, log_stamp, None),
+        manifest,
+    )
 
 
 def _epoch_seconds(value: str) -> Optional[int]:
@@ -620,8 +659,11 @@ def _stamp(path: str) -> tuple:
     """What retention judges a session by: its manifest, its log and its pin (identity, size and
     mtime of each). Not the directory's mtime: creating session.lock or a temp file in it
     changes nothing retention decides on."""
-    return (_file_stamp(os.path.join(path, MANIFEST_FILE)), _file_stamp(os.path.join(path, EVENTS_FILE)),
-            _file_stamp(os.path.join(path, PIN_FILE)))
+    return (
+        _file_stamp(os.path.join(path, MANIFEST_FILE)),
+        _file_stamp(os.path.join(path, EVENTS_FILE)),
+        _file_stamp(os.path.join(path, PIN_FILE)),
+    )
 
 
 def _pin_state(path: str) -> Optional[str]:
@@ -710,8 +752,11 @@ def _mark_abandoned(path: str, seen: _Seen, cutoff: int) -> Optional[str]:
     lock = LivenessLock(path)
     try:
         if not lock.acquire():
-            return "live: a process holds its session.lock" if lock.holder_elsewhere else \
-                "its session.lock cannot be locked; not marked"
+            return (
+                "live: a process holds its session.lock"
+                if lock.holder_elsewhere
+                else "its session.lock cannot be locked; not marked"
+            )
     except SessionGone:
         return "removed while retention looked at it"
     except StoreIOError as exc:
@@ -778,8 +823,9 @@ def _imported_source(seen: _Seen) -> Optional[dict]:
     return source if isinstance(source, dict) and isinstance(source.get("path"), str) else None
 
 
-def _leave_imported(root: Path, candidates: list[_Seen], policy: RetentionPolicy,
-                    report: RetentionReport) -> list[_Seen]:
+def _leave_imported(
+    root: Path, candidates: list[_Seen], policy: RetentionPolicy, report: RetentionReport
+) -> list[_Seen]:
     """The candidates retention may judge under ``policy``: imported sessions are left out
     (counted in ``report.imported_kept``) unless the policy includes them, and, when it does,
     while ``tombstones.jsonl`` is damaged (a removal that cannot be tombstoned would be undone
@@ -800,8 +846,9 @@ def _leave_imported(root: Path, candidates: list[_Seen], policy: RetentionPolicy
     return kept
 
 
-def _plan_removals(candidates: list[_Seen], policy: RetentionPolicy,
-                   report: RetentionReport) -> list[tuple[_Seen, str]]:
+def _plan_removals(
+    candidates: list[_Seen], policy: RetentionPolicy, report: RetentionReport
+) -> list[tuple[_Seen, str]]:
     """The removals, in order: empty shells, then the count cap's oldest, then the aged.
 
     Live sessions are neither removed nor counted against the cap (as in VT Code); liveness is
@@ -826,8 +873,11 @@ def _plan_removals(candidates: list[_Seen], policy: RetentionPolicy,
         rest = rest[excess:]
     if policy.max_age_days:  # 0: no age limit
         cutoff = int(time.time()) - policy.max_age_days * _DAY
-        plan.extend((seen, REASON_AGE_CAP) for seen in rest
-                    if seen.updated is not None and seen.updated < cutoff and not _live(seen, report))
+        plan.extend(
+            (seen, REASON_AGE_CAP)
+            for seen in rest
+            if seen.updated is not None and seen.updated < cutoff and not _live(seen, report)
+        )
     return plan
 
 
@@ -847,8 +897,9 @@ def _removal_record(seen: _Seen, reason: str, size: int) -> RemovedSession:
     return RemovedSession(_display_id(seen), seen.name, reason, size, seen.summary.updated_at)
 
 
-def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_log: GcLog,
-            tombstones: Optional[Tombstones]) -> bool:
+def _remove(
+    root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_log: GcLog, tombstones: Optional[Tombstones]
+) -> bool:
     if _stamp(seen.path) != seen.stamp:
         report.skip(seen.name, "changed while retention ran; left for the next run")
         return False
@@ -865,23 +916,35 @@ def _remove(root: Path, seen: _Seen, reason: str, report: RetentionReport, gc_lo
         # fails, the session is put back).
         if imported is not None and tombstones is not None:
             path = imported.get("path")
-            tombstones.record(record.session_id, TombstoneReason.RETENTION,
-                              source_path=path if isinstance(path, str) else None, source_fingerprint=fingerprint)
-        gc_log.record(session_id=record.session_id, directory=f"{SESSIONS_DIR}/{seen.name}", reason=reason, size=size,
-                      updated_at=record.updated_at, removal_id=removal_id)
+            tombstones.record(
+                record.session_id,
+                TombstoneReason.RETENTION,
+                source_path=path if isinstance(path, str) else None,
+                source_fingerprint=fingerprint,
+            )
+        gc_log.record(
+            session_id=record.session_id,
+            directory=f"{SESSIONS_DIR}/{seen.name}",
+            reason=reason,
+            size=size,
+            updated_at=record.updated_at,
+            removal_id=removal_id,
+        )
 
     try:
         # The stamp again under the session's lock, where no writer can change it any more.
-        removed = remove_session_directory(root, Path(seen.path), lambda: _stamp(seen.path) == seen.stamp,
-                                           on_moved=log_removal, removal_id=removal_id)
+        removed = remove_session_directory(
+            root, Path(seen.path), lambda: _stamp(seen.path) == seen.stamp, on_moved=log_removal, removal_id=removal_id
+        )
     except StoreIOError as exc:
         logger.warning("retention could not remove %s: %s", seen.path, exc)
         report.skip(seen.name, f"could not be removed ({exc})")
         return False
     if not removed:
         gone = not os.path.lexists(seen.path)
-        report.skip(seen.name, "already removed by another process" if gone else
-                    "live: opened by a writer while retention ran")
+        report.skip(
+            seen.name, "already removed by another process" if gone else "live: opened by a writer while retention ran"
+        )
         return False
     report.removed.append(record)
     mark_changed(root, seen.name)
@@ -903,8 +966,12 @@ def _import_fingerprint(path: str) -> Optional[dict]:
     if not isinstance(state, dict):
         return None
     source = state.get("source") if isinstance(state.get("source"), dict) else {}
-    found = {"size": source.get("size"), "offset": state.get("offset"), "head_sha256": state.get("head_sha256"),
-             "tail_sha256": state.get("tail_sha256")}
+    found = {
+        "size": source.get("size"),
+        "offset": state.get("offset"),
+        "head_sha256": state.get("head_sha256"),
+        "tail_sha256": state.get("tail_sha256"),
+    }
     return {k: v for k, v in found.items() if isinstance(v, (int, str)) and not isinstance(v, bool)} or None
 
 

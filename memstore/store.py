@@ -424,6 +424,7 @@ class Store:
 
         return unforget_session(self.path, session_id)
 
+
 def _session_entries(base: Path) -> list[os.DirEntry]:
     """The directories of ``base`` that hold a log: real directories (no symlink), not dot-named.
     A missing ``base`` has none; one that cannot be listed raises :class:`StoreIOError`."""

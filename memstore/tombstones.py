@@ -74,8 +74,13 @@ class Tombstone:
     source_fingerprint: Optional[dict] = None
 
     def to_dict(self) -> dict:
-        return {"session_id": self.session_id, "reason": self.reason.value, "at": self.at,
-                "source_path": self.source_path, "source_fingerprint": self.source_fingerprint}
+        return {
+            "session_id": self.session_id,
+            "reason": self.reason.value,
+            "at": self.at,
+            "source_path": self.source_path,
+            "source_fingerprint": self.source_fingerprint,
+        }
 
 
 class Tombstones:
@@ -97,8 +102,11 @@ class Tombstones:
         lines = data.split(b"\n")
         torn = lines.pop()  # b"" when the file ends with its newline
         if torn:
-            logger.warning("%s: ignoring a last line without its newline (%d bytes): an append that never "
-                           "completed", self.path, len(torn))
+            logger.warning(
+                "%s: ignoring a last line without its newline (%d bytes): an append that never completed",
+                self.path,
+                len(torn),
+            )
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -119,9 +127,12 @@ class Tombstones:
         except FileNotFoundError:
             return b""
         except OSError as exc:
-            raise TombstoneFileError("read", self.path, f"cannot be opened ({_why(exc)}); "
-                                     "refusing to go on without knowing which sessions were removed",
-                                     exc.errno) from exc
+            raise TombstoneFileError(
+                "read",
+                self.path,
+                f"cannot be opened ({_why(exc)}); refusing to go on without knowing which sessions were removed",
+                exc.errno,
+            ) from exc
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise TombstoneFileError("read", self.path, "is not a regular file")
@@ -140,8 +151,12 @@ class Tombstones:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
             raise self._damaged(number, "not JSON") from None
-        if not isinstance(obj, dict) or obj.get("op") not in ("add", "remove") \
-                or not isinstance(obj.get("session_id"), str) or not isinstance(obj.get("at"), str):
+        if (
+            not isinstance(obj, dict)
+            or obj.get("op") not in ("add", "remove")
+            or not isinstance(obj.get("session_id"), str)
+            or not isinstance(obj.get("at"), str)
+        ):
             raise self._damaged(number, "not a tombstone entry")
         if obj["op"] == "remove":
             return obj["session_id"], None
@@ -152,26 +167,50 @@ class Tombstones:
         source = obj.get("source")
         path = source.get("path") if isinstance(source, dict) else None
         fingerprint = source.get("fingerprint") if isinstance(source, dict) else None
-        return obj["session_id"], Tombstone(obj["session_id"], reason, obj["at"],
-                                            path if isinstance(path, str) else None,
-                                            fingerprint if isinstance(fingerprint, dict) else None)
+        return obj["session_id"], Tombstone(
+            obj["session_id"],
+            reason,
+            obj["at"],
+            path if isinstance(path, str) else None,
+            fingerprint if isinstance(fingerprint, dict) else None,
+        )
 
     def _damaged(self, number: int, what: str) -> TombstoneFileError:
-        return TombstoneFileError("read", self.path, f"line {number} is damaged ({what}); refusing to go on without "
-                                  "knowing which sessions were removed: repair or move the file by hand")
+        return TombstoneFileError(
+            "read",
+            self.path,
+            f"line {number} is damaged ({what}); refusing to go on without "
+            "knowing which sessions were removed: repair or move the file by hand",
+        )
 
     # -- writing ---------------------------------------------------------------------------
 
-    def record(self, session_id: str, reason: TombstoneReason, *, source_path: Optional[str] = None,
-               source_fingerprint: Optional[dict] = None) -> Tombstone:
+    def record(
+        self,
+        session_id: str,
+        reason: TombstoneReason,
+        *,
+        source_path: Optional[str] = None,
+        source_fingerprint: Optional[dict] = None,
+    ) -> Tombstone:
         """Tombstone ``session_id`` (durable when this returns). Call it before the removal is
         final: a crash after it leaves a tombstone for a session that may still exist (an
         import then skips it, and says so), never a removal without its tombstone."""
         tombstone = Tombstone(session_id, TombstoneReason(reason), ev.utc_now(), source_path, source_fingerprint)
-        source = None if source_path is None and source_fingerprint is None else \
-            {"path": source_path, "fingerprint": source_fingerprint}
-        self._append({"op": "add", "session_id": session_id, "reason": tombstone.reason.value, "at": tombstone.at,
-                      "source": source})
+        source = (
+            None
+            if source_path is None and source_fingerprint is None
+            else {"path": source_path, "fingerprint": source_fingerprint}
+        )
+        self._append(
+            {
+                "op": "add",
+                "session_id": session_id,
+                "reason": tombstone.reason.value,
+                "at": tombstone.at,
+                "source": source,
+            }
+        )
         return tombstone
 
     def remove(self, session_id: str) -> Optional[Tombstone]:
@@ -240,8 +279,11 @@ class Tombstones:
                 keep = 0
                 break
             start = max(0, start - (1 << 16))
-        logger.warning("%s: cutting %d bytes of a last line without its newline (an append that never completed)",
-                       self.path, size - keep)
+        logger.warning(
+            "%s: cutting %d bytes of a last line without its newline (an append that never completed)",
+            self.path,
+            size - keep,
+        )
         try:
             os.ftruncate(fd, keep)
         except OSError as exc:

@@ -47,8 +47,14 @@ writing the store (the message names the path). With `--json` an error is printe
 def _context(command: click.Command, name: str, parent: click.Context | None = None) -> click.Context:
     # A fixed terminal width and content width: click would otherwise ask the terminal. The
     # command's own context settings (-h for --help) apply, as when it runs.
-    return click.Context(command, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH,
-                         **command.context_settings)
+    return click.Context(
+        command,
+        info_name=name,
+        parent=parent,
+        terminal_width=WIDTH,
+        max_content_width=WIDTH,
+        **command.context_settings,
+    )
 
 
 def _block(text: str) -> str:
@@ -73,8 +79,9 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 with a diff if the reference is out of date")
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 with a diff if the reference is out of date"
+    )
     parser.add_argument("--output", type=Path, default=OUTPUT, help=f"default: {OUTPUT.relative_to(REPO)}")
     args = parser.parse_args(argv)
 
@@ -86,8 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             current = ""
         if current == expected:
             return 0
-        diff = difflib.unified_diff(current.splitlines(keepends=True), expected.splitlines(keepends=True),
-                                    fromfile=f"{args.output} (checked in)", tofile=f"{args.output} (from --help)")
+        diff = difflib.unified_diff(
+            current.splitlines(keepends=True),
+            expected.splitlines(keepends=True),
+            fromfile=f"{args.output} (checked in)",
+            tofile=f"{args.output} (from --help)",
+        )
         sys.stdout.writelines(diff)
         print(f"\n{args.output} is out of date: run `python scripts/cli_reference.py`", file=sys.stderr)
         return 1

@@ -22,8 +22,9 @@ from memstore.layout import CATALOG_FILE
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--slow", action="store_true", default=False,
-                     help="also run the tests marked slow (always on when CI is set)")
+    parser.addoption(
+        "--slow", action="store_true", default=False, help="also run the tests marked slow (always on when CI is set)"
+    )
 
 
 def _run_slow(config: pytest.Config) -> bool:
@@ -93,11 +94,21 @@ WRITTEN_SESSION_EVENTS = (
     {"type": "thread.started", "thread_id": WRITTEN_SESSION_ID},
     {"type": "turn.started"},
     {"type": "item.completed", "item": {"id": "u1", "type": "user_message", "text": "why does the parser test fail"}},
-    {"type": "item.completed", "item": {"id": "c1", "type": "command_execution", "command": "cargo test parser",
-                                        "aggregated_output": "test parser::nested ... FAILED", "exit_code": 101,
-                                        "status": "failed"}},
-    {"type": "item.completed", "item": {"id": "a1", "type": "agent_message",
-                                        "text": "The nested-bracket case overflows the stack."}},
+    {
+        "type": "item.completed",
+        "item": {
+            "id": "c1",
+            "type": "command_execution",
+            "command": "cargo test parser",
+            "aggregated_output": "test parser::nested ... FAILED",
+            "exit_code": 101,
+            "status": "failed",
+        },
+    },
+    {
+        "type": "item.completed",
+        "item": {"id": "a1", "type": "agent_message", "text": "The nested-bracket case overflows the stack."},
+    },
     {"type": "turn.completed", "usage": {"input_tokens": 1200, "cached_input_tokens": 200, "output_tokens": 80}},
 )
 

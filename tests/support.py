@@ -5,16 +5,24 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import orjson
 import pytest
 
 import memstore
 
-MANIFEST_COUNTERS = ("turn_count", "event_count", "in_turn", "retained_turn_base", "next_seq", "persisted_file_len", "status")
+MANIFEST_COUNTERS = (
+    "turn_count",
+    "event_count",
+    "in_turn",
+    "retained_turn_base",
+    "next_seq",
+    "persisted_file_len",
+    "status",
+)
 EVENT_COLUMNS = "seq, offset, length, turn, ts, type"
 TURN_COLUMNS = (
     "number, status, start_offset, end_offset, event_count, first_seq, last_seq, started_at, ended_at, "
@@ -27,7 +35,9 @@ TURN_COMPLETED = {"type": "turn.completed", "usage": {}}
 ONE_EVENT = b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n'
 
 
-def write_session_files(root: Path, session_id: str = "s1", *, status: str = "completed", events: bytes = ONE_EVENT) -> Path:
+def write_session_files(
+    root: Path, session_id: str = "s1", *, status: str = "completed", events: bytes = ONE_EVENT
+) -> Path:
     """A session directory written by hand, as the event log leaves one: manifest.json,
     events.jsonl and derived/. For tests of code that only reads sessions."""
     session_dir = root / "sessions" / session_id
@@ -91,8 +101,9 @@ def tmpfs(path: Path, size: str = "16m") -> Iterator[Path]:
     """A real tmpfs mounted at ``path`` (created) for the test's duration; skips the test where
     mounting is not allowed. :func:`remount_read_only` makes it read-only."""
     path.mkdir(exist_ok=True)
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if result.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     try:

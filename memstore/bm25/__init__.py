@@ -11,7 +11,7 @@ It knows nothing of sessions or stores: :mod:`memstore.search` is the store-leve
 """
 
 from .index import SearchIndex, database_path
-from .query import B, K1, IndexCache
+from .query import K1, B, IndexCache
 from .recency import RECENCY_HALF_LIFE_DAYS, RECENCY_WEIGHT, recency_multiplier
 from .tokens import tokenize
 

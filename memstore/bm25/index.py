@@ -32,9 +32,10 @@ import itertools
 import logging
 import sqlite3
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 from ..errors import StoreIOError
 from .merge import merge, merge_tiers
@@ -171,7 +172,8 @@ class SearchIndex:
                 self.conn.execute("INSERT INTO search_meta (key, value) VALUES ('format', ?)", (str(FORMAT),))
             elif row[0] != str(FORMAT):
                 raise StoreIOError(
-                    "open search index", self.path,
+                    "open search index",
+                    self.path,
                     f"format {row[0]} is not {FORMAT}; drop the search_* tables and rebuild",
                 )
 

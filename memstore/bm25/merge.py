@@ -12,8 +12,9 @@ import logging
 import sqlite3
 import time
 from bisect import bisect_right
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -56,11 +57,11 @@ class BlockRun:
     tfs: np.ndarray  # uint32
 
     @classmethod
-    def empty(cls) -> "BlockRun":
+    def empty(cls) -> BlockRun:
         return cls([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32))
 
     @classmethod
-    def decode(cls, rows: list[tuple[str, str, bytes, bytes, bytes]], seg: SegmentInfo) -> "BlockRun":
+    def decode(cls, rows: list[tuple[str, str, bytes, bytes, bytes]], seg: SegmentInfo) -> BlockRun:
         if not rows:
             return cls.empty()
         terms: list[str] = []
@@ -71,7 +72,7 @@ class BlockRun:
         tfs = np.frombuffer(b"".join(row[4] for row in rows), UINT[seg.tf_width]).astype(np.uint32)
         return cls(terms, counts, docs, tfs)
 
-    def split(self, bound: Optional[str]) -> tuple["BlockRun", "BlockRun"]:
+    def split(self, bound: Optional[str]) -> tuple[BlockRun, BlockRun]:
         """(terms <= bound, the rest); everything when bound is None."""
         if bound is None:
             return self, BlockRun.empty()
@@ -94,6 +95,7 @@ def tier(live: int) -> int:
 
 def plan_merge(segs: list[SegmentInfo], budget: Optional[int]) -> Optional[list[SegmentInfo]]:
     """The next merge to run, or None. ``budget`` caps the documents a merge may read."""
+
     def fits(group: list[SegmentInfo]) -> bool:
         return budget is None or sum(s.ndocs for s in group) <= budget
 
@@ -161,7 +163,10 @@ def merge(conn: sqlite3.Connection, load: SegmentLoader, inputs: list[SegmentInf
         delete_segment(conn, seg.id)
     logger.debug(
         "search: merged segments %s (%d live documents) into %s in %.3fs",
-        [s.id for s in inputs], offset, new_seg, time.perf_counter() - started,
+        [s.id for s in inputs],
+        offset,
+        new_seg,
+        time.perf_counter() - started,
     )
 
 

@@ -27,8 +27,9 @@ import struct
 import threading
 from bisect import bisect_left
 from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -167,7 +168,7 @@ def sync(conn: sqlite3.Connection, cache: IndexCache) -> View:
         for key, s in zip(layout, segs):
             at = view.offsets[s.id]
             cache.segment_docs[key] = SegmentDocs(
-                view.ids[at:at + s.ndocs], view.lens[at:at + s.ndocs], view.created[at:at + s.ndocs]
+                view.ids[at : at + s.ndocs], view.lens[at : at + s.ndocs], view.created[at : at + s.ndocs]
             )
         view.alive = np.ones(offset, np.bool_)
         view.scratch = np.zeros(offset, np.float64)
@@ -177,7 +178,7 @@ def sync(conn: sqlite3.Connection, cache: IndexCache) -> View:
         old = view.segments.get(s.id)
         if old is None or old.tomb_nonce != s.tomb_nonce:
             start = view.offsets[s.id]
-            view.alive[start:start + s.ndocs] = True
+            view.alive[start : start + s.ndocs] = True
             if s.ndeleted:
                 view.alive[start + tombstones(conn, s.id)] = False
             view.alive_version += 1
@@ -387,7 +388,9 @@ def _bound(where: Optional[str], params: Params, ids_json: str) -> tuple[str, An
     sql = f"({where}) AND " if where else ""
     if isinstance(params, Mapping):
         return sql + "id IN (SELECT value FROM json_each(:memstore_search_ids))", {
-            **params, "memstore_search_ids": ids_json}
+            **params,
+            "memstore_search_ids": ids_json,
+        }
     return sql + "id IN (SELECT value FROM json_each(?))", (*params, ids_json)
 
 

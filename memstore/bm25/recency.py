@@ -10,13 +10,19 @@ import logging
 import math
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Union
 
 import numpy as np
 
-__all__ = ["RECENCY_WEIGHT", "RECENCY_HALF_LIFE_DAYS", "recency_multiplier", "epoch_seconds", "now_seconds",
-           "recency_array"]
+__all__ = [
+    "RECENCY_WEIGHT",
+    "RECENCY_HALF_LIFE_DAYS",
+    "recency_multiplier",
+    "epoch_seconds",
+    "now_seconds",
+    "recency_array",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +57,7 @@ def epoch_seconds(value: Any) -> float:
         logger.debug("search: unreadable created_at %r treated as NULL", value)
         return math.nan
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
 
 
@@ -61,7 +67,7 @@ def now_seconds(now: Union[None, float, int, str, datetime]) -> float:
         return time.time()
     if isinstance(now, datetime):
         if now.tzinfo is None:
-            now = now.replace(tzinfo=timezone.utc)
+            now = now.replace(tzinfo=UTC)
         return now.timestamp()
     seconds = epoch_seconds(now)
     if math.isnan(seconds):
@@ -69,9 +75,7 @@ def now_seconds(now: Union[None, float, int, str, datetime]) -> float:
     return seconds
 
 
-def recency_multiplier(
-    created_at: Union[None, str, float], now: Union[None, float, str, datetime] = None
-) -> float:
+def recency_multiplier(created_at: Union[None, str, float], now: Union[None, float, str, datetime] = None) -> float:
     """The recency factor applied to a document's BM25 score:
     ``1 + RECENCY_WEIGHT * 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)``, in [1.0, 1.1].
 

@@ -40,8 +40,9 @@ import itertools
 import random
 import sqlite3
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -230,7 +231,7 @@ def remove_docs(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
     segments' rows, with a new ``tomb_nonce`` so caches see the change."""
     found: list[tuple[int, int, int, int]] = []
     for start in range(0, len(ids), 32768):
-        part = json_ids(ids[start:start + 32768])
+        part = json_ids(ids[start : start + 32768])
         found += conn.execute(
             "SELECT id, segment, local, len FROM search_docs WHERE id IN (SELECT value FROM json_each(?))",
             (part,),
@@ -324,8 +325,7 @@ def new_segment(conn: sqlite3.Connection, docs: SegmentDocs, width_of_tf: int) -
     return seg
 
 
-def write_postings(conn: sqlite3.Connection, seg: int, width_of_doc: int, width_of_tf: int,
-                   postings: Postings) -> None:
+def write_postings(conn: sqlite3.Connection, seg: int, width_of_doc: int, width_of_tf: int, postings: Postings) -> None:
     """Write postings (terms ascending, all after the segment's existing ones) as blocks."""
     n_terms = len(postings.terms)
     if not n_terms:
@@ -365,10 +365,13 @@ def write_postings(conn: sqlite3.Connection, seg: int, width_of_doc: int, width_
             block = joined(a, b)
             first, _, _ = block.partition(TERM_SEPARATOR)
             yield (
-                seg, first, block[block.rfind(TERM_SEPARATOR) + 1:], block,
-                (offsets[a:b + 1] - lo).astype("<u4").tobytes(),
-                doc_bytes[lo * width_of_doc:hi * width_of_doc],
-                tf_bytes[lo * width_of_tf:hi * width_of_tf],
+                seg,
+                first,
+                block[block.rfind(TERM_SEPARATOR) + 1 :],
+                block,
+                (offsets[a : b + 1] - lo).astype("<u4").tobytes(),
+                doc_bytes[lo * width_of_doc : hi * width_of_doc],
+                tf_bytes[lo * width_of_tf : hi * width_of_tf],
             )
 
     conn.executemany(

@@ -20,12 +20,10 @@ _ASCII_ALNUM = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqr
 # For ASCII text, translate + split does the same as the regex at three times the speed: every
 # non-alphanumeric character becomes a space and A-Z become a-z (ASCII lowercasing is per character,
 # so lowercasing before the split changes nothing).
-_ASCII_STR_TABLE = {
-    i: (chr(i).lower() if chr(i) in _ASCII_ALNUM else " ") for i in range(128)
-}
-_ASCII_BYTES_TABLE = bytes(
-    (ord(chr(i).lower()) if chr(i) in _ASCII_ALNUM else 0x20) for i in range(128)
-) + bytes(range(128, 256))
+_ASCII_STR_TABLE = {i: (chr(i).lower() if chr(i) in _ASCII_ALNUM else " ") for i in range(128)}
+_ASCII_BYTES_TABLE = bytes((ord(chr(i).lower()) if chr(i) in _ASCII_ALNUM else 0x20) for i in range(128)) + bytes(
+    range(128, 256)
+)
 
 
 def tokenize(text: str) -> list[str]:

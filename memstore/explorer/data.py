@@ -431,36 +431,38 @@ def session_data(
     parent = source.get("parent_session_id")
     agent = source.get("agent") if isinstance(source.get("agent"), str) else None
     cwd = source.get("cwd") if isinstance(source.get("cwd"), str) else None
-    return redactor.redact_value({
-        "session_id": session_id,
-        "manifest": manifest.to_dict(),
-        "summary": summary,
-        "in_catalog": summary is not None,
-        "resume_command": resume_command(session_id, agent, cwd),
-        "cost": cost,
-        "turns": turn_rows,
-        "turn_range": [base, last],
-        "page": page,
-        "pages": pages,
-        "per_page": per_page,
-        "next_url": urls.session(session_id, page=page + 1) if page < pages else None,
-        "previous_url": urls.session(session_id, page=page - 1 if page > 2 else None) if page > 1 else None,
-        "activity": activity,
-        "files_changed": files,
-        "progress": progress_of(root, session_id),
-        "facts": memory_facts(directory),
-        "links": {
-            "json": urls.session(session_id, ".json"),
-            "search": urls.search(session=session_id),
-            "turns": urls.table("turns", **filt, _sort="number"),
-            "events": urls.table("events", **filt, _sort="seq"),
-            "commands": urls.table("commands", **filt),
-            "tool_calls": urls.table("tool_calls", **filt),
-            "file_changes": urls.table("file_changes", **filt),
-            "chunks": urls.table("chunks", **filt),
-            "parent": urls.session(parent) if isinstance(parent, str) and parent else None,
-        },
-    })
+    return redactor.redact_value(
+        {
+            "session_id": session_id,
+            "manifest": manifest.to_dict(),
+            "summary": summary,
+            "in_catalog": summary is not None,
+            "resume_command": resume_command(session_id, agent, cwd),
+            "cost": cost,
+            "turns": turn_rows,
+            "turn_range": [base, last],
+            "page": page,
+            "pages": pages,
+            "per_page": per_page,
+            "next_url": urls.session(session_id, page=page + 1) if page < pages else None,
+            "previous_url": urls.session(session_id, page=page - 1 if page > 2 else None) if page > 1 else None,
+            "activity": activity,
+            "files_changed": files,
+            "progress": progress_of(root, session_id),
+            "facts": memory_facts(directory),
+            "links": {
+                "json": urls.session(session_id, ".json"),
+                "search": urls.search(session=session_id),
+                "turns": urls.table("turns", **filt, _sort="number"),
+                "events": urls.table("events", **filt, _sort="seq"),
+                "commands": urls.table("commands", **filt),
+                "tool_calls": urls.table("tool_calls", **filt),
+                "file_changes": urls.table("file_changes", **filt),
+                "chunks": urls.table("chunks", **filt),
+                "parent": urls.session(parent) if isinstance(parent, str) and parent else None,
+            },
+        }
+    )
 
 
 def _session_catalog(conn: sqlite3.Connection, session_id: str, urls: Urls) -> tuple[Optional[dict], list, list]:
@@ -817,28 +819,30 @@ def search_data(
     def page_url(n: int) -> str:
         return urls.search(**kept, page=n if n > 1 else None)
 
-    return redactor_for(root).redact_value({
-        "q": query,
-        "session": filters.session,
-        "filters": asdict(filters),
-        "limit": limit,
-        "page": page,
-        "pages": pages,
-        "first": (page - 1) * limit + 1 if results else 0,
-        "last": (page - 1) * limit + len(results),
-        "engine": engine,
-        "results": results,
-        "total": total,
-        "missing": missing,
-        "sessions": sessions,
-        "agents": agents,
-        "next_url": page_url(page + 1) if total is not None and page < pages else None,
-        "previous_url": page_url(page - 1) if page > 1 else None,
-        "links": {
-            "json": urls.search(".json", **kept, page=page if page > 1 else None),
-            "chunks_table": urls.table("chunks", _search=words or None),
-        },
-    })
+    return redactor_for(root).redact_value(
+        {
+            "q": query,
+            "session": filters.session,
+            "filters": asdict(filters),
+            "limit": limit,
+            "page": page,
+            "pages": pages,
+            "first": (page - 1) * limit + 1 if results else 0,
+            "last": (page - 1) * limit + len(results),
+            "engine": engine,
+            "results": results,
+            "total": total,
+            "missing": missing,
+            "sessions": sessions,
+            "agents": agents,
+            "next_url": page_url(page + 1) if total is not None and page < pages else None,
+            "previous_url": page_url(page - 1) if page > 1 else None,
+            "links": {
+                "json": urls.search(".json", **kept, page=page if page > 1 else None),
+                "chunks_table": urls.table("chunks", _search=words or None),
+            },
+        }
+    )
 
 
 def ranked_page(

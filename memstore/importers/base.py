@@ -93,20 +93,20 @@ class Parser:
 
     def initial_state(self) -> dict:
         return {
-            "started": False,     # thread.started emitted
-            "ts": None,           # last good timestamp (memstore form)
-            "turn": None,         # the open turn (see new_turn)
-            "calls": {},          # unpaired tool calls, by call id, in arrival order
-            "results": {},        # results written before their call, by call id (held for it)
-            "turns": 0,           # turns closed
+            "started": False,  # thread.started emitted
+            "ts": None,  # last good timestamp (memstore form)
+            "turn": None,  # the open turn (see new_turn)
+            "calls": {},  # unpaired tool calls, by call id, in arrival order
+            "results": {},  # results written before their call, by call id (held for it)
+            "turns": 0,  # turns closed
             "usage": [0, 0, 0, 0],  # the four usage counters summed over closed turns
-            "last_end": None,     # type of the last turn end emitted
-            "turn_cut": False,    # the open turn is being closed because a new one started
-            "model": None,        # the model the source last named
+            "last_end": None,  # type of the last turn end emitted
+            "turn_cut": False,  # the open turn is being closed because a new one started
+            "model": None,  # the model the source last named
             "finalized": False,
             "stats": {"records": 0, "unrecognized": {}},  # records read; records kept but not understood, by type
-            "early": [],          # records kept before thread.started (emitted right after it)
-            "version": None,      # the agent version the source names (thread.started's agent_version)
+            "early": [],  # records kept before thread.started (emitted right after it)
+            "version": None,  # the agent version the source names (thread.started's agent_version)
         }
 
     def after_load(self) -> None:
@@ -191,14 +191,16 @@ class Parser:
             try:
                 ts = normalize_ts(value)
             except InvalidEvent:
-                self.note(lineno, f"timestamp {str(value)[:40]!r} is not RFC 3339; the previous one is used",
-                          skipped=False)
+                self.note(
+                    lineno, f"timestamp {str(value)[:40]!r} is not RFC 3339; the previous one is used", skipped=False
+                )
             else:
                 if limit is None or ts <= limit:
                     self.s["ts"] = ts
                     return ts
-                self.note(lineno, f"timestamp {str(value)[:40]!r} is in the future; the previous one is used",
-                          skipped=False)
+                self.note(
+                    lineno, f"timestamp {str(value)[:40]!r} is in the future; the previous one is used", skipped=False
+                )
         if self.s["ts"] is None:
             self.s["ts"] = self.s["context"].get("default_ts") or "1970-01-01T00:00:00.000Z"
         return self.s["ts"]
@@ -221,12 +223,15 @@ class Parser:
             dropped = []
             for key, value in list(source.items()):
                 try:
-                    encode_record(1, ts, {"type": "thread.started", "thread_id": self.session_id, "source": {key: value}})
+                    encode_record(
+                        1, ts, {"type": "thread.started", "thread_id": self.session_id, "source": {key: value}}
+                    )
                 except InvalidEvent:
                     dropped.append(key)
                     del source[key]
-            self.note(None, f"thread metadata that cannot be stored as JSON left out ({', '.join(dropped)})",
-                      skipped=False)
+            self.note(
+                None, f"thread metadata that cannot be stored as JSON left out ({', '.join(dropped)})", skipped=False
+            )
         version = source.get("agent_version")
         self.s["version"] = version if isinstance(version, str) else None
         self.emit(event, ts)
@@ -374,11 +379,21 @@ class Parser:
         if extra:
             totals = [t + extra.get(key, 0) for t, key in zip(totals, keys)]
         usage = usage_dict(*totals)
-        subtype = {"turn.aborted": "cancelled", "turn.failed": "error_during_execution"}.get(self.s["last_end"], "success")
-        self.emit({
-            "type": "thread.completed", "thread_id": self.session_id, "session_id": self.session_id,
-            "subtype": subtype, "outcome_code": THREAD_OUTCOME, "usage": usage, "num_turns": self.s["turns"],
-        }, ts)
+        subtype = {"turn.aborted": "cancelled", "turn.failed": "error_during_execution"}.get(
+            self.s["last_end"], "success"
+        )
+        self.emit(
+            {
+                "type": "thread.completed",
+                "thread_id": self.session_id,
+                "session_id": self.session_id,
+                "subtype": subtype,
+                "outcome_code": THREAD_OUTCOME,
+                "usage": usage,
+                "num_turns": self.s["turns"],
+            },
+            ts,
+        )
 
 
 _U64_MAX = 2**64 - 1

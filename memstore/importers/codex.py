@@ -40,19 +40,58 @@ ENVELOPE_KEYS = frozenset({"timestamp", "type", "payload"})
 
 # event_msg types whose content is imported from elsewhere (their response_item twin) or that
 # say nothing an event log keeps.
-_IGNORED_EVENTS = frozenset({
-    "agent_message", "agent_reasoning", "agent_reasoning_raw_content", "agent_reasoning_section_break",
-    "agent_message_delta", "agent_reasoning_delta", "agent_reasoning_raw_content_delta",
-    "entered_review_mode", "exited_review_mode", "undo_started", "undo_completed", "thread_rolled_back",
-    "thread_name_updated", "item_started", "item_updated", "image_generation_begin", "image_generation_end",
-    "exec_command_begin", "exec_command_end", "exec_command_output_delta", "terminal_interaction",
-    "patch_apply_begin", "patch_apply_end", "mcp_tool_call_begin", "mcp_tool_call_end",
-    "web_search_begin", "web_search_end", "view_image_tool_call", "plan_update", "plan_delta", "turn_diff",
-    "background_event", "stream_error", "warning", "session_configured", "shutdown_complete",
-    "deprecation_notice", "raw_response_item", "request_user_input", "elicitation_request",
-    "exec_approval_request", "apply_patch_approval_request", "model_reroute", "context_window_exceeded",
-    "mcp_startup_update", "mcp_startup_complete", "list_skills_response", "skills_update_available",
-})
+_IGNORED_EVENTS = frozenset(
+    {
+        "agent_message",
+        "agent_reasoning",
+        "agent_reasoning_raw_content",
+        "agent_reasoning_section_break",
+        "agent_message_delta",
+        "agent_reasoning_delta",
+        "agent_reasoning_raw_content_delta",
+        "entered_review_mode",
+        "exited_review_mode",
+        "undo_started",
+        "undo_completed",
+        "thread_rolled_back",
+        "thread_name_updated",
+        "item_started",
+        "item_updated",
+        "image_generation_begin",
+        "image_generation_end",
+        "exec_command_begin",
+        "exec_command_end",
+        "exec_command_output_delta",
+        "terminal_interaction",
+        "patch_apply_begin",
+        "patch_apply_end",
+        "mcp_tool_call_begin",
+        "mcp_tool_call_end",
+        "web_search_begin",
+        "web_search_end",
+        "view_image_tool_call",
+        "plan_update",
+        "plan_delta",
+        "turn_diff",
+        "background_event",
+        "stream_error",
+        "warning",
+        "session_configured",
+        "shutdown_complete",
+        "deprecation_notice",
+        "raw_response_item",
+        "request_user_input",
+        "elicitation_request",
+        "exec_approval_request",
+        "apply_patch_approval_request",
+        "model_reroute",
+        "context_window_exceeded",
+        "mcp_startup_update",
+        "mcp_startup_complete",
+        "list_skills_response",
+        "skills_update_available",
+    }
+)
 _IGNORED_EVENT_PREFIXES = ("collab_", "realtime_", "reasoning_", "agent_message", "agent_reasoning")
 # The same drops, recognized from the bytes after the timestamp (Codex's own key order).
 _DROPPED_PREFIXES = (
@@ -63,19 +102,39 @@ _DROPPED_PREFIXES = (
 )
 _REPEATABLE_PREFIXES = (b'"type":"turn_context"', b'"type":"event_msg","payload":{"type":"token_count"')
 _KNOWN_PREFIXES = _DROPPED_PREFIXES + _REPEATABLE_PREFIXES
-_IGNORED_ITEMS = frozenset({
-    "ghost_snapshot", "compaction", "compaction_summary", "context_compaction", "tool_search_call",
-    "tool_search_output", "image_generation_call", "other",
-})
+_IGNORED_ITEMS = frozenset(
+    {
+        "ghost_snapshot",
+        "compaction",
+        "compaction_summary",
+        "context_compaction",
+        "tool_search_call",
+        "tool_search_output",
+        "image_generation_call",
+        "other",
+    }
+)
 # Text Codex injects as a user message that no human typed (legacy files have no other marker).
-_INJECTED_PREFIXES = ("<environment_context>", "<user_instructions>", "<INSTRUCTIONS>", "# AGENTS.md instructions",
-                      "<permissions instructions>", "<user_shell_command>", "<turn_aborted>")
+_INJECTED_PREFIXES = (
+    "<environment_context>",
+    "<user_instructions>",
+    "<INSTRUCTIONS>",
+    "# AGENTS.md instructions",
+    "<permissions instructions>",
+    "<user_shell_command>",
+    "<turn_aborted>",
+)
 # item_completed items (Codex 0.147 and later) whose content a response_item of the rollout also
 # carries, under the same call id: imported once, from the response_item pair.
 _CALL_ITEMS = frozenset({"CommandExecution", "FileChange", "McpToolCall", "DynamicToolCall", "ImageView"})
 _DONE_CALLS_KEPT = 512  # call ids remembered to recognize an item_completed that repeats a paired call
-_ITEM_STATUS = {"completed": "completed", "failed": "failed", "declined": "declined", "inProgress": "in_progress",
-                "in_progress": "in_progress"}
+_ITEM_STATUS = {
+    "completed": "completed",
+    "failed": "failed",
+    "declined": "declined",
+    "inProgress": "in_progress",
+    "in_progress": "in_progress",
+}
 
 _EXIT = re.compile(r"^(?:Exit code:|Process exited with code) *(-?\d+)", re.MULTILINE)
 _RUNNING = re.compile(r"^Process running with session ID (\d+)", re.MULTILINE)
@@ -200,8 +259,13 @@ def call_item(call: dict, output: Any, item_id: str) -> dict:
                 status = "completed" if code == 0 else "failed"
             else:
                 status = "failed" if success is False else "completed"
-            item = {"id": item_id, "type": "command_execution", "command": command, "aggregated_output": out,
-                    "status": status}
+            item = {
+                "id": item_id,
+                "type": "command_execution",
+                "command": command,
+                "aggregated_output": out,
+                "status": status,
+            }
             if code is not None:
                 item["exit_code"] = code
             if name in ("exec_command", "shell_command"):
@@ -217,7 +281,8 @@ def call_item(call: dict, output: Any, item_id: str) -> dict:
         plan = args.get("plan") if isinstance(args, dict) else None
         entries = [
             {"text": str(step.get("step", "")), "completed": step.get("status") == "completed"}
-            for step in (plan if isinstance(plan, list) else []) if isinstance(step, dict)
+            for step in (plan if isinstance(plan, list) else [])
+            if isinstance(step, dict)
         ]
         item = {"id": item_id, "type": "todo_list", "items": entries}
     else:
@@ -225,13 +290,27 @@ def call_item(call: dict, output: Any, item_id: str) -> dict:
         args = _json_args(raw) if call["kind"] == "function" else raw
         if name.startswith("mcp__") and "__" in name[5:]:
             server, _, tool = name[5:].partition("__")
-            item = {"id": item_id, "type": "mcp_tool_call", "tool_name": name, "server": server, "tool": tool,
-                    "arguments": args, "result": text, "status": status}
+            item = {
+                "id": item_id,
+                "type": "mcp_tool_call",
+                "tool_name": name,
+                "server": server,
+                "tool": tool,
+                "arguments": args,
+                "result": text,
+                "status": status,
+            }
             if success is False:
                 item["error"] = {"message": text}
         else:
-            item = {"id": item_id, "type": "tool_call", "tool_name": name, "arguments": args, "output": text,
-                    "status": status}
+            item = {
+                "id": item_id,
+                "type": "tool_call",
+                "tool_name": name,
+                "arguments": args,
+                "output": text,
+                "status": status,
+            }
         if images:
             item["images"] = images
     if missing:
@@ -239,8 +318,9 @@ def call_item(call: dict, output: Any, item_id: str) -> dict:
     return item
 
 
-def _file_change(item_id: str, patch: str, out: str, code: Optional[int], success: Optional[bool],
-                 declined: bool, missing: bool) -> dict:
+def _file_change(
+    item_id: str, patch: str, out: str, code: Optional[int], success: Optional[bool], declined: bool, missing: bool
+) -> dict:
     if declined:
         status = "declined"
     elif missing:
@@ -286,8 +366,13 @@ def _turn_item(itype: str, item: dict, item_id: str) -> dict:
         output = _str(item.get("aggregatedOutput")) or _str(item.get("aggregated_output"))
         if output is None:
             output = "\n".join(p for p in (_str(item.get("stdout")), _str(item.get("stderr"))) if p)
-        out: dict = {"id": item_id, "type": "command_execution", "command": text, "aggregated_output": output,
-                     "status": status}
+        out: dict = {
+            "id": item_id,
+            "type": "command_execution",
+            "command": text,
+            "aggregated_output": output,
+            "status": status,
+        }
         code = item.get("exitCode", item.get("exit_code"))
         if type(code) is int:
             out["exit_code"] = code
@@ -305,17 +390,37 @@ def _turn_item(itype: str, item: dict, item_id: str) -> dict:
         return {"id": item_id, "type": "file_change", "changes": changes, "status": status}
     if itype == "McpToolCall":
         server, tool = _str(item.get("server")) or "", _str(item.get("tool")) or ""
-        out = {"id": item_id, "type": "mcp_tool_call", "tool_name": f"mcp__{server}__{tool}", "server": server,
-               "tool": tool, "arguments": item.get("arguments"), "result": item.get("result"), "status": status}
+        out = {
+            "id": item_id,
+            "type": "mcp_tool_call",
+            "tool_name": f"mcp__{server}__{tool}",
+            "server": server,
+            "tool": tool,
+            "arguments": item.get("arguments"),
+            "result": item.get("result"),
+            "status": status,
+        }
         error = item.get("error")
         if isinstance(error, dict):
             out["error"] = error
         return out
     if itype == "DynamicToolCall":
-        return {"id": item_id, "type": "tool_call", "tool_name": _str(item.get("tool")) or "", "arguments":
-                item.get("arguments"), "output": item.get("contentItems", item.get("content_items")), "status": status}
-    return {"id": item_id, "type": "tool_call", "tool_name": "view_image", "arguments": {"path": item.get("path")},
-            "output": "", "status": "completed"}
+        return {
+            "id": item_id,
+            "type": "tool_call",
+            "tool_name": _str(item.get("tool")) or "",
+            "arguments": item.get("arguments"),
+            "output": item.get("contentItems", item.get("content_items")),
+            "status": status,
+        }
+    return {
+        "id": item_id,
+        "type": "tool_call",
+        "tool_name": "view_image",
+        "arguments": {"path": item.get("path")},
+        "output": "",
+        "status": "completed",
+    }
 
 
 class _TotalsMixin:
@@ -332,8 +437,11 @@ class _TotalsMixin:
             return  # a repeated token_count (about half of them in 0.104 files)
         if any(n < o for n, o in zip(new, old)):
             # The total restarted: keep what the open turn already used, count on from the new total.
-            self.note(lineno, "the cumulative token total went backwards; later usage counts from the new total",
-                      skipped=False)
+            self.note(
+                lineno,
+                "the cumulative token total went backwards; later usage counts from the new total",
+                skipped=False,
+            )
             s["base"] = [n - (o - b) for n, o, b in zip(new, old, s["base"])]
         s["total"] = new
 
@@ -363,17 +471,19 @@ class CodexRolloutParser(_TotalsMixin, Parser):
 
     def initial_state(self) -> dict:
         s = super().initial_state()
-        s.update({
-            "legacy": None,        # None until the header line; then whether the file predates the envelope
-            "tasks": False,        # the file has task_started events (turns are tasks)
-            "total": [0, 0, 0, 0],  # input, cached input, output, reasoning output (cumulative)
-            "base": [0, 0, 0, 0],   # the total when the last turn ended
-            "last_input": 0,       # the latest request's input tokens (the context size)
-            "compact_open": False,  # a compacted line awaits its context_compacted twin
-            "held": None,          # a prompt read from a response_item user message, until its twin shows
-            "mirror": {},          # per kind and source, keys of this turn's texts not yet seen twice (see mirrored)
-            "done": [],            # the last paired call ids (an item_completed repeating one is not imported)
-        })
+        s.update(
+            {
+                "legacy": None,  # None until the header line; then whether the file predates the envelope
+                "tasks": False,  # the file has task_started events (turns are tasks)
+                "total": [0, 0, 0, 0],  # input, cached input, output, reasoning output (cumulative)
+                "base": [0, 0, 0, 0],  # the total when the last turn ended
+                "last_input": 0,  # the latest request's input tokens (the context size)
+                "compact_open": False,  # a compacted line awaits its context_compacted twin
+                "held": None,  # a prompt read from a response_item user message, until its twin shows
+                "mirror": {},  # per kind and source, keys of this turn's texts not yet seen twice (see mirrored)
+                "done": [],  # the last paired call ids (an item_completed repeating one is not imported)
+            }
+        )
         return s
 
     def after_load(self) -> None:
@@ -396,8 +506,11 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         for line in lines:
             lineno += 1
             rest = None
-            if line.startswith(_KNOWN_PREFIXES, 40) and line.startswith(b'{"timestamp":"') \
-                    and line.startswith(b'",', 38):
+            if (
+                line.startswith(_KNOWN_PREFIXES, 40)
+                and line.startswith(b'{"timestamp":"')
+                and line.startswith(b'",', 38)
+            ):
                 if line.startswith(_DROPPED_PREFIXES, 40):
                     continue
                 rest = line[40:]
@@ -466,8 +579,9 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 if role == "user":
                     self.user_record(payload, lineno, obj.get("timestamp"))
                 elif role not in ("developer", "system"):
-                    self.keep(lineno, f"response_item:message role {role!s:.40}",
-                              f"message of unknown role {role!s:.40}")
+                    self.keep(
+                        lineno, f"response_item:message role {role!s:.40}", f"message of unknown role {role!s:.40}"
+                    )
                 return  # injected context, or a prompt held until its user_message twin shows
             raw = obj.get("timestamp")
             if raw == self._raw_ts and raw is not None:
@@ -513,19 +627,30 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             self.after_load()
             ts = self.line_ts(obj.get("timestamp"), lineno)
             git = obj.get("git") if isinstance(obj.get("git"), dict) else {}
-            self.start_thread(ts, {
-                "agent": "codex", "git_branch": _str(git.get("branch")), "git_commit": _str(git.get("commit_hash")),
-                "path": self.path, "thread_id": obj["id"],
-            })
+            self.start_thread(
+                ts,
+                {
+                    "agent": "codex",
+                    "git_branch": _str(git.get("branch")),
+                    "git_commit": _str(git.get("commit_hash")),
+                    "path": self.path,
+                    "thread_id": obj["id"],
+                },
+            )
         else:
             self.keep(lineno, "(before session_meta)", "line before the session_meta header")
 
     def meta_source(self, p: dict) -> dict:
         git = p.get("git") if isinstance(p.get("git"), dict) else {}
         source = {
-            "agent": "codex", "agent_version": _str(p.get("cli_version")), "cwd": _str(p.get("cwd")),
-            "git_branch": _str(git.get("branch")), "git_commit": _str(git.get("commit_hash")),
-            "originator": _str(p.get("originator")), "path": self.path, "thread_id": p["id"],
+            "agent": "codex",
+            "agent_version": _str(p.get("cli_version")),
+            "cwd": _str(p.get("cwd")),
+            "git_branch": _str(git.get("branch")),
+            "git_commit": _str(git.get("commit_hash")),
+            "originator": _str(p.get("originator")),
+            "path": self.path,
+            "thread_id": p["id"],
             "model_provider": _str(p.get("model_provider")),
         }
         origin = p.get("source")
@@ -553,8 +678,15 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         if isinstance(info, dict):
             total = info.get("total_token_usage")
             if isinstance(total, dict):
-                self.advance_total([u64(total.get("input_tokens")), u64(total.get("cached_input_tokens")),
-                                    u64(total.get("output_tokens")), u64(total.get("reasoning_output_tokens"))], lineno)
+                self.advance_total(
+                    [
+                        u64(total.get("input_tokens")),
+                        u64(total.get("cached_input_tokens")),
+                        u64(total.get("output_tokens")),
+                        u64(total.get("reasoning_output_tokens")),
+                    ],
+                    lineno,
+                )
             last = info.get("last_token_usage")
             if isinstance(last, dict):
                 self.s["last_input"] = u64(last.get("input_tokens"))
@@ -801,10 +933,17 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             call_id = p.get("call_id") or p.get("id")
             if kind == "local_shell_call":
                 action = p.get("action")
-                call = {"name": "local_shell", "kind": "local_shell", "action": action if isinstance(action, dict) else {}}
+                call = {
+                    "name": "local_shell",
+                    "kind": "local_shell",
+                    "action": action if isinstance(action, dict) else {},
+                }
             else:
-                call = {"name": _str(p.get("name")) or "", "kind": "function" if kind == "function_call" else "custom",
-                        "args": p.get("arguments") if kind == "function_call" else p.get("input")}
+                call = {
+                    "name": _str(p.get("name")) or "",
+                    "kind": "function" if kind == "function_call" else "custom",
+                    "args": p.get("arguments") if kind == "function_call" else p.get("input"),
+                }
             call["line"] = lineno
             if s["turn"] is None:
                 self.begin_turn(ts, explicit=False)
@@ -843,8 +982,11 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 return False  # in envelope files these repeat user_message or are injected context
         elif kind == "reasoning":
             summary = p.get("summary")
-            texts = [part.get("text") for part in summary if isinstance(part, dict) and isinstance(part.get("text"), str)] \
-                if isinstance(summary, list) else []
+            texts = (
+                [part.get("text") for part in summary if isinstance(part, dict) and isinstance(part.get("text"), str)]
+                if isinstance(summary, list)
+                else []
+            )
             text = "\n".join(t for t in texts if t.strip())
             if not text or self.mirrored("reasoning", "record", text):
                 return False
@@ -854,8 +996,11 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             query = action.get("query")
             if not isinstance(query, str):
                 queries = action.get("queries")
-                query = "\n".join(q for q in queries if isinstance(q, str)) if isinstance(queries, list) else \
-                    (_str(action.get("url")) or "")
+                query = (
+                    "\n".join(q for q in queries if isinstance(q, str))
+                    if isinstance(queries, list)
+                    else (_str(action.get("url")) or "")
+                )
             if self.mirrored("search", "record", query):
                 return False
             item = {"id": str(lineno), "type": "web_search", "query": query}
@@ -874,7 +1019,9 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         self.emit({"type": "item.completed", "item": call_item(call, None, str(call["line"]))}, ts)
 
     def orphan_result(self, result: dict) -> None:
-        self.note(result["line"], f"{result['kind']} without a pending call (its call was not imported or already closed)")
+        self.note(
+            result["line"], f"{result['kind']} without a pending call (its call was not imported or already closed)"
+        )
 
 
 class CodexExecParser(_TotalsMixin, Parser):
@@ -903,11 +1050,17 @@ class CodexExecParser(_TotalsMixin, Parser):
         kind = obj.get("type")
         ts = self.line_ts(None, lineno)
         if not s["started"]:
-            thread_id = obj.get("thread_id") if kind == "thread.started" else \
-                obj.get("session_id") if kind == "session.created" else None
+            thread_id = (
+                obj.get("thread_id")
+                if kind == "thread.started"
+                else obj.get("session_id")
+                if kind == "session.created"
+                else None
+            )
             if isinstance(thread_id, str) and thread_id:
-                self.start_thread(ts, {"agent": "codex", "originator": "codex_exec", "path": self.path,
-                                       "thread_id": thread_id})
+                self.start_thread(
+                    ts, {"agent": "codex", "originator": "codex_exec", "path": self.path, "thread_id": thread_id}
+                )
             else:
                 self.keep(lineno, "(before thread.started)", "line before thread.started")
             return
@@ -930,8 +1083,15 @@ class CodexExecParser(_TotalsMixin, Parser):
             self.item({"id": str(lineno), **item}, ts)
         elif kind == "turn.completed":
             usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
-            self.advance_total([u64(usage.get("input_tokens")), u64(usage.get("cached_input_tokens")),
-                                u64(usage.get("output_tokens")), 0], lineno)
+            self.advance_total(
+                [
+                    u64(usage.get("input_tokens")),
+                    u64(usage.get("cached_input_tokens")),
+                    u64(usage.get("output_tokens")),
+                    0,
+                ],
+                lineno,
+            )
             if s["turn"] is None:
                 self.note(lineno, "turn.completed without an open turn", skipped=False)
                 return

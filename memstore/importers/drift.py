@@ -94,9 +94,19 @@ def source_stats(session_id: str, agent: str, state: dict, expects_usage: bool) 
     records = stats.get("records")
     unrecognized = stats.get("unrecognized")
     version = state.get("version")
-    return SourceStats(session_id, agent, version if isinstance(version, str) else None, turns,
-                       usage[0], usage[1], usage[2], usage[3], records if type(records) is int else None,
-                       dict(unrecognized) if isinstance(unrecognized, dict) else {}, expects_usage)
+    return SourceStats(
+        session_id,
+        agent,
+        version if isinstance(version, str) else None,
+        turns,
+        usage[0],
+        usage[1],
+        usage[2],
+        usage[3],
+        records if type(records) is int else None,
+        dict(unrecognized) if isinstance(unrecognized, dict) else {},
+        expects_usage,
+    )
 
 
 @dataclass
@@ -125,11 +135,13 @@ class VersionStats:
     def line(self) -> str:
         """One line for people: ``codex 0.104.0: 1 session, 4 turns, ...``."""
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(self.not_understood_by_type.items()))
-        text = (f"{self.agent} {self.version}: {_n(self.sessions, 'session')}, {_n(self.turns, 'turn')}, "
-                f"{self.input_tokens} input ({self.cached_input_tokens} cached) and {self.output_tokens} "
-                "output tokens; "
-                f"{_n(self.records, 'record')}, {self.records_understood} understood, "
-                f"{self.records_not_understood} kept not understood")
+        text = (
+            f"{self.agent} {self.version}: {_n(self.sessions, 'session')}, {_n(self.turns, 'turn')}, "
+            f"{self.input_tokens} input ({self.cached_input_tokens} cached) and {self.output_tokens} "
+            "output tokens; "
+            f"{_n(self.records, 'record')}, {self.records_understood} understood, "
+            f"{self.records_not_understood} kept not understood"
+        )
         return text + (f" ({kinds})" if kinds else "")
 
 
@@ -144,8 +156,9 @@ def aggregate(sources: list[SourceStats]) -> list[VersionStats]:
         version = s.version or NO_VERSION
         entry = found.get((s.agent, version))
         if entry is None:
-            entry = found[(s.agent, version)] = VersionStats(s.agent, version,
-                                                             known_version=version_known(s.agent, s.version))
+            entry = found[(s.agent, version)] = VersionStats(
+                s.agent, version, known_version=version_known(s.agent, s.version)
+            )
         entry.sessions += 1
         entry.turns += s.turns
         entry.input_tokens += s.input_tokens
@@ -197,8 +210,12 @@ def save_versions(root: os.PathLike | str, seen: dict, aggregates: list[VersionS
         versions = updated.setdefault(entry.agent, {})
         previous = versions.get(entry.version)
         old: dict = previous if isinstance(previous, dict) else {}
-        versions[entry.version] = {"first_seen": old.get("first_seen", now), "last_seen": now,
-                                   "records": entry.records, "not_understood": entry.records_not_understood}
+        versions[entry.version] = {
+            "first_seen": old.get("first_seen", now),
+            "last_seen": now,
+            "records": entry.records,
+            "not_understood": entry.records_not_understood,
+        }
     if updated != seen:
         try:
             atomic_write(import_versions_path(root), orjson.dumps(updated, option=orjson.OPT_SORT_KEYS), durable=False)
@@ -216,29 +233,39 @@ def warnings_for(aggregates: list[VersionStats], seen: dict, *, new_versions: bo
         label = f"{entry.agent} {entry.version}"
         versions = seen.get(entry.agent, {})
         if new_versions and not entry.known_version and entry.version not in versions:
-            out.append(f"{DRIFT_PREFIX} {label} is a version the importer was not written for and this store has not "
-                       f"seen before ({_n(entry.sessions, 'session')}); records it does not understand are kept as "
-                       "import.unrecognized and counted here")
+            out.append(
+                f"{DRIFT_PREFIX} {label} is a version the importer was not written for and this store has not "
+                f"seen before ({_n(entry.sessions, 'session')}); records it does not understand are kept as "
+                "import.unrecognized and counted here"
+            )
         elif not new_versions and not entry.known_version:
-            out.append(f"{DRIFT_PREFIX} {label} is a version the importer was not written for "
-                       f"({_n(entry.sessions, 'session')})")
+            out.append(
+                f"{DRIFT_PREFIX} {label} is a version the importer was not written for "
+                f"({_n(entry.sessions, 'session')})"
+            )
         if entry.records and entry.records_not_understood:
             share = entry.records_not_understood / entry.records
             baseline = _baseline(versions, entry.version)
             if share > JUMP_FLOOR and share > JUMP_FACTOR * baseline:
                 kinds = ", ".join(f"{k} {n}" for k, n in sorted(entry.not_understood_by_type.items()))
                 since = f", up from {baseline:.1%}" if versions else ""
-                out.append(f"{DRIFT_PREFIX} {label}: {entry.records_not_understood} of {entry.records} records not "
-                           f"understood ({share:.1%}; {kinds}){since}")
+                out.append(
+                    f"{DRIFT_PREFIX} {label}: {entry.records_not_understood} of {entry.records} records not "
+                    f"understood ({share:.1%}; {kinds}){since}"
+                )
         if entry.zero_turn_sessions:
             count = _n(len(entry.zero_turn_sessions), "session")
-            out.append(f"{DRIFT_PREFIX} {label}: {count} produced no turn although "
-                       f"the source has records: {', '.join(entry.zero_turn_sessions[:5])}"
-                       + (" ..." if len(entry.zero_turn_sessions) > 5 else ""))
+            out.append(
+                f"{DRIFT_PREFIX} {label}: {count} produced no turn although "
+                f"the source has records: {', '.join(entry.zero_turn_sessions[:5])}"
+                + (" ..." if len(entry.zero_turn_sessions) > 5 else "")
+            )
         if entry.zero_token_sessions:
-            out.append(f"{DRIFT_PREFIX} {label}: {_n(len(entry.zero_token_sessions), 'session')} counted no token in "
-                       f"turns whose source records usage: {', '.join(entry.zero_token_sessions[:5])}"
-                       + (" ..." if len(entry.zero_token_sessions) > 5 else ""))
+            out.append(
+                f"{DRIFT_PREFIX} {label}: {_n(len(entry.zero_token_sessions), 'session')} counted no token in "
+                f"turns whose source records usage: {', '.join(entry.zero_token_sessions[:5])}"
+                + (" ..." if len(entry.zero_token_sessions) > 5 else "")
+            )
     return out
 
 
@@ -248,10 +275,14 @@ def _baseline(versions: dict, version: str) -> float:
     mine = versions.get(version)
     if isinstance(mine, dict) and type(mine.get("records")) is int and mine["records"] > 0:
         return _share(mine)
-    records = sum(v.get("records", 0) for v in versions.values()
-                  if isinstance(v, dict) and type(v.get("records")) is int)
-    unknown = sum(v.get("not_understood", 0) for v in versions.values()
-                  if isinstance(v, dict) and type(v.get("not_understood")) is int)
+    records = sum(
+        v.get("records", 0) for v in versions.values() if isinstance(v, dict) and type(v.get("records")) is int
+    )
+    unknown = sum(
+        v.get("not_understood", 0)
+        for v in versions.values()
+        if isinstance(v, dict) and type(v.get("not_understood")) is int
+    )
     return unknown / records if records else 0.0
 
 
@@ -260,5 +291,15 @@ def _share(entry: dict) -> float:
     return (unknown if type(unknown) is int else 0) / entry["records"]
 
 
-__all__ = ["DRIFT_PREFIX", "KNOWN_VERSIONS", "SourceStats", "VersionStats", "source_stats", "aggregate",
-           "version_known", "load_versions", "save_versions", "warnings_for"]
+__all__ = [
+    "DRIFT_PREFIX",
+    "KNOWN_VERSIONS",
+    "SourceStats",
+    "VersionStats",
+    "source_stats",
+    "aggregate",
+    "version_known",
+    "load_versions",
+    "save_versions",
+    "warnings_for",
+]

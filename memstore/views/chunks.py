@@ -17,7 +17,8 @@ catalog copies them from there.
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple, Optional, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from .. import events as ev
 from ..session.index import BatchRecord, DerivedTable, MigrationSet, register_derived_table
@@ -88,8 +89,9 @@ def event_chunks(seq: int, turn: Optional[int], ts: Optional[str], event: dict) 
     if found is None:
         return []
     kind, text = found
-    return [Chunk(seq, part, turn, ts, kind, first, last, body)
-            for part, (first, last, body) in enumerate(windows(text))]
+    return [
+        Chunk(seq, part, turn, ts, kind, first, last, body) for part, (first, last, body) in enumerate(windows(text))
+    ]
 
 
 def record_chunks(records: Iterable[BatchRecord]) -> Iterator[Chunk]:
@@ -101,10 +103,19 @@ def record_chunks(records: Iterable[BatchRecord]) -> Iterator[Chunk]:
 # The derived table in the session index
 
 
-def _create_chunks(db: "sqlite_utils.Database") -> None:
+def _create_chunks(db: sqlite_utils.Database) -> None:
     db["chunks"].create(
-        {"id": int, "seq": int, "part": int, "turn": int, "ts": str, "kind": str,
-         "start_line": int, "end_line": int, "text": str},
+        {
+            "id": int,
+            "seq": int,
+            "part": int,
+            "turn": int,
+            "ts": str,
+            "kind": str,
+            "start_line": int,
+            "end_line": int,
+            "text": str,
+        },
         pk="id",
         not_null={"seq", "part", "kind", "text"},
     )
@@ -120,7 +131,9 @@ _INSERT = f"INSERT INTO chunks ({', '.join(CHUNK_COLUMNS)}) VALUES ({', '.join('
 # terms out as a new segment at each one: row by row, every chunk became a segment that the
 # automerge then rewrote (about five times the work of the whole batch as one segment).
 _STAGE = "chunks_stage"
-_CREATE_STAGE = f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} AS SELECT {', '.join(CHUNK_COLUMNS)} FROM main.chunks WHERE 0"
+_CREATE_STAGE = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} AS SELECT {', '.join(CHUNK_COLUMNS)} FROM main.chunks WHERE 0"
+)
 _STAGE_INSERT = f"INSERT INTO temp.{_STAGE} VALUES ({', '.join('?' * len(CHUNK_COLUMNS))})"
 _FROM_STAGE = f"INSERT INTO main.chunks ({', '.join(CHUNK_COLUMNS)}) SELECT * FROM temp.{_STAGE}"
 
@@ -143,7 +156,7 @@ def _on_reset(conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM chunks")
 
 
-def _create_file_changes(db: "sqlite_utils.Database") -> None:
+def _create_file_changes(db: sqlite_utils.Database) -> None:
     db["file_changes"].create({"seq": int, "turn": int, "path": str, "kind": str}, not_null={"seq", "path", "kind"})
     db["file_changes"].create_index(["seq"], index_name="file_changes_seq")
 
@@ -161,12 +174,14 @@ FILE_CHANGES = DerivedTable(
     lambda conn, records: conn.executemany("INSERT INTO file_changes VALUES (?, ?, ?, ?)", file_change_rows(records)),
     lambda conn, first_kept_seq: conn.execute(
         "DELETE FROM file_changes" + ("" if first_kept_seq is None else " WHERE seq < ?"),
-        () if first_kept_seq is None else (first_kept_seq,)),
+        () if first_kept_seq is None else (first_kept_seq,),
+    ),
     lambda conn: conn.execute("DELETE FROM file_changes"),
     lazy=True,
 )
 
-def _redacted_chunks(db: "sqlite_utils.Database") -> None:
+
+def _redacted_chunks(db: sqlite_utils.Database) -> None:
     # Chunks are derived from redacted events from here on. An index that had rows before this
     # step is rebuilt from its log on its next open for writing (a new file: nothing of the old
     # rows, nor of their FTS5 segments, is kept), and read from its log until then.

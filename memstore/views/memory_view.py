@@ -55,21 +55,14 @@ import os
 import stat
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import orjson
 
-from ..layout import (
-    DERIVED_DIR,
-    MANIFEST_FILE,
-    MEMORY_FILE,
-    session_dir_name,
-    session_directory,
-    sessions_root,
-)
 from .. import events as ev
 from ..errors import (
     InvalidEvent,
@@ -80,9 +73,17 @@ from ..errors import (
 )
 from ..events import Record
 from ..fsio import atomic_write, read_no_follow
+from ..layout import (
+    DERIVED_DIR,
+    MANIFEST_FILE,
+    MEMORY_FILE,
+    session_dir_name,
+    session_directory,
+    sessions_root,
+)
 from ..session.log import SessionLog, open_session
-from ..store_redaction import store_redaction
 from ..session.manifest import SessionSummary, summary_cache
+from ..store_redaction import store_redaction
 from .registry import FileView, register_file_view
 
 logger = logging.getLogger("memstore")
@@ -191,13 +192,13 @@ def user_fact(content: str) -> Optional[dict]:
         lowered = text.lower()
         for prefix in _POLITE_PREFIXES:
             if lowered.startswith(prefix):
-                text = text[len(prefix):].lstrip(",:- ")
+                text = text[len(prefix) :].lstrip(",:- ")
                 stripped = True
                 break
     lowered = text.lower()
     for marker in _NOTE_MARKERS:
         if lowered.startswith(marker):
-            text = text[len(marker):]
+            text = text[len(marker) :]
             break
     else:
         if not lowered.startswith(_ASSERTIONS):
@@ -219,7 +220,7 @@ class _LatestFacts:
 
     def __init__(self, limit: int):
         self.limit = limit
-        self.facts: "OrderedDict[str, dict]" = OrderedDict()
+        self.facts: OrderedDict[str, dict] = OrderedDict()
 
     def add(self, fact: Optional[dict]) -> None:
         if fact is None:
@@ -278,7 +279,7 @@ class _ViewBuilder:
         self.prior_seq: Optional[int] = None
         self.prior_ts: Optional[str] = None
         self.history_facts = _LatestFacts(MAX_FACTS)
-        self.history_files: "OrderedDict[str, None]" = OrderedDict()
+        self.history_files: OrderedDict[str, None] = OrderedDict()
         self.recent: deque = deque(maxlen=CONTEXT_MESSAGES)
         self.tool_names: dict[str, str] = {}
         self.goal: Optional[str] = None
@@ -375,14 +376,15 @@ class _ViewBuilder:
             facts.add(fact)
         for fact in self.history_facts.values():
             facts.add(fact)
-        touched: "OrderedDict[str, None]" = OrderedDict()
+        touched: OrderedDict[str, None] = OrderedDict()
         for path in [p for p in _list(prior.get("touched_files")) if isinstance(p, str)] + list(self.history_files):
             touched.pop(path, None)
             touched[path] = None
         summary = _str(prior.get("summary"))
         if not summary or not summary.strip():
-            context = [f"{m.role}: {ev.truncate_for_fact(ev.normalize_whitespace(m.text), CONTEXT_CHARS)}"
-                       for m in self.recent]
+            context = [
+                f"{m.role}: {ev.truncate_for_fact(ev.normalize_whitespace(m.text), CONTEXT_CHARS)}" for m in self.recent
+            ]
             summary = SUMMARY_PREFIX + " | ".join(context) if context else FALLBACK_SUMMARY
         objective = _str(prior.get("objective")) or self.goal
         if not objective and self.first_prompt:
@@ -401,10 +403,11 @@ class _ViewBuilder:
         for key in _NOTE_LISTS[1:]:
             view[key] = _notes(prior.get(key))
         view["pending_intents"] = [
-            {"id": i["id"], "text": i["text"]} for i in _list(prior.get("pending_intents"))
+            {"id": i["id"], "text": i["text"]}
+            for i in _list(prior.get("pending_intents"))
             if isinstance(i, dict) and isinstance(i.get("id"), str) and isinstance(i.get("text"), str)
         ][-MAX_PENDING_INTENTS:]
-        applied: "OrderedDict[str, None]" = OrderedDict()
+        applied: OrderedDict[str, None] = OrderedDict()
         for value in _list(prior.get("applied_intent_ids")):
             if isinstance(value, str):
                 applied.pop(value, None)
@@ -434,7 +437,7 @@ def _prior_facts(value: Any) -> list[dict]:
 def _notes(value: Any) -> list[str]:
     """Whitespace-normalized strings, deduplicated without regard to case (the newest kept),
     the last 5."""
-    notes: "OrderedDict[str, str]" = OrderedDict()
+    notes: OrderedDict[str, str] = OrderedDict()
     for item in _list(value):
         if isinstance(item, str):
             text = ev.normalize_whitespace(item)
@@ -487,7 +490,9 @@ def write_session_memory_view(root: os.PathLike | str, session_id: str, envelope
         return refresh_memory_view(log, envelope=envelope)
 
 
-def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None, only_if_any: bool = False) -> Optional[Path]:
+def refresh_memory_view(
+    log: SessionLog, *, envelope: Optional[dict] = None, only_if_any: bool = False
+) -> Optional[Path]:
     """Regenerate ``derived/memory.json`` of the open session ``log``; with ``envelope``, append
     it as a ``memory.envelope`` event first. A ``memory.json`` that memstore did not produce is
     adopted into the log before it is replaced. Returns the path. With ``only_if_any``
@@ -506,8 +511,12 @@ def refresh_memory_view(log: SessionLog, *, envelope: Optional[dict] = None, onl
     foreign = _foreign_view(path, builder.envelope_shas)
     if foreign is not None:
         data, sha, mtime = foreign
-        source = {"importer": "memstore.views.memory_view", "file": f"{DERIVED_DIR}/{MEMORY_FILE}", "sha256": sha,
-                  "mtime": mtime}
+        source = {
+            "importer": "memstore.views.memory_view",
+            "file": f"{DERIVED_DIR}/{MEMORY_FILE}",
+            "sha256": sha,
+            "mtime": mtime,
+        }
         floor = _append_envelope(log, data, not_before(not_after_now(mtime), floor), source)
         appended = True
     if envelope is not None:
@@ -598,7 +607,7 @@ def _foreign_view(path: Path, adopted: set[str]) -> Optional[tuple[dict, str, st
 
 
 def _mtime(path: Path) -> datetime:
-    return datetime.fromtimestamp(os.lstat(path).st_mtime, timezone.utc)
+    return datetime.fromtimestamp(os.lstat(path).st_mtime, UTC)
 
 
 # --------------------------------------------------------------------------------------------
@@ -611,7 +620,7 @@ class _FactsCache:
 
     def __init__(self, capacity: int = 512):
         self.capacity = capacity
-        self._entries: "OrderedDict[str, tuple[tuple, tuple[Optional[str], list[dict]]]]" = OrderedDict()
+        self._entries: OrderedDict[str, tuple[tuple, tuple[Optional[str], list[dict]]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, path: Path) -> tuple[Optional[str], list[dict]]:
@@ -698,7 +707,7 @@ def memory_view_time(session_dir: os.PathLike | str) -> Optional[str]:
         value = data.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             try:
-                return ev.format_ts(datetime.fromtimestamp(value, timezone.utc))
+                return ev.format_ts(datetime.fromtimestamp(value, UTC))
             except (OverflowError, OSError, ValueError):
                 return None  # no time a datetime can hold: as good as none
     return None
@@ -710,8 +719,9 @@ def session_memory_facts(root: os.PathLike | str, session_id: str) -> list[dict]
     memstore wrote, or VT Code did, may quote a secret). Raises :class:`InvalidSessionId` for an
     id memstore refuses."""
     redact = store_redaction(root).redactor().redact_text
-    return [{"fact": redact(f["fact"]), "source": f["source"]}
-            for f in memory_facts_of(session_directory(root, session_id))]
+    return [
+        {"fact": redact(f["fact"]), "source": f["source"]} for f in memory_facts_of(session_directory(root, session_id))
+    ]
 
 
 def _session_dirs(root: os.PathLike | str) -> list[os.DirEntry]:
@@ -738,6 +748,7 @@ def _summary(entry: os.DirEntry) -> Optional[SessionSummary]:
 def _newest_first(pairs: list[tuple[os.DirEntry, Optional[SessionSummary]]]) -> list:
     """Sessions by last event time, newest first (parsed, not compared as strings); those whose
     time does not parse (or that have no manifest) after them; ties by directory name."""
+
     def key(pair):
         entry, summary = pair
         parsed = ev.parse_ts(summary.updated_at) if summary is not None else None

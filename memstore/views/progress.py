@@ -22,14 +22,12 @@ from typing import Any, Optional
 
 import orjson
 
-from ..layout import DERIVED_DIR, PROGRESS_FILE, session_directory
 from ..errors import InvalidProgress, UnsafePathError
 from ..events import utc_now
 from ..fsio import atomic_write, ensure_private_dir, read_no_follow
-from ..store_redaction import store_redaction
 from ..jsonfields import req, str_list
-
-
+from ..layout import DERIVED_DIR, PROGRESS_FILE, session_directory
+from ..store_redaction import store_redaction
 
 # --------------------------------------------------------------------------------------------
 # float32 helpers
@@ -115,7 +113,7 @@ class Milestone:
         return {"id": self.id, "description": self.description, "status": self.status.value}
 
     @classmethod
-    def from_dict(cls, data: Any) -> "Milestone":
+    def from_dict(cls, data: Any) -> Milestone:
         """Parse ``{"id", "description", "status"}``; raise ``InvalidProgress`` otherwise."""
         if not isinstance(data, dict):
             raise InvalidProgress("a milestone must be a JSON object")
@@ -158,7 +156,7 @@ class ProgressLedger:
     git_checkpoint: Optional[str] = None
 
     @classmethod
-    def new(cls, session_id: str, goal: str) -> "ProgressLedger":
+    def new(cls, session_id: str, goal: str) -> ProgressLedger:
         """A fresh ledger: no milestones, confidence 1.0, not stalled, no handoff data."""
         return cls(session_id=session_id, goal=goal)
 
@@ -275,7 +273,7 @@ class ProgressLedger:
         return orjson.dumps(self.to_dict())
 
     @classmethod
-    def from_dict(cls, data: Any) -> "ProgressLedger":
+    def from_dict(cls, data: Any) -> ProgressLedger:
         """Parse the JSON form. ``session_id``, ``goal``, ``milestones``, ``confidence`` and
         ``updated_at`` are required; the handoff keys and ``stalled_since`` default to empty."""
         if not isinstance(data, dict):
@@ -327,9 +325,7 @@ def load_progress(root: os.PathLike | str, session_id: str) -> Optional[Progress
         raise InvalidProgress(f"{path}: {exc}") from exc
 
 
-def save_progress(
-    root: os.PathLike | str, session_id: str, ledger: ProgressLedger, *, durable: bool = True
-) -> Path:
+def save_progress(root: os.PathLike | str, session_id: str, ledger: ProgressLedger, *, durable: bool = True) -> Path:
     """Write the ledger to ``derived/progress.json`` and return the path.
 
     Unlike VT Code, which writes the file in place, the write is atomic and private (0600, in a

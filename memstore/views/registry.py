@@ -9,9 +9,10 @@ events). A rebuild loops over this registry and never imports a view by name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
     from ..session.log import SessionLog
@@ -30,7 +31,7 @@ class FileView:
     name: str
     filename: str
     event_types: tuple[str, ...]
-    rebuild: Callable[["SessionLog"], Optional[Path]]
+    rebuild: Callable[[SessionLog], Optional[Path]]
 
 
 _views: dict[str, FileView] = {}

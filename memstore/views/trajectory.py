@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 TRAJECTORY_EVENT = "trajectory.record"
 
 
-def write_trajectory_view(log: "SessionLog") -> Optional[Path]:
+def write_trajectory_view(log: SessionLog) -> Optional[Path]:
     """Regenerate ``derived/trajectory.jsonl`` of the open session ``log`` from its
     ``trajectory.record`` events (``rebuild`` calls this): one line per record in log order, the
     record as compact JSON (or its raw text). ``None`` (and nothing written) when it has none."""

@@ -118,8 +118,11 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def test_layout_names_are_spelled_once():
     """Every file name of a store, and every directory name used as a path component, is written
     only in memstore/layout.py (docstrings may mention them)."""
-    names = {value for key, value in vars(memstore.layout).items()
-             if key.isupper() and isinstance(value, str) and key.endswith(("_DIR", "_FILE", "_LOG", "_PREFIX"))}
+    names = {
+        value
+        for key, value in vars(memstore.layout).items()
+        if key.isupper() and isinstance(value, str) and key.endswith(("_DIR", "_FILE", "_LOG", "_PREFIX"))
+    }
     files = [n for n in names if "." in n.lstrip(".") or n.endswith("-")]
     dirs = [n for n in names if n not in files]
     file_pattern = re.compile("|".join(rf"(?:^|/){re.escape(n)}(?:$|/)" for n in files))
@@ -136,8 +139,13 @@ def test_layout_names_are_spelled_once():
                 hit = bool(file_pattern.search(node.value) or dir_pattern.search(node.value))
             elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant):
                 hit = node.right.value in names
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "joinpath"
-                  and node.args and isinstance(node.args[0], ast.Constant)):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "joinpath"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 hit = node.args[0].value in names
             if hit:
                 offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
@@ -146,12 +154,19 @@ def test_layout_names_are_spelled_once():
 
 def test_import_memstore_loads_no_numpy_and_no_store_wide_module():
     """``import memstore`` loads the write path only (PEP 562 lazy attributes for the rest)."""
-    code = ("import sys, memstore\n"
-            "print(','.join(sorted(m for m in sys.modules if m in ('numpy', 'datasette', 'sqlite_utils', 'click')\n"
-            "    or m in ('memstore.search', 'memstore.catalog', 'memstore.importers', 'memstore.demo',\n"
-            "             'memstore.retention', 'memstore.migration', 'memstore.maintenance', 'memstore.explorer'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    code = (
+        "import sys, memstore\n"
+        "print(','.join(sorted(m for m in sys.modules if m in ('numpy', 'datasette', 'sqlite_utils', 'click')\n"
+        "    or m in ('memstore.search', 'memstore.catalog', 'memstore.importers', 'memstore.demo',\n"
+        "             'memstore.retention', 'memstore.migration', 'memstore.maintenance', 'memstore.explorer'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert out.stdout.strip() == ""
 
 
@@ -165,16 +180,22 @@ def test_opening_a_new_session_and_appending_loads_no_numpy_and_no_sqlite_utils(
     """What an agent hook does in a fresh process: open a session that does not exist yet, append
     one event, close. Its index is a copy of the empty index (made once per schema and cached),
     so the hook loads neither sqlite-utils nor numpy (nor what they import)."""
-    code = ("import sys, memstore\n"
-            "log = memstore.open_session(sys.argv[1], sys.argv[2])\n"
-            "log.append({'type': 'item.completed', 'item': {'type': 'agent_message', 'text': 'ran the tests'}})\n"
-            "log.close()\n"
-            "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in\n"
-            "    ('numpy', 'sqlite_utils', 'dateutil', 'pluggy', 'click', 'datasette'))))")
+    code = (
+        "import sys, memstore\n"
+        "log = memstore.open_session(sys.argv[1], sys.argv[2])\n"
+        "log.append({'type': 'item.completed', 'item': {'type': 'agent_message', 'text': 'ran the tests'}})\n"
+        "log.close()\n"
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in\n"
+        "    ('numpy', 'sqlite_utils', 'dateutil', 'pluggy', 'click', 'datasette'))))"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "MEMSTORE_CACHE_DIR": str(tmp_path / "cache")}
     root = tmp_path / "store"
-    runs = [subprocess.run([sys.executable, "-c", code, str(root), f"hook-{n}"], capture_output=True, text=True,
-                           check=True, env=env) for n in range(3)]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code, str(root), f"hook-{n}"], capture_output=True, text=True, check=True, env=env
+        )
+        for n in range(3)
+    ]
     # The first process of a schema may build the cached empty index; every later one copies it.
     assert [run.stdout.strip() for run in runs[1:]] == ["", ""]
     for n in range(3):

@@ -42,14 +42,16 @@ def _demo_run(root: Path, stop_at: int = 0) -> subprocess.CompletedProcess:
     tmp = root.parent / "tmp"
     tmp.mkdir(exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmp))
-    return subprocess.run([sys.executable, "-c", _CRASH, str(root), str(stop_at)], env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", _CRASH, str(root), str(stop_at)], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def _demo_bytes(root: Path) -> dict[str, bytes]:
     out = {}
     for path in sorted((root / "sessions").glob("*/events.jsonl")) + sorted(
-            (root / "sessions").glob("*/derived/progress.json")):
+        (root / "sessions").glob("*/derived/progress.json")
+    ):
         # The imported sessions name the file they were imported from (a directory per store).
         out[str(path.relative_to(root))] = re.sub(rb"memstore-demo-sources-[0-9a-z_]+", b"<sources>", path.read_bytes())
     return out
@@ -87,4 +89,3 @@ def test_events_appended_to_an_imported_demo_session_are_kept_when_the_other_is_
     # The re-import of the missing session does not re-import (remove) the one someone added to.
     assert (tmp_path / "sessions" / codex / "events.jsonl").read_bytes() == grown
     assert report.kept == [codex] and report.imported == [claude]
-

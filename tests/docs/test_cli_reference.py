@@ -27,8 +27,9 @@ def test_checked_in_reference_matches_the_cli():
     # A narrow terminal must not change the output.
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "COLUMNS": "37", "PYTHONPATH": path}
-    result = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, env=env, check=False,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, env=env, check=False, timeout=120
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

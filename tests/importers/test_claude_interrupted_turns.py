@@ -9,33 +9,78 @@ import orjson
 
 import memstore
 
-
 _CLAUDE_SID = "9c1d2e3f-7777-4a1b-8c2d-00000000a00b"
 
 
 def _claude_line(n, kind, ts, **fields):
-    return {"parentUuid": None, "isSidechain": False, "userType": "external", "cwd": "/w", "sessionId": _CLAUDE_SID,
-            "version": "2.1.3", "type": kind, "uuid": f"u{n}", "timestamp": ts, **fields}
+    return {
+        "parentUuid": None,
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": "/w",
+        "sessionId": _CLAUDE_SID,
+        "version": "2.1.3",
+        "type": kind,
+        "uuid": f"u{n}",
+        "timestamp": ts,
+        **fields,
+    }
 
 
 def _assistant(n, ts, mid, block):
-    return _claude_line(n, "assistant", ts, message={"id": mid, "role": "assistant", "model": "claude-opus-4-5",
-                                                     "content": [block], "usage": {"input_tokens": 10, "output_tokens": 5}})
+    return _claude_line(
+        n,
+        "assistant",
+        ts,
+        message={
+            "id": mid,
+            "role": "assistant",
+            "model": "claude-opus-4-5",
+            "content": [block],
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        },
+    )
 
 
 # An interruption, then the turn's last lines (the cut-short answer, a tool's result), a /compact.
 _INTERRUPTED_THEN_MORE = [
     _claude_line(1, "user", "2026-11-01T10:00:00.000Z", message={"role": "user", "content": "refactor the parser"}),
-    _assistant(2, "2026-11-01T10:00:03.000Z", "m1", {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}),
-    _claude_line(3, "user", "2026-11-01T10:00:05.000Z",
-                 message={"role": "user", "content": [{"type": "text", "text": "[Request interrupted by user]"}]}),
+    _assistant(
+        2,
+        "2026-11-01T10:00:03.000Z",
+        "m1",
+        {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}},
+    ),
+    _claude_line(
+        3,
+        "user",
+        "2026-11-01T10:00:05.000Z",
+        message={"role": "user", "content": [{"type": "text", "text": "[Request interrupted by user]"}]},
+    ),
     _assistant(4, "2026-11-01T10:00:09.000Z", "m2", {"type": "text", "text": "Stopping here."}),
-    _claude_line(5, "user", "2026-11-01T10:00:10.000Z", message={"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "t1", "content": "a.py b.py"}]}),
-    _claude_line(6, "user", "2026-11-01T10:00:40.000Z", message={"role": "user", "content": (
-        "<command-name>/compact</command-name>\n<command-message>compact</command-message>")}),
-    _claude_line(7, "system", "2026-11-01T10:01:25.000Z", subtype="compact_boundary", content="Conversation compacted",
-                 compactMetadata={"trigger": "manual", "preTokens": 15}),
+    _claude_line(
+        5,
+        "user",
+        "2026-11-01T10:00:10.000Z",
+        message={"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py b.py"}]},
+    ),
+    _claude_line(
+        6,
+        "user",
+        "2026-11-01T10:00:40.000Z",
+        message={
+            "role": "user",
+            "content": ("<command-name>/compact</command-name>\n<command-message>compact</command-message>"),
+        },
+    ),
+    _claude_line(
+        7,
+        "system",
+        "2026-11-01T10:01:25.000Z",
+        subtype="compact_boundary",
+        content="Conversation compacted",
+        compactMetadata={"trigger": "manual", "preTokens": 15},
+    ),
     _claude_line(8, "user", "2026-11-01T10:02:00.000Z", message={"role": "user", "content": "now just fix the test"}),
 ]
 
@@ -59,7 +104,7 @@ def test_an_interrupted_turn_closed_by_a_compaction_ends_after_its_last_items(tm
     assert records[end + 1][0]["type"] == "thread.compact_boundary"
     # Its items after the interruption are in it and before its end (it was dated 10:00:05,
     # before its own answer and result); the /compact command's line is not.
-    assert [ts for _, ts in records[:end + 1]] == sorted(ts for _, ts in records[:end + 1])
+    assert [ts for _, ts in records[: end + 1]] == sorted(ts for _, ts in records[: end + 1])
     assert records[end][1] == "2026-11-01T10:00:10.000Z"
     with memstore.read_session(tmp_path / "store", f"claude-{_CLAUDE_SID}") as reader:
         assert reader.turns()[0].ended_at == "2026-11-01T10:00:10.000Z"
@@ -97,5 +142,3 @@ def test_an_import_saved_by_the_previous_mapping_is_not_resumed_with_it(tmp_path
     _write_lines(source, lines)
     memstore.import_logs(store, source, settle_seconds=0)
     assert orjson.dumps(_claude_records(store)).replace(str(source).encode(), b"<src>") == want
-
-

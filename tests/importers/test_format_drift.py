@@ -61,24 +61,50 @@ def test_every_record_not_understood_is_kept_with_its_raw_line(tmp_path):
     for number, line in raw.items():
         assert line == lines[number - 1], f"line {number} is not kept as it was"
     assert {e["line"]: e["record_type"] for e in kept} == {
-        4: "(not JSON)", 6: "assistant-v9", 9: "system:brand_new_notice", 29: "future-record", 33: "(not JSON)"}
+        4: "(not JSON)",
+        6: "assistant-v9",
+        9: "system:brand_new_notice",
+        29: "future-record",
+        33: "(not JSON)",
+    }
     # Every non-blank line is counted, understood or kept.
     [stats] = report.agents
     assert stats.records == sum(1 for line in lines if line) == stats.records_understood + stats.records_not_understood
-    assert stats.not_understood_by_type == {"(not JSON)": 2, "assistant-v9": 1, "system:brand_new_notice": 1,
-                                            "future-record": 1}
+    assert stats.not_understood_by_type == {
+        "(not JSON)": 2,
+        "assistant-v9": 1,
+        "system:brand_new_notice": 1,
+        "future-record": 1,
+    }
     assert report.lines_kept_unrecognized == 5 and report.lines_skipped == 0
 
 
 def test_an_unknown_assistant_block_is_kept_not_dropped(tmp_path):
-    line = {"type": "assistant", "sessionId": "5f0c4a1e-7777-4b1e-8d2a-0000000000c1", "uuid": "a1",
-            "timestamp": "2026-03-01T10:00:01.000Z", "message": {"id": "msg_1", "role": "assistant", "content": [
-                {"type": "text", "text": "Looking."}, {"type": "server_tool_use_v2", "id": "x1", "input": {"q": 1}}],
-                "usage": {"input_tokens": 3, "output_tokens": 4}}}
-    prompt = {"type": "user", "sessionId": line["sessionId"], "uuid": "u1", "timestamp": "2026-03-01T10:00:00.000Z",
-              "message": {"role": "user", "content": "search for it"}}
-    source = write(tmp_path / "src" / f"{line['sessionId']}.jsonl",
-                   orjson.dumps(prompt) + b"\n" + orjson.dumps(line) + b"\n")
+    line = {
+        "type": "assistant",
+        "sessionId": "5f0c4a1e-7777-4b1e-8d2a-0000000000c1",
+        "uuid": "a1",
+        "timestamp": "2026-03-01T10:00:01.000Z",
+        "message": {
+            "id": "msg_1",
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Looking."},
+                {"type": "server_tool_use_v2", "id": "x1", "input": {"q": 1}},
+            ],
+            "usage": {"input_tokens": 3, "output_tokens": 4},
+        },
+    }
+    prompt = {
+        "type": "user",
+        "sessionId": line["sessionId"],
+        "uuid": "u1",
+        "timestamp": "2026-03-01T10:00:00.000Z",
+        "message": {"role": "user", "content": "search for it"},
+    }
+    source = write(
+        tmp_path / "src" / f"{line['sessionId']}.jsonl", orjson.dumps(prompt) + b"\n" + orjson.dumps(line) + b"\n"
+    )
     report = memstore.import_logs(tmp_path / "store", source)
     [kept] = [e for e in events(tmp_path / "store", report.sessions[0]) if e["type"] == "import.unrecognized"]
     assert (kept["line"], kept["record_type"]) == (2, "assistant block server_tool_use_v2")
@@ -101,11 +127,24 @@ def test_records_before_the_first_line_of_the_session_are_kept_after_it(tmp_path
 def test_the_report_gives_each_agent_version_its_sessions_turns_tokens_and_records(tmp_path):
     report = memstore.import_logs(tmp_path, FIXTURES, settle_seconds=0)
     found = by_version(report)
-    assert sorted(found) == [("claude", "2.0.28"), ("claude", "2.1.14"), ("codex", "(none)"), ("codex", "0.104.0"),
-                             ("codex", "0.147.0"), ("codex", "0.148.0"), ("codex", "0.40.0"), ("codex-exec", "(none)")]
+    assert sorted(found) == [
+        ("claude", "2.0.28"),
+        ("claude", "2.1.14"),
+        ("codex", "(none)"),
+        ("codex", "0.104.0"),
+        ("codex", "0.147.0"),
+        ("codex", "0.148.0"),
+        ("codex", "0.40.0"),
+        ("codex-exec", "(none)"),
+    ]
     c104 = found[("codex", "0.104.0")]
-    assert (c104.sessions, c104.turns, c104.input_tokens, c104.cached_input_tokens, c104.output_tokens) == \
-        (1, 4, 45000, 37000, 1650)
+    assert (c104.sessions, c104.turns, c104.input_tokens, c104.cached_input_tokens, c104.output_tokens) == (
+        1,
+        4,
+        45000,
+        37000,
+        1650,
+    )
     assert (c104.records, c104.records_understood, c104.records_not_understood) == (52, 50, 2)
     assert c104.not_understood_by_type == {"(not JSON)": 1, "event_msg:future_event_kind": 1}
     claude = found[("claude", "2.1.14")]
@@ -123,14 +162,19 @@ def test_a_version_never_seen_is_a_warning_once(tmp_path):
     newer = write(tmp_path / "src" / CODEX_0148.name, CODEX_0148.read_bytes().replace(b'"0.148.0"', b'"0.160.2"'))
     first = memstore.import_logs(tmp_path / "store", newer)
     new = [w for w in first.warnings if "not written for" in w]
-    assert new == [f"{DRIFT_PREFIX} codex 0.160.2 is a version the importer was not written for and this store has not "
-                   "seen before (1 session); records it does not understand are kept as import.unrecognized and "
-                   "counted here"]
+    assert new == [
+        f"{DRIFT_PREFIX} codex 0.160.2 is a version the importer was not written for and this store has not "
+        "seen before (1 session); records it does not understand are kept as import.unrecognized and "
+        "counted here"
+    ]
     recorded = json.loads((tmp_path / "store" / "import-versions.json").read_text())
     assert recorded["codex"]["0.160.2"]["records"] == 24
     # Seen now: the next import (the source grew by a line) does not warn about it again.
-    write(newer, newer.read_bytes() + b'{"timestamp":"2026-08-22T09:02:00.000Z","type":"event_msg","payload":'
-                                      b'{"type":"turn_started","turn_id":"a3"}}\n')
+    write(
+        newer,
+        newer.read_bytes() + b'{"timestamp":"2026-08-22T09:02:00.000Z","type":"event_msg","payload":'
+        b'{"type":"turn_started","turn_id":"a3"}}\n',
+    )
     again = memstore.import_logs(tmp_path / "store", newer)
     assert again.sessions_updated == 1 and not any("not written for" in w for w in again.warnings)
 
@@ -163,10 +207,19 @@ def test_sessions_with_no_turn_or_no_token_are_warnings(tmp_path):
     # A future version whose turns and usage the importer cannot read: everything after the
     # header is one record type it does not know.
     drift = [meta.replace(b"0.148.0", b"0.148.9")] + [
-        orjson.dumps({"timestamp": f"2026-08-22T09:00:0{k}.000Z", "type": "event_msg",
-                      "payload": {"type": "turn_record", "n": k}}) for k in range(1, 6)]
-    no_turn = write(tmp_path / "src" / "rollout-2026-08-22T11-00-00-019f2222-8888-7000-8000-00000000c148.jsonl",
-                    b"\n".join(drift) + b"\n")
+        orjson.dumps(
+            {
+                "timestamp": f"2026-08-22T09:00:0{k}.000Z",
+                "type": "event_msg",
+                "payload": {"type": "turn_record", "n": k},
+            }
+        )
+        for k in range(1, 6)
+    ]
+    no_turn = write(
+        tmp_path / "src" / "rollout-2026-08-22T11-00-00-019f2222-8888-7000-8000-00000000c148.jsonl",
+        b"\n".join(drift) + b"\n",
+    )
     # Turns, but their usage moved to a record type the importer does not know.
     lines = CODEX_0104.read_bytes().replace(b'"type":"token_count"', b'"type":"token_usage_v2"')
     lines = lines.replace(b"019c5000-3333", b"019c5000-5555")
@@ -189,8 +242,10 @@ def test_the_cli_prints_drift_warnings_on_stderr_and_each_version_on_stdout(tmp_
     result = runner.invoke(cli, ["import", str(newer), "--root", str(tmp_path / "store")])
     assert result.exit_code == 0, result.output
     assert any(line.startswith(f"{DRIFT_PREFIX} codex 0.170.0 is a version") for line in result.stderr.splitlines())
-    assert "codex 0.170.0: 1 session, 2 turns, 20500 input (17000 cached) and 800 output tokens; 24 records, " \
-           "23 understood, 1 kept not understood (event_msg:item_completed:CollabAgentToolCall 1)" in result.stdout
+    assert (
+        "codex 0.170.0: 1 session, 2 turns, 20500 input (17000 cached) and 800 output tokens; 24 records, "
+        "23 understood, 1 kept not understood (event_msg:item_completed:CollabAgentToolCall 1)" in result.stdout
+    )
     other = write(tmp_path / "src2" / CODEX_0148.name, CODEX_0148.read_bytes().replace(b'"0.148.0"', b'"0.171.0"'))
     result = runner.invoke(cli, ["import", str(other), "--root", str(tmp_path / "store2"), "--json"])
     assert result.exit_code == 0
@@ -210,8 +265,10 @@ def test_doctor_reports_imports_per_version_and_their_drift(tmp_path):
     found = {(a.agent, a.version): a for a in report.imports}
     assert (found[("codex", "0.170.0")].turns, found[("codex", "0.170.0")].output_tokens) == (2, 800)
     assert found[("claude", "2.1.14")].not_understood_by_type == {"(not JSON)": 1, "future-record": 1}
-    assert any(w.startswith(f"{DRIFT_PREFIX} codex 0.170.0 is a version the importer was not written for")
-               for w in report.warnings)
+    assert any(
+        w.startswith(f"{DRIFT_PREFIX} codex 0.170.0 is a version the importer was not written for")
+        for w in report.warnings
+    )
     data = report.to_dict()
     assert data["warnings"] == report.warnings and len(data["imports"]) == 2
     result = CliRunner().invoke(cli, ["doctor", "--root", str(root), "--json"])

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 import memstore
 from memstore.cli import cli
 from memstore.importers.run import PARSERS
-from memstore.layout import IMPORT_STATE_FILE as STATE_FILE
 from memstore.importers.sources import SourceFile, open_source, sniff
+from memstore.layout import IMPORT_STATE_FILE as STATE_FILE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "import"
 CODEX_LEGACY = next((FIXTURES / "codex" / "legacy").glob("*.jsonl"))
@@ -118,7 +118,9 @@ def _parse(cls, session_id, path, lines, state=None, start=0, settle=False):
     return out, parser
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.parent.name if p.parent.name != "-home-dev-app" else p.name[:8])
+@pytest.mark.parametrize(
+    "source", SOURCES, ids=lambda p: p.parent.name if p.parent.name != "-home-dev-app" else p.name[:8]
+)
 def test_events_of_every_prefix_are_a_prefix_and_a_saved_state_resumes_exactly(source):
     fd = open_source(SourceFile(str(source), True))
     try:
@@ -129,16 +131,23 @@ def test_events_of_every_prefix_are_a_prefix_and_a_saved_state_resumes_exactly(s
     lines = source.read_bytes().split(b"\n")[:-1]
     whole, _ = _parse(cls, found.session_id, str(source), lines)
     settled, _ = _parse(cls, found.session_id, str(source), lines, settle=True)
-    assert settled[:len(whole)] == whole
+    assert settled[: len(whole)] == whole
     for cut in range(len(lines) + 1):
         head, parser = _parse(cls, found.session_id, str(source), lines[:cut])
-        assert whole[:len(head)] == head, f"events of the first {cut} lines are not a prefix"
+        assert whole[: len(head)] == head, f"events of the first {cut} lines are not a prefix"
         # The carry-over goes through JSON, as it does on disk.
         state = orjson.loads(orjson.dumps(parser.s))
         tail, _ = _parse(cls, found.session_id, str(source), lines, state=state, start=cut)
         assert head + tail == whole, f"resuming after line {cut} differs from one pass"
-        tail, _ = _parse(cls, found.session_id, str(source), lines, state=orjson.loads(orjson.dumps(parser.s)),
-                         start=cut, settle=True)
+        tail, _ = _parse(
+            cls,
+            found.session_id,
+            str(source),
+            lines,
+            state=orjson.loads(orjson.dumps(parser.s)),
+            start=cut,
+            settle=True,
+        )
         assert head + tail == settled
 
 
@@ -147,11 +156,13 @@ def test_events_of_every_prefix_are_a_prefix_and_a_saved_state_resumes_exactly(s
 
 
 @pytest.mark.parametrize("settled", [False, True], ids=["active", "settled"])
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.parent.name if p.parent.name != "-home-dev-app" else p.name[:8])
+@pytest.mark.parametrize(
+    "source", SOURCES, ids=lambda p: p.parent.name if p.parent.name != "-home-dev-app" else p.name[:8]
+)
 def test_half_a_source_with_a_torn_line_then_the_whole_equals_one_import(tmp_path, source, settled):
     data = source.read_bytes()
     half = len(data) // 2
-    assert data[half - 1:half] != b"\n"  # the cut tears a line
+    assert data[half - 1 : half] != b"\n"  # the cut tears a line
     mtime = OLD if settled else None
     growing = copy_source(source, tmp_path / "a", data[:half], mtime)
     first = memstore.import_logs(tmp_path / "store-a", growing)
@@ -176,7 +187,7 @@ def test_half_a_source_with_a_torn_line_then_the_whole_equals_one_import(tmp_pat
     else:
         # Finalized when it settled, then grown (a resumed session): the session is reopened
         # after its thread.completed, nothing it held is lost, and no token is counted twice.
-        assert got[:len(before)] == before
+        assert got[: len(before)] == before
         assert events(tmp_path / "store-a", sid)[-1]["type"] == "thread.completed"
         turns_of(events(tmp_path / "store-a", sid))  # well formed
         assert usage_sum(events(tmp_path / "store-a", sid)) == usage_sum(events(tmp_path / "store-b", sid))
@@ -250,10 +261,14 @@ def test_a_settled_source_that_grows_again_reopens_its_session(tmp_path):
     assert before[-1][0]["type"] == "thread.completed"
     copy_source(CODEX_040, tmp_path / "src", data, OLD)  # the session was resumed
     report = memstore.import_logs(tmp_path / "store", source)
-    assert (report.sessions_regenerated, report.sessions_created, report.sessions_updated, report.set_aside) == \
-        (0, 0, 1, [])
+    assert (report.sessions_regenerated, report.sessions_created, report.sessions_updated, report.set_aside) == (
+        0,
+        0,
+        1,
+        [],
+    )
     after = records(tmp_path / "store", sid)
-    assert after[:len(before)] == before
+    assert after[: len(before)] == before
     assert [e["type"] for e, _ in after].count("thread.completed") == 2
     assert memstore.list_sessions(tmp_path / "store")[0].status == "completed"
     memstore.import_logs(tmp_path / "fresh", source)
@@ -270,8 +285,8 @@ def test_a_rewritten_or_truncated_source_is_reimported_into_a_new_generation(tmp
         new = data.replace(b"Show the user's initials in NavUser", b"Show the full name in NavUser")
         assert len(new) != len(data)
     else:
-        new = data[:data.index(b'"now run the full suite"')]
-        new = new[:new.rindex(b"\n") + 1]
+        new = data[: data.index(b'"now run the full suite"')]
+        new = new[: new.rindex(b"\n") + 1]
     before = records(tmp_path / "store", sid)
     copy_source(CLAUDE_20, tmp_path / "src", new)
     report = memstore.import_logs(tmp_path / "store", source)
@@ -323,7 +338,8 @@ def test_two_sources_naming_one_session_are_not_merged(tmp_path):
     report = memstore.import_logs(tmp_path / "store", second)
     assert report.events_appended == 0
     assert [p.reason for p in report.problems if p.path == str(second)] == [
-        f"session {sid!r} is already imported from {first}; this source names the same session and was not merged into it"]
+        f"session {sid!r} is already imported from {first}; this source names the same session and was not merged into it"
+    ]
     assert records(tmp_path / "store", sid) == before
 
 
@@ -344,9 +360,21 @@ def test_a_session_open_in_another_process_is_skipped_and_reported(tmp_path):
     memstore.import_logs(tmp_path / "store", source)
     copy_source(CODEX_EXEC, tmp_path / "src", CODEX_EXEC.read_bytes() + b'{"type":"turn.started"}\n')
     holder = subprocess.Popen(
-        [sys.executable, "-c", ("import sys, memstore; log = memstore.open_session(sys.argv[1], sys.argv[2]); "
-                                "print('ready', flush=True); sys.stdin.read()"), str(tmp_path / "store"), sid],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, memstore; log = memstore.open_session(sys.argv[1], sys.argv[2]); "
+                "print('ready', flush=True); sys.stdin.read()"
+            ),
+            str(tmp_path / "store"),
+            sid,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         report = memstore.import_logs(tmp_path / "store", source)
@@ -366,7 +394,10 @@ def test_garbage_and_empty_files_create_no_session(tmp_path):
     report = memstore.import_logs(tmp_path, FIXTURES / "garbage")
     assert (report.sessions_created, report.events_appended) == (0, 0)
     assert not (tmp_path / "sessions").exists() or not any((tmp_path / "sessions").iterdir())
-    assert sorted((Path(p.path).name, p.line) for p in report.problems) == [("binary.jsonl", None), ("noise.jsonl", None)]
+    assert sorted((Path(p.path).name, p.line) for p in report.problems) == [
+        ("binary.jsonl", None),
+        ("noise.jsonl", None),
+    ]
     assert all("not a Codex or Claude Code log" in p.reason for p in report.problems)
 
 
@@ -395,7 +426,11 @@ def test_bad_lines_are_counted_and_skipped(tmp_path):
     assert (8, "line is not a JSON object; kept as import.unrecognized") in reasons
     kept = [e for e in events(tmp_path / "store", session_id_of(source)) if e["type"] == "import.unrecognized"]
     assert [(e["line"], e["record_type"]) for e in kept] == [
-        (6, "(not JSON)"), (8, "(not a JSON object)"), (28, "future-record"), (32, "(not JSON)")]
+        (6, "(not JSON)"),
+        (8, "(not a JSON object)"),
+        (28, "future-record"),
+        (32, "(not JSON)"),
+    ]
     assert "raw_base64" in kept[0] and kept[1]["raw"] == '["an", "array"]'
     assert base64.b64decode(kept[0]["raw_base64"]) == b"\x00\xff binary junk"
 
@@ -450,12 +485,16 @@ def test_a_json_log_that_only_looks_like_a_legacy_header_is_not_a_rollout(tmp_pa
 
 def test_sources_are_only_read(tmp_path):
     def snapshot():
-        return {p: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns, p.stat().st_mode)
-                for p in FIXTURES.rglob("*") if p.is_file()}
+        return {
+            p: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns, p.stat().st_mode)
+            for p in FIXTURES.rglob("*")
+            if p.is_file()
+        }
+
     before = snapshot()
     memstore.import_logs(tmp_path, FIXTURES, settle_seconds=0)
     assert snapshot() == before
-    assert sorted(p.name for p in FIXTURES.rglob("*") if p.is_file() and not p.suffix in (".jsonl", ".py")) == []
+    assert sorted(p.name for p in FIXTURES.rglob("*") if p.is_file() and p.suffix not in (".jsonl", ".py")) == []
 
 
 def test_choosing_a_source_kind(tmp_path):

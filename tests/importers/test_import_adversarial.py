@@ -56,8 +56,9 @@ def all_records(root) -> list:
 
 
 def run(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", *args], cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
 
 
 @pytest.mark.parametrize("settled", [False, True], ids=["active", "settled"])
@@ -93,7 +94,7 @@ def test_an_import_killed_at_any_moment_converges_to_one_import(tmp_path, settle
     assert killed_mid_append, "no round killed an import in the middle"
     report = memstore.import_logs(root, source)
     after = records(root, CODEX_SID)
-    assert after[:len(before)] == before  # the agent's turn and what was imported before
+    assert after[: len(before)] == before  # the agent's turn and what was imported before
     assert report.set_aside == []
     fresh_first, fresh_whole = tmp_path / "f1", tmp_path / "f2"
     source.write_bytes(data[:cut])
@@ -106,11 +107,13 @@ def test_an_import_killed_at_any_moment_converges_to_one_import(tmp_path, settle
     memstore.import_logs(fresh_whole, source)
     if settled:
         # Reopened after its thread.completed: what follows is what the growth adds, once.
-        assert sum(e["type"] == "turn.completed" for _, e in after) == \
-            sum(e["type"] == "turn.completed" for _, e in records(fresh_whole, CODEX_SID)) + 1  # + the agent's turn
+        assert (
+            sum(e["type"] == "turn.completed" for _, e in after)
+            == sum(e["type"] == "turn.completed" for _, e in records(fresh_whole, CODEX_SID)) + 1
+        )  # + the agent's turn
     else:
-        gained = records(fresh_whole, CODEX_SID)[len(records(fresh_first, CODEX_SID)):]
-        assert after[len(before):] == gained  # each event once, none lost
+        gained = records(fresh_whole, CODEX_SID)[len(records(fresh_first, CODEX_SID)) :]
+        assert after[len(before) :] == gained  # each event once, none lost
     assert not (root / "gc-log.jsonl").exists()
 
 
@@ -121,8 +124,9 @@ def test_a_source_rewritten_over_and_over_while_imports_run_loses_nothing(tmp_pa
     source.write_bytes(versions[0])
     root = tmp_path / "store"
     memstore.import_logs(root, source)
-    note = subprocess.run([sys.executable, "-c", AGENT, str(root), CODEX_SID, "zebracornrewrite"], cwd=REPO,
-                          timeout=120)
+    note = subprocess.run(
+        [sys.executable, "-c", AGENT, str(root), CODEX_SID, "zebracornrewrite"], cwd=REPO, timeout=120
+    )
     assert note.returncode == 0
     held = set(map(repr, records(root, CODEX_SID)))
     writer = run(
@@ -133,7 +137,9 @@ def test_a_source_rewritten_over_and_over_while_imports_run_loses_nothing(tmp_pa
         "    with open(sys.argv[1], 'r+b') as fh:\n"  # in place: the same file, rewritten
         "        fh.write(data); fh.truncate()\n"
         "    time.sleep(0.02)\n",
-        str(source), *[str(_keep(tmp_path, k, v)) for k, v in enumerate(versions)])
+        str(source),
+        *[str(_keep(tmp_path, k, v)) for k, v in enumerate(versions)],
+    )
     try:
         while writer.poll() is None:
             memstore.import_logs(root, source)
@@ -170,11 +176,14 @@ def test_retention_racing_imports_never_lets_a_tombstoned_session_back(tmp_path)
         "from memstore.retention import RetentionPolicy\n"
         "for _ in range(40):\n"
         "    memstore.apply_retention(sys.argv[1], RetentionPolicy(0, 0, include_imported=True), apply=True)\n"
-        "    time.sleep(0.005)\n", str(root))
+        "    time.sleep(0.005)\n",
+        str(root),
+    )
     importer = run(
-        "import sys, memstore\n"
-        "for _ in range(40):\n"
-        "    memstore.import_logs(sys.argv[1], sys.argv[2])\n", str(root), str(source))
+        "import sys, memstore\nfor _ in range(40):\n    memstore.import_logs(sys.argv[1], sys.argv[2])\n",
+        str(root),
+        str(source),
+    )
     assert retention.wait(timeout=300) == 0, retention.stderr.read()
     assert importer.wait(timeout=300) == 0, importer.stderr.read()
     stone = Tombstones(root).lookup(CODEX_SID)
@@ -198,18 +207,27 @@ def test_an_import_while_the_agent_holds_the_session_keeps_the_agents_events(tmp
     root = tmp_path / "store"
     memstore.import_logs(root, source)
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, memstore\n"
-         "log = memstore.open_session(sys.argv[1], sys.argv[2])\n"
-         "log.append({'type': 'turn.started'})\n"
-         "log.append({'type': 'item.completed', 'item': {'id': 'h1', 'type': 'agent_message', 'text': 'held'}})\n"
-         "log.flush()\n"
-         "print('ready', flush=True)\n"
-         "sys.stdin.read()\n"
-         "log.append({'type': 'turn.completed', 'usage': {'input_tokens': 1, 'cached_input_tokens': 0,"
-         " 'cache_creation_tokens': 0, 'output_tokens': 1}})\n"
-         "log.close()\n", str(root), CODEX_SID],
-        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, memstore\n"
+            "log = memstore.open_session(sys.argv[1], sys.argv[2])\n"
+            "log.append({'type': 'turn.started'})\n"
+            "log.append({'type': 'item.completed', 'item': {'id': 'h1', 'type': 'agent_message', 'text': 'held'}})\n"
+            "log.flush()\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.read()\n"
+            "log.append({'type': 'turn.completed', 'usage': {'input_tokens': 1, 'cached_input_tokens': 0,"
+            " 'cache_creation_tokens': 0, 'output_tokens': 1}})\n"
+            "log.close()\n",
+            str(root),
+            CODEX_SID,
+        ],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         source.write_bytes(data[:cut].replace(b'"task 0:', b'"TASK 0:'))  # rewritten: it would be set aside
@@ -256,8 +274,9 @@ def test_an_import_killed_while_setting_a_session_aside_loses_nothing(tmp_path):
     before = records(root, CODEX_SID)
     source.write_bytes(data.replace(b'"task 0:', b'"TASK 0:'))  # rewritten: its session is set aside
     # Killed after the rename, before the set-aside session was relabelled.
-    code = killed_at("memstore.importers.setaside", "rebuild_index",
-                     f"memstore.import_logs({str(root)!r}, {str(source)!r})")
+    code = killed_at(
+        "memstore.importers.setaside", "rebuild_index", f"memstore.import_logs({str(root)!r}, {str(source)!r})"
+    )
     assert code == -signal.SIGKILL
     report = memstore.import_logs(root, source)
     sessions = sorted(s.session_id for s in memstore.list_sessions(root))
@@ -281,8 +300,11 @@ def test_retention_killed_after_the_tombstone_never_loses_the_session_nor_lets_i
     before = records(root, CODEX_SID)
     # The tombstone is written (and synced), then the process dies before the gc-log line: the
     # removal never became final.
-    code = killed_at("memstore.retention", "GcLog.record",
-                     f"memstore.apply_retention({str(root)!r}, memstore.RetentionPolicy(0, 0, include_imported=True), apply=True)")
+    code = killed_at(
+        "memstore.retention",
+        "GcLog.record",
+        f"memstore.apply_retention({str(root)!r}, memstore.RetentionPolicy(0, 0, include_imported=True), apply=True)",
+    )
     assert code == -signal.SIGKILL
     assert Tombstones(root).lookup(CODEX_SID) is not None
     # The next retention run puts the unrecorded removal back (the session is whole again) ...
@@ -302,15 +324,17 @@ def test_two_processes_importing_one_growing_source_write_each_event_once(tmp_pa
     lines = data.split(b"\n")[:-1]
     source.write_bytes(b"")
     root = tmp_path / "store"
-    loop = ("import sys, memstore, time\n"
-            "for _ in range(25):\n"
-            "    memstore.import_logs(sys.argv[1], sys.argv[2])\n"
-            "    time.sleep(0.01)\n")
+    loop = (
+        "import sys, memstore, time\n"
+        "for _ in range(25):\n"
+        "    memstore.import_logs(sys.argv[1], sys.argv[2])\n"
+        "    time.sleep(0.01)\n"
+    )
     importers = [run(loop, str(root), str(source)) for _ in range(2)]
     step = max(1, len(lines) // 20)
     for k in range(0, len(lines), step):  # the agent writes its rollout while both import it
         with open(source, "ab") as fh:
-            fh.write(b"".join(line + b"\n" for line in lines[k:k + step]))
+            fh.write(b"".join(line + b"\n" for line in lines[k : k + step]))
         time.sleep(0.02)
     for child in importers:
         assert child.wait(timeout=300) == 0, child.stderr.read()

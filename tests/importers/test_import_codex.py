@@ -40,20 +40,37 @@ def test_legacy_rollout_without_envelope(tmp_path):
     sid = "codex-0197f0aa-1111-7000-8000-00000000a001"
     assert (report.sessions_created, report.lines_skipped, report.problems) == (1, 0, [])
     evs = events(tmp_path, sid)
-    assert evs[0] == {"type": "thread.started", "thread_id": sid, "source": {
-        "agent": "codex", "git_branch": "main", "git_commit": "abc123", "path": str(CODEX_LEGACY),
-        "thread_id": "0197f0aa-1111-7000-8000-00000000a001"}}
+    assert evs[0] == {
+        "type": "thread.started",
+        "thread_id": sid,
+        "source": {
+            "agent": "codex",
+            "git_branch": "main",
+            "git_commit": "abc123",
+            "path": str(CODEX_LEGACY),
+            "thread_id": "0197f0aa-1111-7000-8000-00000000a001",
+        },
+    }
     turns = turns_of(evs)
     assert ends(evs) == ["turn.completed", "turn.completed"]
     # Injected instructions and environment context are not prompts; the header time stands for every line.
     assert [i["text"] for i in items(evs) if i["type"] == "user_message"] == ["list the files", "apply the fix"]
     assert {ts for _, ts in records(tmp_path, sid)} == {"2025-07-10T10:00:00.250Z"}
     first, second = items(turns[0]), items(turns[1])
-    assert first[1] == {"id": "6", "type": "command_execution", "command": "ls -la", "aggregated_output": "Cargo.toml\nsrc\n",
-                        "status": "completed", "exit_code": 0}
+    assert first[1] == {
+        "id": "6",
+        "type": "command_execution",
+        "command": "ls -la",
+        "aggregated_output": "Cargo.toml\nsrc\n",
+        "status": "completed",
+        "exit_code": 0,
+    }
     assert [i["type"] for i in second] == ["user_message", "reasoning", "file_change", "agent_message"]
-    assert second[2]["changes"] == [{"path": "src/lib.rs", "kind": "update"}, {"path": "src/util.rs", "kind": "add"},
-                                    {"path": "src/dead.rs", "kind": "delete"}]
+    assert second[2]["changes"] == [
+        {"path": "src/lib.rs", "kind": "update"},
+        {"path": "src/util.rs", "kind": "add"},
+        {"path": "src/dead.rs", "kind": "delete"},
+    ]
     assert second[2]["status"] == "completed"
     # Legacy files record no usage at all: every turn says zero.
     assert usage_sum(evs) == usage(0, 0, 0) and evs[-1]["type"] == "thread.completed"
@@ -66,23 +83,49 @@ def test_rollout_040_turns_are_user_messages_and_usage_is_the_advance_of_the_tot
     rs = records(tmp_path, sid)
     evs = [e for e, _ in rs]
     source = evs[0]["source"]
-    assert source == {"agent": "codex", "agent_version": "0.40.0", "cwd": "/home/dev/app", "git_branch": "feat/x",
-                      "git_commit": "d002f64", "originator": "codex_cli_rs", "path": str(CODEX_040),
-                      "thread_id": "019982b8-2222-79e0-8b3b-00000000b002"}
+    assert source == {
+        "agent": "codex",
+        "agent_version": "0.40.0",
+        "cwd": "/home/dev/app",
+        "git_branch": "feat/x",
+        "git_commit": "d002f64",
+        "originator": "codex_cli_rs",
+        "path": str(CODEX_040),
+        "thread_id": "019982b8-2222-79e0-8b3b-00000000b002",
+    }
     turns = turns_of(evs)
     assert ends(evs) == ["turn.completed", "turn.aborted", "turn.completed"]
-    assert [t[-1]["usage"] for t in turns] == [usage(9206, 8192, 175, 64), usage(6795, 6528, 89, 0), usage(3499, 3200, 36, 6)]
+    assert [t[-1]["usage"] for t in turns] == [
+        usage(9206, 8192, 175, 64),
+        usage(6795, 6528, 89, 0),
+        usage(3499, 3200, 36, 6),
+    ]
     # The turns sum exactly to the last cumulative total, the repeated token_count counted once.
     assert usage_sum(evs) == usage(19500, 17920, 300)
     assert evs[-1]["usage"] == usage(19500, 17920, 300) and evs[-1]["num_turns"] == 3
     assert all(t[-1]["model"] == "gpt-5-codex" for t in turns)
 
     first = items(turns[0])
-    assert [i["type"] for i in first] == ["user_message", "reasoning", "command_execution", "todo_list", "agent_message"]
+    assert [i["type"] for i in first] == [
+        "user_message",
+        "reasoning",
+        "command_execution",
+        "todo_list",
+        "agent_message",
+    ]
     assert first[0]["text"] == "why does the build fail?"  # the environment_context user_message kind is not a prompt
-    assert first[2] == {"id": "10", "type": "command_execution", "command": "bash -lc 'cargo build'",
-                        "aggregated_output": "error[E0425]: cannot find value `x`\n", "status": "failed", "exit_code": 101}
-    assert first[3]["items"] == [{"text": "Find the missing value", "completed": True}, {"text": "Fix it", "completed": False}]
+    assert first[2] == {
+        "id": "10",
+        "type": "command_execution",
+        "command": "bash -lc 'cargo build'",
+        "aggregated_output": "error[E0425]: cannot find value `x`\n",
+        "status": "failed",
+        "exit_code": 101,
+    }
+    assert first[3]["items"] == [
+        {"text": "Find the missing value", "completed": True},
+        {"text": "Fix it", "completed": False},
+    ]
     assert sum(i["type"] == "agent_message" for i in items(evs)) == 2  # event_msg duplicates dropped
 
     # The aborted call is written after turn_aborted: it still lands in its turn, before the end.
@@ -115,41 +158,89 @@ def test_rollout_with_task_events(tmp_path):
     assert sorted((p.line, p.reason) for p in report.problems) == [
         (45, "unparsable line (not JSON); kept as import.unrecognized"),
         (46, "unknown event_msg type future_event_kind; kept as import.unrecognized"),
-        (48, "unknown field 'trace_id' in Codex rollout lines ignored")]
+        (48, "unknown field 'trace_id' in Codex rollout lines ignored"),
+    ]
     evs = events(tmp_path, sid)
     assert evs[0]["source"] == {
-        "agent": "codex", "agent_version": "0.104.0", "cwd": "/home/dev/app", "git_branch": "main", "git_commit": "fe12ab",
-        "originator": "codex_cli_rs", "path": str(CODEX_0104), "thread_id": "019c5000-3333-7000-8000-00000000c003",
-        "model_provider": "openai", "session_source": "cli"}
+        "agent": "codex",
+        "agent_version": "0.104.0",
+        "cwd": "/home/dev/app",
+        "git_branch": "main",
+        "git_commit": "fe12ab",
+        "originator": "codex_cli_rs",
+        "path": str(CODEX_0104),
+        "thread_id": "019c5000-3333-7000-8000-00000000c003",
+        "model_provider": "openai",
+        "session_source": "cli",
+    }
     turns = turns_of(evs)
     assert ends(evs) == ["turn.completed", "turn.completed", "turn.aborted", "turn.failed"]
     assert [t[0].get("turn_id") for t in turns] == ["t1", "t2", "t3", "t4"]
-    assert [t[-1]["usage"] for t in turns] == [usage(17000, 14000, 700, 300), usage(19000, 15000, 700, 200),
-                                               usage(7000, 6000, 200, 30), usage(2000, 2000, 50, 0)]
+    assert [t[-1]["usage"] for t in turns] == [
+        usage(17000, 14000, 700, 300),
+        usage(19000, 15000, 700, 200),
+        usage(7000, 6000, 200, 30),
+        usage(2000, 2000, 50, 0),
+    ]
     assert usage_sum(evs) == usage(45000, 37000, 1650)
     assert {t[-1]["model"] for t in turns} == {"gpt-5.3-codex"}
 
     one = items(turns[0])
-    assert [i["type"] for i in one] == ["user_message", "reasoning", "command_execution", "agent_message", "file_change",
-                                        "mcp_tool_call", "agent_message"]
-    assert one[2] == {"id": "8", "type": "command_execution", "command": "cargo test",
-                      "aggregated_output": "test parse ... FAILED\n", "status": "failed", "exit_code": 101,
-                      "tool_name": "exec_command"}
+    assert [i["type"] for i in one] == [
+        "user_message",
+        "reasoning",
+        "command_execution",
+        "agent_message",
+        "file_change",
+        "mcp_tool_call",
+        "agent_message",
+    ]
+    assert one[2] == {
+        "id": "8",
+        "type": "command_execution",
+        "command": "cargo test",
+        "aggregated_output": "test parse ... FAILED\n",
+        "status": "failed",
+        "exit_code": 101,
+        "tool_name": "exec_command",
+    }
     assert [i.get("phase") for i in one if i["type"] == "agent_message"] == ["commentary", "final_answer"]
-    assert (one[4]["status"], len(one[4]["changes"]), one[4]["patch"].startswith("*** Begin Patch")) == ("completed", 3, True)
+    assert (one[4]["status"], len(one[4]["changes"]), one[4]["patch"].startswith("*** Begin Patch")) == (
+        "completed",
+        3,
+        True,
+    )
     assert {k: one[5][k] for k in ("server", "tool", "arguments", "status")} == {
-        "server": "github", "tool": "get_issue", "arguments": {"owner": "acme", "repo": "app", "number": 7}, "status": "completed"}
+        "server": "github",
+        "tool": "get_issue",
+        "arguments": {"owner": "acme", "repo": "app", "number": 7},
+        "status": "completed",
+    }
 
     two = turns[1]
     kinds = [(e["type"], e.get("item", {}).get("type")) for e in two]
-    assert kinds == [("turn.started", None), ("item.completed", "user_message"), ("item.completed", "command_execution"),
-                     ("item.completed", "user_message"), ("item.completed", "tool_call"), ("item.completed", "web_search"),
-                     ("thread.compact_boundary", None), ("item.completed", "agent_message"), ("turn.completed", None)]
+    assert kinds == [
+        ("turn.started", None),
+        ("item.completed", "user_message"),
+        ("item.completed", "command_execution"),
+        ("item.completed", "user_message"),
+        ("item.completed", "tool_call"),
+        ("item.completed", "web_search"),
+        ("thread.compact_boundary", None),
+        ("item.completed", "agent_message"),
+        ("turn.completed", None),
+    ]
     prompts = [e["item"] for e in two if e.get("item", {}).get("type") == "user_message"]
-    assert prompts == [{"id": "22", "type": "user_message", "text": "start the dev server", "images": 1},
-                       {"id": "26", "type": "user_message", "text": "also check /health"}]  # queued into the running turn
+    assert prompts == [
+        {"id": "22", "type": "user_message", "text": "start the dev server", "images": 1},
+        {"id": "26", "type": "user_message", "text": "also check /health"},
+    ]  # queued into the running turn
     running = two[2]["item"]
-    assert (running["status"], "exit_code" in running, running["aggregated_output"]) == ("in_progress", False, "ready on :3000\n")
+    assert (running["status"], "exit_code" in running, running["aggregated_output"]) == (
+        "in_progress",
+        False,
+        "ready on :3000\n",
+    )
     assert (two[4]["item"]["tool_name"], two[4]["item"]["arguments"]["session_id"]) == ("write_stdin", 7)
     assert two[5]["item"]["query"] == "express health check route"
     assert two[6] == {"type": "thread.compact_boundary", "thread_id": sid, "trigger": "unknown", "pre_tokens": 30000}
@@ -184,8 +275,12 @@ def test_exec_json_stream(tmp_path):
     assert (report.sessions_created, report.lines_skipped, report.problems) == (1, 0, [])
     rs = records(tmp_path / "store", sid)
     evs = [e for e, _ in rs]
-    assert evs[0]["source"] == {"agent": "codex", "originator": "codex_exec", "path": str(source),
-                                "thread_id": "019a2d7a-4444-78b1-b7cc-00000000d004"}
+    assert evs[0]["source"] == {
+        "agent": "codex",
+        "originator": "codex_exec",
+        "path": str(source),
+        "thread_id": "019a2d7a-4444-78b1-b7cc-00000000d004",
+    }
     turns = turns_of(evs)
     assert ends(evs) == ["turn.completed", "turn.completed", "turn.failed"]
     # Its usage is cumulative for the thread: each turn gets the difference.
@@ -195,8 +290,14 @@ def test_exec_json_stream(tmp_path):
     assert items(turns[2]) == [{"id": "14", "type": "error", "message": "stream error: retrying"}]
     # Item ids are line numbers (Codex's item_N counts per process); early field names are mapped.
     assert [(i["id"], i["type"]) for i in items(evs)] == [
-        ("3", "reasoning"), ("4", "command_execution"), ("5", "agent_message"), ("9", "file_change"), ("10", "todo_list"),
-        ("11", "agent_message"), ("14", "error")]
+        ("3", "reasoning"),
+        ("4", "command_execution"),
+        ("5", "agent_message"),
+        ("9", "file_change"),
+        ("10", "todo_list"),
+        ("11", "agent_message"),
+        ("14", "error"),
+    ]
     assert items(turns[1])[-1] == {"id": "11", "type": "agent_message", "text": "Updated README."}
     # The stream has no times: every event carries the stream file's modification time.
     assert {ts for _, ts in rs} == {rs[0][1]}
@@ -206,7 +307,7 @@ def test_exec_json_stream(tmp_path):
 def test_a_task_left_without_its_end_is_cut_short(tmp_path):
     data = CODEX_0104.read_bytes()
     cut = data.index(b'"type":"task_complete","turn_id":"t2"')
-    source = copy_source(CODEX_0104, tmp_path / "src", data[:data.rindex(b"\n", 0, cut) + 1], OLD)
+    source = copy_source(CODEX_0104, tmp_path / "src", data[: data.rindex(b"\n", 0, cut) + 1], OLD)
     memstore.import_logs(tmp_path / "store", source)
     evs = events(tmp_path / "store", session_id_of(source))
     assert ends(evs) == ["turn.completed", "turn.aborted"]
@@ -218,4 +319,7 @@ def test_a_task_left_without_its_end_is_cut_short(tmp_path):
     source = copy_source(CODEX_0104, tmp_path / "src2", b"\n".join(lines))
     memstore.import_logs(tmp_path / "store2", source)
     assert [t[-1].get("reason") for t in turns_of(events(tmp_path / "store2", session_id_of(source)))][:3] == [
-        None, "unfinished", "interrupted"]
+        None,
+        "unfinished",
+        "interrupted",
+    ]

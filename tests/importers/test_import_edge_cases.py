@@ -28,8 +28,11 @@ def env(second: int, kind: str, payload: dict) -> dict:
 
 
 def meta() -> dict:
-    return env(0, "session_meta", {"id": CODEX_ID, "timestamp": at(0), "cwd": "/w", "originator": "codex_cli_rs",
-                                   "cli_version": "0.104.0"})
+    return env(
+        0,
+        "session_meta",
+        {"id": CODEX_ID, "timestamp": at(0), "cwd": "/w", "originator": "codex_cli_rs", "cli_version": "0.104.0"},
+    )
 
 
 def jsonl(lines: list) -> bytes:
@@ -60,20 +63,34 @@ def test_codex_a_prompt_after_an_aborted_task_opens_the_next_turn_not_the_aborte
     # The importer accepts a prompt written before its task_started (the turn it opens is
     # adopted by the task). After turn_aborted no task is running any more: the next prompt
     # belongs to the next task, not to the aborted turn, whose late calls are still its own.
-    source = rollout(tmp_path, [
-        meta(),
-        env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
-        env(1, "event_msg", {"type": "user_message", "message": "first"}),
-        env(2, "response_item", {"type": "function_call", "name": "shell", "call_id": "c1",
-                                 "arguments": json.dumps({"command": ["ls"]})}),
-        env(3, "event_msg", {"type": "turn_aborted", "reason": "interrupted"}),
-        env(3, "response_item", {"type": "function_call_output", "call_id": "c1", "output": "aborted by user"}),
-        env(5, "event_msg", {"type": "user_message", "message": "second prompt"}),
-        env(5, "event_msg", {"type": "task_started", "turn_id": "t2"}),
-        env(6, "response_item", {"type": "message", "role": "assistant",
-                                 "content": [{"type": "output_text", "text": "ok"}]}),
-        env(7, "event_msg", {"type": "task_complete", "turn_id": "t2"}),
-    ])
+    source = rollout(
+        tmp_path,
+        [
+            meta(),
+            env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
+            env(1, "event_msg", {"type": "user_message", "message": "first"}),
+            env(
+                2,
+                "response_item",
+                {
+                    "type": "function_call",
+                    "name": "shell",
+                    "call_id": "c1",
+                    "arguments": json.dumps({"command": ["ls"]}),
+                },
+            ),
+            env(3, "event_msg", {"type": "turn_aborted", "reason": "interrupted"}),
+            env(3, "response_item", {"type": "function_call_output", "call_id": "c1", "output": "aborted by user"}),
+            env(5, "event_msg", {"type": "user_message", "message": "second prompt"}),
+            env(5, "event_msg", {"type": "task_started", "turn_id": "t2"}),
+            env(
+                6,
+                "response_item",
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+            ),
+            env(7, "event_msg", {"type": "task_complete", "turn_id": "t2"}),
+        ],
+    )
     report = memstore.import_logs(tmp_path / "store", source)
     assert report.problems == []
     rs = records(tmp_path / "store", CODEX_SID)
@@ -98,8 +115,11 @@ def test_the_last_line_of_a_settled_source_is_imported_even_without_its_newline(
         meta(),
         env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
         env(1, "event_msg", {"type": "user_message", "message": "first"}),
-        env(6, "response_item", {"type": "message", "role": "assistant",
-                                 "content": [{"type": "output_text", "text": "ok"}]}),
+        env(
+            6,
+            "response_item",
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+        ),
         env(7, "event_msg", {"type": "task_complete", "turn_id": "t1"}),
     ]
     data = jsonl(lines)[:-1]  # no newline after task_complete
@@ -119,11 +139,20 @@ def test_the_last_line_of_a_settled_source_is_imported_even_without_its_newline(
 
     # Resumed later (the newline, then more lines): the session goes on after its completion.
     before = records(tmp_path / "store", CODEX_SID)
-    write(source, data + b"\n" + jsonl([env(20, "event_msg", {"type": "task_started", "turn_id": "t2"}),
-                                        env(21, "event_msg", {"type": "task_complete", "turn_id": "t2"})]))
+    write(
+        source,
+        data
+        + b"\n"
+        + jsonl(
+            [
+                env(20, "event_msg", {"type": "task_started", "turn_id": "t2"}),
+                env(21, "event_msg", {"type": "task_complete", "turn_id": "t2"}),
+            ]
+        ),
+    )
     report = memstore.import_logs(tmp_path / "store", source)
     assert (report.sessions_regenerated, report.sessions_updated) == (0, 1)
-    assert records(tmp_path / "store", CODEX_SID)[:len(before)] == before
+    assert records(tmp_path / "store", CODEX_SID)[: len(before)] == before
     assert ends(events(tmp_path / "store", CODEX_SID)) == ["turn.completed", "turn.completed"]
 
 
@@ -132,52 +161,117 @@ def test_the_last_line_of_a_settled_source_is_imported_even_without_its_newline(
 
 
 def test_codex_an_output_written_before_its_call_is_paired_with_it(tmp_path):
-    source = rollout(tmp_path, [
-        meta(),
-        env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
-        env(1, "event_msg", {"type": "user_message", "message": "say hello"}),
-        env(3, "response_item", {"type": "function_call_output", "call_id": "c1",
-                                 "output": "Exit code: 0\nWall time: 0.1 seconds\nOutput:\nhello\n"}),
-        env(3, "response_item", {"type": "function_call", "name": "exec_command", "call_id": "c1",
-                                 "arguments": json.dumps({"cmd": "echo hello"})}),
-        env(4, "response_item", {"type": "function_call_output", "call_id": "nobody", "output": "stray"}),
-        env(7, "event_msg", {"type": "task_complete", "turn_id": "t1"}),
-    ])
+    source = rollout(
+        tmp_path,
+        [
+            meta(),
+            env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
+            env(1, "event_msg", {"type": "user_message", "message": "say hello"}),
+            env(
+                3,
+                "response_item",
+                {
+                    "type": "function_call_output",
+                    "call_id": "c1",
+                    "output": "Exit code: 0\nWall time: 0.1 seconds\nOutput:\nhello\n",
+                },
+            ),
+            env(
+                3,
+                "response_item",
+                {
+                    "type": "function_call",
+                    "name": "exec_command",
+                    "call_id": "c1",
+                    "arguments": json.dumps({"cmd": "echo hello"}),
+                },
+            ),
+            env(4, "response_item", {"type": "function_call_output", "call_id": "nobody", "output": "stray"}),
+            env(7, "event_msg", {"type": "task_complete", "turn_id": "t1"}),
+        ],
+    )
     report = memstore.import_logs(tmp_path / "store", source)
     command = [i for i in items(events(tmp_path / "store", CODEX_SID)) if i["type"] == "command_execution"]
-    assert command == [{"id": "5", "type": "command_execution", "command": "echo hello", "aggregated_output": "hello\n",
-                        "status": "completed", "exit_code": 0, "tool_name": "exec_command"}]
+    assert command == [
+        {
+            "id": "5",
+            "type": "command_execution",
+            "command": "echo hello",
+            "aggregated_output": "hello\n",
+            "status": "completed",
+            "exit_code": 0,
+            "tool_name": "exec_command",
+        }
+    ]
     # An output whose call never comes is still reported, once, where it is.
     assert [(p.line, p.reason) for p in report.problems] == [
-        (6, "function_call_output without a pending call (its call was not imported or already closed)")]
+        (6, "function_call_output without a pending call (its call was not imported or already closed)")
+    ]
     assert report.lines_skipped == 1
 
 
 def claude_line(kind: str, second: int, uuid: str, message: dict, **extra) -> dict:
-    return {"type": kind, "sessionId": CLAUDE_ID, "uuid": uuid, "parentUuid": None, "isSidechain": False,
-            "userType": "external", "cwd": "/w", "version": "2.1.3", "gitBranch": "main", "timestamp": at(second),
-            "message": message, **extra}
+    return {
+        "type": kind,
+        "sessionId": CLAUDE_ID,
+        "uuid": uuid,
+        "parentUuid": None,
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": "/w",
+        "version": "2.1.3",
+        "gitBranch": "main",
+        "timestamp": at(second),
+        "message": message,
+        **extra,
+    }
 
 
 def test_claude_a_result_written_before_its_call_is_paired_with_it(tmp_path):
     lines = [
         claude_line("user", 1, "u1", {"role": "user", "content": "list the files"}),
-        claude_line("user", 2, "u2", {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.py\nb.py"}]},
-            toolUseResult={"stdout": "a.py\nb.py", "stderr": "", "interrupted": False, "isImage": False}),
-        claude_line("assistant", 2, "a1", {"id": "msg_1", "role": "assistant", "model": "claude-x", "content": [
-            {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}],
-            "usage": {"input_tokens": 5, "output_tokens": 7}}, requestId="req_1"),
-        {"type": "system", "subtype": "turn_duration", "durationMs": 2000, "sessionId": CLAUDE_ID, "uuid": "s1",
-         "timestamp": at(3)},
+        claude_line(
+            "user",
+            2,
+            "u2",
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.py\nb.py"}]},
+            toolUseResult={"stdout": "a.py\nb.py", "stderr": "", "interrupted": False, "isImage": False},
+        ),
+        claude_line(
+            "assistant",
+            2,
+            "a1",
+            {
+                "id": "msg_1",
+                "role": "assistant",
+                "model": "claude-x",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}],
+                "usage": {"input_tokens": 5, "output_tokens": 7},
+            },
+            requestId="req_1",
+        ),
+        {
+            "type": "system",
+            "subtype": "turn_duration",
+            "durationMs": 2000,
+            "sessionId": CLAUDE_ID,
+            "uuid": "s1",
+            "timestamp": at(3),
+        },
     ]
     source = write(tmp_path / "src" / "-w" / f"{CLAUDE_ID}.jsonl", jsonl(lines))
     report = memstore.import_logs(tmp_path / "store", source)
     assert report.problems == []
     evs = events(tmp_path / "store", CLAUDE_SID)
     assert [i for i in items(evs) if i["type"] == "command_execution"] == [
-        {"id": "3:0", "type": "command_execution", "command": "ls", "aggregated_output": "a.py\nb.py",
-         "status": "completed"}]
+        {
+            "id": "3:0",
+            "type": "command_execution",
+            "command": "ls",
+            "aggregated_output": "a.py\nb.py",
+            "status": "completed",
+        }
+    ]
     assert ends(evs) == ["turn.completed"]
 
 
@@ -188,10 +282,13 @@ def test_claude_a_result_written_before_its_call_is_paired_with_it(tmp_path):
 def _two_tasks(upto: int, first_prompt: str = "prompt 0") -> list:
     lines = [meta()]
     for k in range(upto):
-        lines += [env(10 * k + 1, "event_msg", {"type": "task_started", "turn_id": f"t{k}"}),
-                  env(10 * k + 1, "event_msg", {"type": "user_message", "message": first_prompt if k == 0 else
-                                                f"prompt {k}"}),
-                  env(10 * k + 2, "event_msg", {"type": "task_complete", "turn_id": f"t{k}"})]
+        lines += [
+            env(10 * k + 1, "event_msg", {"type": "task_started", "turn_id": f"t{k}"}),
+            env(
+                10 * k + 1, "event_msg", {"type": "user_message", "message": first_prompt if k == 0 else f"prompt {k}"}
+            ),
+            env(10 * k + 2, "event_msg", {"type": "task_complete", "turn_id": f"t{k}"}),
+        ]
     return lines
 
 
@@ -206,7 +303,8 @@ def test_a_pinned_session_is_never_set_aside_to_import_its_rewritten_source(tmp_
     assert report.sessions_regenerated == 0 and report.events_appended == 0 and report.set_aside == []
     assert [p.reason for p in report.problems] == [
         f"session {CODEX_SID!r} is pinned: it is not set aside to import its changed source again; "
-        "unpin it to re-import its source"]
+        "unpin it to re-import its source"
+    ]
     assert memstore.session_retention_pinned(directory)
     assert records(tmp_path / "store", CODEX_SID) == before
     memstore.unpin_session_retention(directory)
@@ -222,8 +320,9 @@ def test_setting_a_session_aside_removes_nothing_and_says_so(tmp_path):
     [entry] = report.set_aside
     assert not (tmp_path / "store" / "gc-log.jsonl").exists()  # nothing was removed
     assert records(tmp_path / "store", entry.set_aside_as) == before
-    note = json.loads((memstore.session_directory(tmp_path / "store", entry.set_aside_as) / "derived" /
-                       "set-aside.json").read_text())
+    note = json.loads(
+        (memstore.session_directory(tmp_path / "store", entry.set_aside_as) / "derived" / "set-aside.json").read_text()
+    )
     assert (note["set_aside_from"], note["reason"]) == (CODEX_SID, "its source was rewritten or truncated")
     listed = {s.session_id for s in memstore.list_sessions(tmp_path / "store")}
     assert listed == {CODEX_SID, entry.set_aside_as}
@@ -241,8 +340,15 @@ def test_a_file_name_that_is_not_utf8_is_imported_and_reported_printably(tmp_pat
     directory.mkdir()
     name = os.fsencode(directory) + b"/run-\xff.jsonl"
     with open(name, "wb") as fh:
-        fh.write(jsonl([{"type": "thread.started", "thread_id": thread}, {"type": "turn.started"},
-                        {"type": "turn.completed", "usage": {"input_tokens": 3, "output_tokens": 1}}]))
+        fh.write(
+            jsonl(
+                [
+                    {"type": "thread.started", "thread_id": thread},
+                    {"type": "turn.started"},
+                    {"type": "turn.completed", "usage": {"input_tokens": 3, "output_tokens": 1}},
+                ]
+            )
+        )
     os.symlink(directory / "nowhere", os.fsencode(directory) + b"/link-\xfe.jsonl")
     report = memstore.import_logs(tmp_path / "store", directory)
     assert report.sessions_created == 1
@@ -251,7 +357,8 @@ def test_a_file_name_that_is_not_utf8_is_imported_and_reported_printably(tmp_pat
     assert evs[0]["source"]["path"] == shown
     assert [e["type"] for e in evs] == ["thread.started", "turn.started", "turn.completed"]
     assert [(p.path, p.reason) for p in report.problems] == [
-        (f"{directory}/link-\\xfe.jsonl", "symlink not followed (only what was named is read)")]
+        (f"{directory}/link-\\xfe.jsonl", "symlink not followed (only what was named is read)")
+    ]
     orjson.dumps(report.to_dict())  # what `memstore import --json` prints
     again = memstore.import_logs(tmp_path / "store", directory)
     assert (again.sessions_unchanged, again.events_appended) == (1, 0)
@@ -267,18 +374,23 @@ def test_session_metadata_too_deep_for_json_is_left_out_not_fatal(tmp_path):
         cursor = cursor["x"]
     header = meta()
     header["payload"]["source"] = {"subagent": deep}
-    data = b"".join(json.dumps(line).encode() + b"\n" for line in [
-        header,
-        env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
-        env(2, "event_msg", {"type": "task_complete", "turn_id": "t1"}),
-    ])
+    data = b"".join(
+        json.dumps(line).encode() + b"\n"
+        for line in [
+            header,
+            env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
+            env(2, "event_msg", {"type": "task_complete", "turn_id": "t1"}),
+        ]
+    )
     source = write(tmp_path / "src" / f"rollout-{CODEX_ID}.jsonl", data)
     report = memstore.import_logs(tmp_path / "store", source)
     assert report.sessions_created == 1
     evs = events(tmp_path / "store", CODEX_SID)
     assert "session_source" not in evs[0]["source"] and evs[0]["source"]["cwd"] == "/w"
     assert ends(evs) == ["turn.completed"]
-    assert [p.reason for p in report.problems] == ["thread metadata that cannot be stored as JSON left out (session_source)"]
+    assert [p.reason for p in report.problems] == [
+        "thread metadata that cannot be stored as JSON left out (session_source)"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,21 +402,30 @@ def test_an_exec_stream_that_grew_without_its_import_cache_is_extended_not_regen
     # cache, the events parsed again were dated by the current mtime, never matched the log,
     # and the session was reported as no longer matching its source and regenerated.
     thread = "0199eeee-1111-7000-8000-0000000000e1"
-    lines = [{"type": "thread.started", "thread_id": thread}, {"type": "turn.started"},
-             {"type": "turn.completed", "usage": {"input_tokens": 3, "output_tokens": 1}}]
+    lines = [
+        {"type": "thread.started", "thread_id": thread},
+        {"type": "turn.started"},
+        {"type": "turn.completed", "usage": {"input_tokens": 3, "output_tokens": 1}},
+    ]
     source = write(tmp_path / "src" / "run.jsonl", jsonl(lines), mtime=None)
     memstore.import_logs(tmp_path / "store", source)
     sid = f"codex-{thread}"
     before = records(tmp_path / "store", sid)
     (memstore.session_directory(tmp_path / "store", sid) / "derived" / "import-state.json").unlink()
     os.utime(source, (OLD, OLD))  # the first import's mtime is not the file's any more
-    write(source, jsonl(lines + [{"type": "turn.started"},
-                                 {"type": "turn.completed", "usage": {"input_tokens": 8, "output_tokens": 2}}]), mtime=None)
+    write(
+        source,
+        jsonl(
+            lines
+            + [{"type": "turn.started"}, {"type": "turn.completed", "usage": {"input_tokens": 8, "output_tokens": 2}}]
+        ),
+        mtime=None,
+    )
     report = memstore.import_logs(tmp_path / "store", source)
     assert (report.sessions_updated, report.sessions_regenerated, report.events_appended) == (1, 0, 2)
     assert report.problems == []
     after = records(tmp_path / "store", sid)
-    assert after[:len(before)] == before and {ts for _, ts in after} == {before[0][1]}
+    assert after[: len(before)] == before and {ts for _, ts in after} == {before[0][1]}
 
 
 def test_an_exec_turn_that_completed_after_an_error_notice_is_completed(tmp_path):
@@ -312,16 +433,21 @@ def test_an_exec_turn_that_completed_after_an_error_notice_is_completed(tmp_path
     # and ends the turn with its own verdict: turn.completed, or turn.failed. The importer
     # turned every turn with an error notice into turn.failed, against the stream.
     thread = "0199eeee-1111-7000-8000-0000000000e2"
-    source = write(tmp_path / "src" / "run.jsonl", jsonl([
-        {"type": "thread.started", "thread_id": thread},
-        {"type": "turn.started"},
-        {"type": "error", "message": "Reconnecting... 1/5"},
-        {"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": "done"}},
-        {"type": "turn.completed", "usage": {"input_tokens": 30, "cached_input_tokens": 0, "output_tokens": 4}},
-        {"type": "turn.started"},
-        {"type": "error", "message": "stream error: retrying"},
-        {"type": "turn.failed", "error": {"message": "model overloaded"}},
-    ]))
+    source = write(
+        tmp_path / "src" / "run.jsonl",
+        jsonl(
+            [
+                {"type": "thread.started", "thread_id": thread},
+                {"type": "turn.started"},
+                {"type": "error", "message": "Reconnecting... 1/5"},
+                {"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": "done"}},
+                {"type": "turn.completed", "usage": {"input_tokens": 30, "cached_input_tokens": 0, "output_tokens": 4}},
+                {"type": "turn.started"},
+                {"type": "error", "message": "stream error: retrying"},
+                {"type": "turn.failed", "error": {"message": "model overloaded"}},
+            ]
+        ),
+    )
     memstore.import_logs(tmp_path / "store", source)
     evs = events(tmp_path / "store", f"codex-{thread}")
     turns = turns_of(evs)
@@ -335,15 +461,19 @@ def test_a_line_dated_in_the_future_does_not_date_the_session_past_the_present(t
     # A session's age is its last event time: one source line with a wrong clock (year 2999)
     # made an imported session newer than everything, for ever (retention never ages it out).
     # Migration and memory views refuse such times; the importer used them.
-    source = rollout(tmp_path, [
-        meta(),
-        env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
-        {**env(1, "event_msg", {"type": "user_message", "message": "hi"}), "timestamp": "2999-01-01T00:00:00.000Z"},
-        env(2, "event_msg", {"type": "task_complete", "turn_id": "t1"}),
-    ])
+    source = rollout(
+        tmp_path,
+        [
+            meta(),
+            env(1, "event_msg", {"type": "task_started", "turn_id": "t1"}),
+            {**env(1, "event_msg", {"type": "user_message", "message": "hi"}), "timestamp": "2999-01-01T00:00:00.000Z"},
+            env(2, "event_msg", {"type": "task_complete", "turn_id": "t1"}),
+        ],
+    )
     report = memstore.import_logs(tmp_path / "store", source)
     assert [(p.line, p.reason) for p in report.problems] == [
-        (3, "timestamp '2999-01-01T00:00:00.000Z' is in the future; the previous one is used")]
+        (3, "timestamp '2999-01-01T00:00:00.000Z' is in the future; the previous one is used")
+    ]
     assert {ts for _, ts in records(tmp_path / "store", CODEX_SID)} == {at(0), at(1), at(2)}
     assert memstore.list_sessions(tmp_path / "store")[0].updated_at == at(2)
     policy = memstore.RetentionPolicy(50, 30, include_imported=True)  # (imported sessions are kept by default)
@@ -356,8 +486,11 @@ def test_an_exec_stream_with_a_future_mtime_is_not_dated_in_the_future(tmp_path)
 
     thread = "0199eeee-1111-7000-8000-0000000000e3"
     future = 32503680000  # 3000-01-01
-    source = write(tmp_path / "src" / "run.jsonl", jsonl([{"type": "thread.started", "thread_id": thread},
-                                                          {"type": "turn.started"}]), mtime=future)
+    source = write(
+        tmp_path / "src" / "run.jsonl",
+        jsonl([{"type": "thread.started", "thread_id": thread}, {"type": "turn.started"}]),
+        mtime=future,
+    )
     memstore.import_logs(tmp_path / "store", source)
     stamps = {ts for _, ts in records(tmp_path / "store", f"codex-{thread}")}
     assert len(stamps) == 1 and stamps.pop() <= time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 2 * 86400))

@@ -45,8 +45,9 @@ print("acknowledged", flush=True)
 def agent_appends_a_turn(root: Path, sid: str, word: str) -> None:
     """An agent, in its own process, appends a turn to the imported session; the events are
     acknowledged once the handle is closed (the turn end is synced)."""
-    out = subprocess.run([sys.executable, "-c", AGENT, str(root), sid, word], capture_output=True, text=True,
-                         cwd=REPO, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", AGENT, str(root), sid, word], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "acknowledged"
 
@@ -79,9 +80,13 @@ def source_versions() -> dict[str, bytes]:
 CHANGES = ["unchanged", "grown", "grown_after_settling", "rewritten", "truncated"]
 
 
-@pytest.mark.parametrize("change,extended,cache", [
-    (change, extended, cache) for change, extended, cache in itertools.product(CHANGES, [False, True], ["kept", "lost"])
-])
+@pytest.mark.parametrize(
+    "change,extended,cache",
+    [
+        (change, extended, cache)
+        for change, extended, cache in itertools.product(CHANGES, [False, True], ["kept", "lost"])
+    ],
+)
 def test_no_import_removes_an_event_the_session_held(tmp_path, change, extended, cache):
     versions = source_versions()
     root = tmp_path / "store"
@@ -99,15 +104,20 @@ def test_no_import_removes_an_event_the_session_held(tmp_path, change, extended,
         (memstore.session_directory(root, SID) / "derived" / IMPORT_STATE_FILE).unlink()
     before = records(root, SID)
 
-    new = {"unchanged": "first", "grown": "grown", "grown_after_settling": "grown", "rewritten": "rewritten",
-           "truncated": "truncated"}[change]
+    new = {
+        "unchanged": "first",
+        "grown": "grown",
+        "grown_after_settling": "grown",
+        "rewritten": "rewritten",
+        "truncated": "truncated",
+    }[change]
     source.write_bytes(versions[new])
     if settled:
         os.utime(source, (OLD, OLD))
     report = memstore.import_logs(root, source)
 
     # The invariant: every record is still there, in the session or in the one it was set aside as.
-    holders = [sid for sid in sessions(root) if records(root, sid)[:len(before)] == before]
+    holders = [sid for sid in sessions(root) if records(root, sid)[: len(before)] == before]
     assert holders, "the records the session held before the import are gone"
     home = holders[0]
     if home != SID:
@@ -162,7 +172,7 @@ def test_an_agents_turn_is_kept_in_place_while_the_source_grows_around_it(tmp_pa
     source.write_bytes(versions["grown"])
     report = memstore.import_logs(root, source)
     after = records(root, SID)
-    assert after[:len(before)] == before
+    assert after[: len(before)] == before
     assert report.foreign_events_kept == 3
     # The events appended after the agent's turn are exactly what a one-pass import adds to the
     # events of the first part.
@@ -171,5 +181,5 @@ def test_an_agents_turn_is_kept_in_place_while_the_source_grows_around_it(tmp_pa
     memstore.import_logs(fresh_first, source)
     source.write_bytes(versions["grown"])
     memstore.import_logs(fresh_whole, source)
-    gained = [(ts, e) for _, ts, e in records(fresh_whole, SID)][len(records(fresh_first, SID)):]
-    assert [(ts, e) for _, ts, e in after[len(before):]] == gained
+    gained = [(ts, e) for _, ts, e in records(fresh_whole, SID)][len(records(fresh_first, SID)) :]
+    assert [(ts, e) for _, ts, e in after[len(before) :]] == gained

@@ -52,9 +52,20 @@ def test_a_session_replaced_since_it_was_judged_is_not_set_aside(tmp_path):
 
 def test_a_session_held_by_another_process_is_not_set_aside(tmp_path):
     memstore.import_logs(tmp_path, CODEX_040)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, memstore; log = memstore.open_session(sys.argv[1], "
-                               "sys.argv[2]); print('ready', flush=True); sys.stdin.read()", str(tmp_path), SID],
-                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, memstore; log = memstore.open_session(sys.argv[1], "
+            "sys.argv[2]); print('ready', flush=True); sys.stdin.read()",
+            str(tmp_path),
+            SID,
+        ],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         with pytest.raises(SessionBusyError):

@@ -53,7 +53,7 @@ def test_a_source_rewritten_between_two_reads_is_set_aside_and_imported_afresh_n
     # past them (which only the consumed bytes' own hash covers), keeping the size.
     marker = original.index(b'"task 1:' if where == "head" else b'"task 40:')
     assert (marker < 64 * 1024) == (where == "head")
-    rewritten = original[:marker] + b'"TASK' + original[marker + 5:]
+    rewritten = original[:marker] + b'"TASK' + original[marker + 5 :]
     assert len(rewritten) == len(original) and rewritten != original
     source = tmp_path / "src" / "rollout-2026-02-12T09-00-00-019c7777-5555-7000-8000-00000000e777.jsonl"
     source.parent.mkdir()
@@ -81,7 +81,7 @@ def test_the_saved_fingerprint_is_of_the_bytes_parsed_not_of_the_file_after(tmp_
     import it differs from the file's current one."""
     original, _ = codex_rollout(30, seed=5)
     marker = original.index(b'"task 2:')
-    rewritten = original[:marker] + b'"TASK' + original[marker + 5:]
+    rewritten = original[:marker] + b'"TASK' + original[marker + 5 :]
     source = tmp_path / "src" / "rollout-2026-02-12T09-00-00-019c7777-5555-7000-8000-00000000e777.jsonl"
     source.parent.mkdir()
     source.write_bytes(original)
@@ -93,5 +93,5 @@ def test_the_saved_fingerprint_is_of_the_bytes_parsed_not_of_the_file_after(tmp_
         now = fingerprint(fd, state["offset"])
     finally:
         os.close(fd)
-    assert state["head_sha256"] == hashlib.sha256(original[:64 * 1024]).hexdigest()
+    assert state["head_sha256"] == hashlib.sha256(original[: 64 * 1024]).hexdigest()
     assert now[1] != state["head_sha256"]

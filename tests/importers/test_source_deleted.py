@@ -85,13 +85,16 @@ def test_a_new_stream_for_the_same_thread_does_not_replace_the_session_of_a_dele
     before = records(root, sid)
     first.unlink()
     resumed = tmp_path / "src" / "resumed.jsonl"  # `codex exec resume`: a new stream, the same thread
-    resumed.write_bytes(b'{"type":"thread.started","thread_id":"019a2d7a-4444-78b1-b7cc-00000000d004"}\n'
-                        b'{"type":"turn.started"}\n'
-                        b'{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"resumed"}}\n'
-                        b'{"type":"turn.completed","usage":{"input_tokens":9000,"cached_input_tokens":0,'
-                        b'"output_tokens":80}}\n')
+    resumed.write_bytes(
+        b'{"type":"thread.started","thread_id":"019a2d7a-4444-78b1-b7cc-00000000d004"}\n'
+        b'{"type":"turn.started"}\n'
+        b'{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"resumed"}}\n'
+        b'{"type":"turn.completed","usage":{"input_tokens":9000,"cached_input_tokens":0,'
+        b'"output_tokens":80}}\n'
+    )
     report = memstore.import_logs(root, resumed)
-    holders = [s.session_id for s in memstore.list_sessions(root)
-               if records(root, s.session_id)[:len(before)] == before]
+    holders = [
+        s.session_id for s in memstore.list_sessions(root) if records(root, s.session_id)[: len(before)] == before
+    ]
     assert holders, "the session of the deleted stream is gone"
     assert [(e.session_id, e.set_aside_as) for e in report.set_aside] == [(sid, holders[0])]

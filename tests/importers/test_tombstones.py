@@ -33,8 +33,11 @@ def test_record_lookup_and_undo(tmp_path):
     first = stones.record("a", TombstoneReason.RETENTION, source_path="/src/a.jsonl", source_fingerprint={"size": 9})
     stones.record("b", TombstoneReason.FORGET)
     assert stones.lookup("a") == first
-    assert (first.reason, first.source_path, first.source_fingerprint) == (TombstoneReason.RETENTION, "/src/a.jsonl",
-                                                                          {"size": 9})
+    assert (first.reason, first.source_path, first.source_fingerprint) == (
+        TombstoneReason.RETENTION,
+        "/src/a.jsonl",
+        {"size": 9},
+    )
     assert sorted(stones.all()) == ["a", "b"]
     assert stones.remove("a") == first
     assert stones.lookup("a") is None and stones.remove("a") is None
@@ -46,8 +49,10 @@ def test_record_lookup_and_undo(tmp_path):
 
 
 def test_a_tombstone_is_durable_across_processes(tmp_path):
-    code = ("import sys; from memstore.tombstones import Tombstones, TombstoneReason; "
-            "Tombstones(sys.argv[1]).record('gone', TombstoneReason.FORGET, source_path='/x.jsonl')")
+    code = (
+        "import sys; from memstore.tombstones import Tombstones, TombstoneReason; "
+        "Tombstones(sys.argv[1]).record('gone', TombstoneReason.FORGET, source_path='/x.jsonl')"
+    )
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, cwd=REPO, timeout=60)
     assert Tombstones(tmp_path).lookup("gone").source_path == "/x.jsonl"
 
@@ -64,12 +69,15 @@ def test_a_torn_last_line_is_ignored_and_cut_by_the_next_append(tmp_path):
     assert lines[-1] == b"" and all(orjson.loads(line)["op"] == "add" for line in lines[:-1])
 
 
-@pytest.mark.parametrize("damage", [
-    b'{"op":"add","session_id":"a","reason":"retention","at":"x"}\nnot json at all\n',
-    b'{"op":"add","session_id":"a","reason":"because","at":"x"}\n',
-    b'[1, 2, 3]\n',
-    b'{"op":"delete","session_id":"a","at":"x"}\n',
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b'{"op":"add","session_id":"a","reason":"retention","at":"x"}\nnot json at all\n',
+        b'{"op":"add","session_id":"a","reason":"because","at":"x"}\n',
+        b"[1, 2, 3]\n",
+        b'{"op":"delete","session_id":"a","at":"x"}\n',
+    ],
+)
 def test_damage_fails_closed_naming_the_file(tmp_path, damage):
     (tmp_path / "tombstones.jsonl").write_bytes(damage)
     with pytest.raises(TombstoneFileError) as caught:

@@ -63,12 +63,22 @@ def test_a_filesystem_without_flock_leaves_the_session_open_but_unlocked(tmp_pat
 
 
 def test_store_locks_exclude_each_other_across_processes(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import sys, memstore.locks
         with memstore.locks.store_lock(sys.argv[1], "retention"):
             print("held", flush=True)
             sys.stdin.readline()
-    """), str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    """),
+            str(tmp_path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(filelock.Timeout):
@@ -126,7 +136,7 @@ def test_an_open_racing_a_removal_either_keeps_the_session_or_starts_a_new_one(t
         written, checked = threading.Event(), threading.Event()
         results = {}
 
-        def writer():
+        def writer(sid=sid, round_no=round_no, written=written, checked=checked, results=results):
             try:
                 with memstore.open_session(tmp_path, sid) as log:
                     log.append({"type": "note", "round": round_no})
@@ -202,13 +212,20 @@ def test_a_removal_killed_before_it_was_recorded_is_put_back_not_deleted(tmp_pat
     trash emptying (retention's) must not delete what was never recorded, it puts it back."""
     directory = _session_with_a_turn(tmp_path)
     before = (directory / "events.jsonl").read_bytes()
-    child = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import os, signal
         from memstore.locks import remove_session_directory
         def on_moved():  # killed before the removal is recorded
             os.kill(os.getpid(), signal.SIGKILL)
         remove_session_directory({str(tmp_path)!r}, {str(directory)!r}, on_moved=on_moved)
-    """)], timeout=60)
+    """),
+        ],
+        timeout=60,
+    )
     assert child.returncode == -9
     assert not directory.exists() and list((tmp_path / ".trash").iterdir())
     report = memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30), apply=True)
@@ -225,7 +242,11 @@ def test_a_removal_being_recorded_is_not_deleted_by_another_process_emptying_the
     directory = _session_with_a_turn(tmp_path)
     before = (directory / "events.jsonl").read_bytes()
     moved, go = tmp_path / "moved", tmp_path / "go"
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import pathlib, time
         import memstore
         from memstore.locks import remove_session_directory
@@ -238,7 +259,9 @@ def test_a_removal_being_recorded_is_not_deleted_by_another_process_emptying_the
             remove_session_directory({str(tmp_path)!r}, {str(directory)!r}, on_moved=on_moved)
         except memstore.StoreIOError:
             raise SystemExit(3)
-    """)])
+    """),
+        ]
+    )
     try:
         deadline = time.monotonic() + 30
         while not moved.exists():

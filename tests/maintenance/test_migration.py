@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import orjson
 import pytest
@@ -32,8 +32,16 @@ WIDGET = {
     "generated_at": "2026-01-01T00:00:00+00:00",
 }
 ROUTE = {"kind": "route", "turn": 1, "selected_model": "m", "class": "simple", "input_preview": "hi", "ts": 1767225600}
-TOOL = {"kind": "tool", "turn": 1, "name": "read_file", "args": {"path": "a"}, "ok": True, "agent_name": "main",
-        "is_subagent": False, "ts": 1767225601}
+TOOL = {
+    "kind": "tool",
+    "turn": 1,
+    "name": "read_file",
+    "args": {"path": "a"},
+    "ok": True,
+    "agent_name": "main",
+    "is_subagent": False,
+    "ts": 1767225601,
+}
 
 
 def jsonl(*records) -> bytes:
@@ -44,7 +52,9 @@ def legacy_store(root, *, envelopes=None, trajectories=None):
     (root / "history").mkdir(parents=True, exist_ok=True)
     (root / "logs").mkdir(parents=True, exist_ok=True)
     for name, data in (envelopes or {}).items():
-        (root / "history" / name).write_bytes(data if isinstance(data, bytes) else orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        (root / "history" / name).write_bytes(
+            data if isinstance(data, bytes) else orjson.dumps(data, option=orjson.OPT_INDENT_2)
+        )
     for name, data in (trajectories or {}).items():
         (root / "logs" / name).write_bytes(data)
     return root
@@ -56,21 +66,33 @@ def events_of(root, sid):
 
 
 def snapshot(root):
-    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and "locks" not in p.parts}
+    return {
+        p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and "locks" not in p.parts
+    }
 
 
 def test_migrate_legacy_imports_history_and_trajectory(tmp_path):
-    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET},
-                 trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL)})
+    legacy_store(
+        tmp_path,
+        envelopes={"session-foo.memory.json": WIDGET},
+        trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL)},
+    )
     report = memstore.migrate_legacy(tmp_path, remove_legacy=False)
     assert (report.sessions_created, report.memory_imported, report.trajectory_imported) == (2, 1, 1)
     assert report.records_imported == 2 and report.skipped == []
     assert [f.fact for f in memstore.query_facts(tmp_path, 10)] == ["the widget is blue"]
     assert (tmp_path / "history" / "session-foo.memory.json").exists()
     assert (tmp_path / "logs" / "trajectory-20260101T000000Z.jsonl").exists()
-    assert sorted(s.session_id for s in memstore.recent_sessions(tmp_path, 10)) == ["session-foo", "traj-20260101T000000Z"]
+    assert sorted(s.session_id for s in memstore.recent_sessions(tmp_path, 10)) == [
+        "session-foo",
+        "traj-20260101T000000Z",
+    ]
     # The session id drops ".memory"; the envelope is in the log, then in the view.
-    assert [e["type"] for e in events_of(tmp_path, "session-foo")] == ["thread.started", "memory.envelope", "thread.completed"]
+    assert [e["type"] for e in events_of(tmp_path, "session-foo")] == [
+        "thread.started",
+        "memory.envelope",
+        "thread.completed",
+    ]
     view = orjson.loads((tmp_path / "sessions" / "session-foo" / "derived" / "memory.json").read_bytes())
     assert view["summary"] == "Painted the widget." and view["touched_files"] == ["src/widget.rs"]
     records = [e["record"] for e in events_of(tmp_path, "traj-20260101T000000Z") if e["type"] == "trajectory.record"]
@@ -78,26 +100,39 @@ def test_migrate_legacy_imports_history_and_trajectory(tmp_path):
     with memstore.read_session(tmp_path, "traj-20260101T000000Z") as reader:
         times = [r.ts for r in reader.iter_records() if r.event["type"] == "trajectory.record"]
     assert times == ["2026-01-01T00:00:00.000Z", "2026-01-01T00:00:01.000Z"]  # from the records' unix ts
-    assert (tmp_path / "sessions" / "traj-20260101T000000Z" / "derived" / "trajectory.jsonl").read_bytes() == jsonl(ROUTE, TOOL)
+    assert (tmp_path / "sessions" / "traj-20260101T000000Z" / "derived" / "trajectory.jsonl").read_bytes() == jsonl(
+        ROUTE, TOOL
+    )
 
 
 def test_a_second_run_imports_nothing_and_writes_nothing(tmp_path):
-    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET},
-                 trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL),
-                               "trajectory.jsonl": jsonl(ROUTE)})
+    legacy_store(
+        tmp_path,
+        envelopes={"session-foo.memory.json": WIDGET},
+        trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL), "trajectory.jsonl": jsonl(ROUTE)},
+    )
     first = memstore.migrate_legacy(tmp_path)
     assert first.sessions_created == 3
     before = snapshot(tmp_path)
     second = memstore.migrate_legacy(tmp_path)
-    assert (second.sessions_created, second.sessions_updated, second.memory_imported, second.trajectory_imported,
-            second.records_imported, second.bytes_migrated) == (0, 0, 0, 0, 0, 0)
+    assert (
+        second.sessions_created,
+        second.sessions_updated,
+        second.memory_imported,
+        second.trajectory_imported,
+        second.records_imported,
+        second.bytes_migrated,
+    ) == (0, 0, 0, 0, 0, 0)
     assert second.already_imported == 3 and second.skipped == []
     assert snapshot(tmp_path) == before
 
 
 def test_migrated_sessions_are_content_and_survive_retention(tmp_path):
-    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET},
-                 trajectories={"trajectory-20200101T000000Z.jsonl": jsonl({**ROUTE, "ts": 1577836800})})
+    legacy_store(
+        tmp_path,
+        envelopes={"session-foo.memory.json": WIDGET},
+        trajectories={"trajectory-20200101T000000Z.jsonl": jsonl({**ROUTE, "ts": 1577836800})},
+    )
     memstore.migrate_legacy(tmp_path)
     report = memstore.apply_retention(tmp_path, memstore.RetentionPolicy(50, 30), apply=True)
     assert report.count == 0  # not empty shells; dated by the import, so not aged out at once either
@@ -109,18 +144,23 @@ def test_compaction_artifacts_belong_to_their_session_and_the_newest_envelope_wi
     older = {**WIDGET, "grounded_facts": [{"fact": "the widget was red", "source": "tool:x"}]}
     newest = {**WIDGET, "grounded_facts": [{"fact": "the widget is green", "source": "tool:x"}]}
     long_id = "a-very-long-session-identifier-from-vtcode-0123456789"
-    legacy_store(tmp_path, envelopes={
-        "session-foo.memory.json": older,
-        "session-foo_0003_20260102T000000Z.memory.json": newest,
-        f"{long_id[:32]}_0001_20260102T000000Z.memory.json": {**WIDGET, "session_id": long_id},
-    })
+    legacy_store(
+        tmp_path,
+        envelopes={
+            "session-foo.memory.json": older,
+            "session-foo_0003_20260102T000000Z.memory.json": newest,
+            f"{long_id[:32]}_0001_20260102T000000Z.memory.json": {**WIDGET, "session_id": long_id},
+        },
+    )
     os.utime(tmp_path / "history" / "session-foo.memory.json", (1_700_000_000, 1_700_000_000))
     os.utime(tmp_path / "history" / "session-foo_0003_20260102T000000Z.memory.json", (1_700_000_100, 1_700_000_100))
     report = memstore.migrate_legacy(tmp_path)
     assert report.memory_imported == 3 and report.sessions_created == 2
     envelopes = [e["envelope"] for e in events_of(tmp_path, "session-foo") if e["type"] == "memory.envelope"]
     assert envelopes == [older, newest]  # every envelope is in the log, oldest first
-    assert memstore.session_memory_facts(tmp_path, "session-foo") == [{"fact": "the widget is green", "source": "tool:x"}]
+    assert memstore.session_memory_facts(tmp_path, "session-foo") == [
+        {"fact": "the widget is green", "source": "tool:x"}
+    ]
     assert memstore.session_memory_facts(tmp_path, long_id) == WIDGET["grounded_facts"]  # the envelope's own id
 
 
@@ -195,8 +235,11 @@ def test_lines_that_are_not_json_objects_are_kept_as_text(tmp_path):
 
 
 def test_every_derived_file_comes_back_byte_for_byte_from_the_log(tmp_path):
-    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET},
-                 trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL)})
+    legacy_store(
+        tmp_path,
+        envelopes={"session-foo.memory.json": WIDGET},
+        trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL)},
+    )
     memstore.migrate_legacy(tmp_path)
     for sid, name in (("session-foo", "memory.json"), ("traj-20260101T000000Z", "trajectory.jsonl")):
         directory = tmp_path / "sessions" / sid
@@ -217,12 +260,16 @@ def test_unreadable_sources_are_reported_not_silently_skipped(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.memory.json").write_bytes(orjson.dumps(WIDGET))
-    root = legacy_store(tmp_path / "vtcode", envelopes={
-        "broken.memory.json": b'{"summary": ',
-        "list.memory.json": b"[1, 2]",
-        "notes.json": b"{}",
-        "good.memory.json": WIDGET,
-    }, trajectories={"other.jsonl": b"{}\n"})
+    root = legacy_store(
+        tmp_path / "vtcode",
+        envelopes={
+            "broken.memory.json": b'{"summary": ',
+            "list.memory.json": b"[1, 2]",
+            "notes.json": b"{}",
+            "good.memory.json": WIDGET,
+        },
+        trajectories={"other.jsonl": b"{}\n"},
+    )
     (root / "history" / "link.memory.json").symlink_to(outside / "secret.memory.json")
     (root / "history" / "dir.memory.json").mkdir()
     os.mkfifo(root / "history" / "fifo.memory.json")
@@ -231,9 +278,16 @@ def test_unreadable_sources_are_reported_not_silently_skipped(tmp_path):
     report = memstore.migrate_legacy(root)
     reasons = {s.path: s.reason for s in report.skipped}
     assert report.memory_imported == 1 and report.sessions_created == 1
-    assert set(reasons) == {"history/broken.memory.json", "history/list.memory.json", "history/notes.json",
-                            "history/link.memory.json", "history/dir.memory.json", "history/fifo.memory.json",
-                            "logs/trajectory-link.jsonl", "logs/other.jsonl"}
+    assert set(reasons) == {
+        "history/broken.memory.json",
+        "history/list.memory.json",
+        "history/notes.json",
+        "history/link.memory.json",
+        "history/dir.memory.json",
+        "history/fifo.memory.json",
+        "logs/trajectory-link.jsonl",
+        "logs/other.jsonl",
+    }
     assert reasons["history/broken.memory.json"].startswith("not valid JSON")
     assert reasons["history/list.memory.json"] == "not a JSON object (a memory envelope is one)"
     assert reasons["history/link.memory.json"] == "cannot be read: refusing to follow a symlink"
@@ -247,8 +301,9 @@ def test_unreadable_sources_are_reported_not_silently_skipped(tmp_path):
 
 
 def test_symlinked_legacy_directories_are_not_read(tmp_path):
-    elsewhere = legacy_store(tmp_path / "elsewhere", envelopes={"x.memory.json": WIDGET},
-                             trajectories={"trajectory-1.jsonl": jsonl(ROUTE)})
+    elsewhere = legacy_store(
+        tmp_path / "elsewhere", envelopes={"x.memory.json": WIDGET}, trajectories={"trajectory-1.jsonl": jsonl(ROUTE)}
+    )
     root = tmp_path / "vtcode"
     root.mkdir()
     (root / "history").symlink_to(elsewhere / "history")
@@ -260,9 +315,11 @@ def test_symlinked_legacy_directories_are_not_read(tmp_path):
 
 
 def test_sources_are_removed_only_when_asked_and_only_once_imported(tmp_path):
-    root = legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET, "bad.memory.json": b"{"},
-                        trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL),
-                                      "trajectory.jsonl": jsonl(ROUTE)})
+    root = legacy_store(
+        tmp_path,
+        envelopes={"session-foo.memory.json": WIDGET, "bad.memory.json": b"{"},
+        trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL), "trajectory.jsonl": jsonl(ROUTE)},
+    )
     (root / "history" / "session-foo_0001_20260101T000000Z.jsonl").write_bytes(b'{"_type":"metadata"}\n')
     (root / "checkpoints").mkdir()
     (root / "checkpoints" / "turn_1.json").write_bytes(b"{}")
@@ -280,7 +337,9 @@ def test_sources_are_removed_only_when_asked_and_only_once_imported(tmp_path):
     assert (root / "checkpoints" / "turn_1.json").exists()
     entries = [orjson.loads(line) for line in (root / "gc-log.jsonl").read_bytes().splitlines()]
     assert sorted((e["directory"], e["reason"]) for e in entries) == [
-        ("history/session-foo.memory.json", "legacy_imported"), ("logs/trajectory-20260101T000000Z.jsonl", "legacy_imported")]
+        ("history/session-foo.memory.json", "legacy_imported"),
+        ("logs/trajectory-20260101T000000Z.jsonl", "legacy_imported"),
+    ]
     # The imported data is still all there.
     assert [f.fact for f in memstore.query_facts(root, 10)] == ["the widget is blue"]
 
@@ -296,12 +355,18 @@ def test_remove_legacy_keeps_what_was_not_fully_imported(tmp_path):
     assert {k.path for k in report.kept} == {"logs/trajectory-a.jsonl", "history/new.memory.json"}
     report = memstore.migrate_legacy(root, remove_legacy=True)
     assert report.records_imported == 1 and sorted(report.legacy.removed) == [
-        "history/new.memory.json", "logs/trajectory-a.jsonl"]
+        "history/new.memory.json",
+        "logs/trajectory-a.jsonl",
+    ]
     assert not (root / "history").exists() and not (root / "logs").exists()
 
 
 def test_a_session_open_in_another_process_is_reported_and_left_alone(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import sys, memstore
         log = memstore.open_session(sys.argv[1], "session-foo")
         log.append({"type": "thread.started", "thread_id": "session-foo"})
@@ -309,7 +374,13 @@ def test_a_session_open_in_another_process_is_reported_and_left_alone(tmp_path):
         print("open", flush=True)
         sys.stdin.readline()
         log.close()
-    """), str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    """),
+            str(tmp_path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "open"
         legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET})
@@ -325,11 +396,18 @@ def test_a_session_open_in_another_process_is_reported_and_left_alone(tmp_path):
 
 
 def test_concurrent_migrations_import_everything_once(tmp_path):
-    legacy_store(tmp_path, envelopes={f"s{n}.memory.json": {**WIDGET, "session_id": f"s{n}"} for n in range(4)},
-                 trajectories={"trajectory-a.jsonl": jsonl(ROUTE, TOOL)})
-    script = "import sys, memstore; r = memstore.migrate_legacy(sys.argv[1]); print(r.memory_imported, r.records_imported)"
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    legacy_store(
+        tmp_path,
+        envelopes={f"s{n}.memory.json": {**WIDGET, "session_id": f"s{n}"} for n in range(4)},
+        trajectories={"trajectory-a.jsonl": jsonl(ROUTE, TOOL)},
+    )
+    script = (
+        "import sys, memstore; r = memstore.migrate_legacy(sys.argv[1]); print(r.memory_imported, r.records_imported)"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outputs = sorted(p.communicate(timeout=60)[0].split() for p in procs)
     assert all(p.returncode == 0 for p in procs)
     assert outputs == [["0", "0"], ["4", "2"]]
@@ -346,8 +424,11 @@ def test_a_missing_root_creates_nothing(tmp_path):
 
 
 def test_cli_migrate_reports_and_removes_legacy(tmp_path):
-    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET},
-                 trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL)})
+    legacy_store(
+        tmp_path,
+        envelopes={"session-foo.memory.json": WIDGET},
+        trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL)},
+    )
     runner = CliRunner()
     result = runner.invoke(cli, ["migrate", "--root", str(tmp_path)])
     assert result.exit_code == 0, result.output
@@ -361,21 +442,27 @@ def test_cli_migrate_reports_and_removes_legacy(tmp_path):
     assert result.output.strip() == "session-foo: [tool:read_file] the widget is blue"
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("session-foo.memory.json", "session-foo"),
-    ("a.b.memory.json", "a.b"),
-    ("run_0012_20260101T101010Z.memory.json", "run"),
-    ("x_1_20260101T101010Z.memory.json", "x_1_20260101T101010Z"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("session-foo.memory.json", "session-foo"),
+        ("a.b.memory.json", "a.b"),
+        ("run_0012_20260101T101010Z.memory.json", "run"),
+        ("x_1_20260101T101010Z.memory.json", "x_1_20260101T101010Z"),
+    ],
+)
 def test_envelope_session_ids(name, expected):
     assert memstore.migration.envelope_session_id(name, {}) == expected
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("trajectory.jsonl", "traj-live"),
-    ("trajectory-20260101T000000Z.jsonl", "traj-20260101T000000Z"),
-    ("other.jsonl", None),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("trajectory.jsonl", "traj-live"),
+        ("trajectory-20260101T000000Z.jsonl", "traj-20260101T000000Z"),
+        ("other.jsonl", None),
+    ],
+)
 def test_trajectory_session_ids(name, expected):
     assert memstore.migration.trajectory_session_id(name) == expected
 
@@ -384,8 +471,19 @@ def test_hostile_trajectory_lines_are_kept_without_breaking_the_log(tmp_path):
     deep = b"[" * 300 + b"]" * 300
     nested = b'{"kind":"tool","args":' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"
     future = orjson.dumps({**ROUTE, "ts": 4_102_444_800})  # 2100
-    legacy_store(tmp_path, trajectories={"trajectory-h.jsonl": b"\xff\xfe not utf-8\n" + deep + b"\n" + nested + b"\n"
-                                         + future + b"\n" + jsonl({**ROUTE, "ts": True}, {**ROUTE, "ts": float("1e30")})})
+    legacy_store(
+        tmp_path,
+        trajectories={
+            "trajectory-h.jsonl": b"\xff\xfe not utf-8\n"
+            + deep
+            + b"\n"
+            + nested
+            + b"\n"
+            + future
+            + b"\n"
+            + jsonl({**ROUTE, "ts": True}, {**ROUTE, "ts": float("1e30")})
+        },
+    )
     legacy_store(tmp_path, envelopes={"deep.memory.json": b'{"summary":' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"})
     report = memstore.migrate_legacy(tmp_path)
     assert report.records_imported == 6
@@ -446,7 +544,7 @@ def test_a_directory_migration_did_not_make_is_never_removed_by_it(tmp_path):
 def chrono_rfc3339(mtime_ns: int) -> str:
     """A time as chrono's to_rfc3339 prints it: +00:00, and 0 or 9 fractional digits here."""
     seconds, nanos = divmod(mtime_ns, 1_000_000_000)
-    base = datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    base = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{base}.{nanos:09d}+00:00" if nanos else f"{base}+00:00"
 
 
@@ -467,9 +565,18 @@ def vtcode_migrate(root, rel):
     (directory / "derived" / view).write_bytes(source.read_bytes())
     os.chmod(directory / "derived" / view, 0o600)
     stamp = chrono_rfc3339(source.stat().st_mtime_ns)
-    manifest = {"session_id": session_id, "schema_version": 1, "created_at": stamp, "updated_at": stamp,
-                "turn_count": 0, "event_count": 0, "status": "completed", "in_turn": False,
-                "persisted_file_len": 0, "retained_turn_base": 1}
+    manifest = {
+        "session_id": session_id,
+        "schema_version": 1,
+        "created_at": stamp,
+        "updated_at": stamp,
+        "turn_count": 0,
+        "event_count": 0,
+        "status": "completed",
+        "in_turn": False,
+        "persisted_file_len": 0,
+        "retained_turn_base": 1,
+    }
     (directory / "manifest.json").write_bytes(orjson.dumps(manifest))
     os.chmod(directory / "manifest.json", 0o600)
     return directory
@@ -480,12 +587,23 @@ def tree(directory):
     return {p.relative_to(directory): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-BAR = {**WIDGET, "session_id": "session-bar", "summary": "Opened the bar.",
-       "grounded_facts": [{"fact": "the bar opens at noon", "source": "tool:read_file"},
-                          {"fact": "my name is Ada", "source": "user_assertion"}]}
-BAR_LATER = {**BAR, "summary": "Closed the bar.",
-             "grounded_facts": [{"fact": "the bar opens at noon", "source": "tool:read_file"},
-                                {"fact": "the bar closes at nine", "source": "tool:grep"}]}
+BAR = {
+    **WIDGET,
+    "session_id": "session-bar",
+    "summary": "Opened the bar.",
+    "grounded_facts": [
+        {"fact": "the bar opens at noon", "source": "tool:read_file"},
+        {"fact": "my name is Ada", "source": "user_assertion"},
+    ],
+}
+BAR_LATER = {
+    **BAR,
+    "summary": "Closed the bar.",
+    "grounded_facts": [
+        {"fact": "the bar opens at noon", "source": "tool:read_file"},
+        {"fact": "the bar closes at nine", "source": "tool:grep"},
+    ],
+}
 
 
 def test_a_source_vtcode_already_migrated_is_recognised_and_not_imported_again(tmp_path):
@@ -495,21 +613,30 @@ def test_a_source_vtcode_already_migrated_is_recognised_and_not_imported_again(t
     vt_dir = vtcode_migrate(tmp_path, "history/session-bar.memory.json")
     vt_before = tree(vt_dir)
     report = memstore.migrate_legacy(tmp_path)
-    assert (report.sessions_created, report.sessions_updated, report.memory_imported, report.bytes_migrated) == (0, 0, 0, 0)
+    assert (report.sessions_created, report.sessions_updated, report.memory_imported, report.bytes_migrated) == (
+        0,
+        0,
+        0,
+        0,
+    )
     assert report.already_migrated == 1 and report.already_imported == 0 and report.skipped == []
     assert [(m.path, m.session, m.state) for m in report.migrated_by_vtcode] == [
-        ("history/session-bar.memory.json", "session-bar.memory", "already_migrated")]
+        ("history/session-bar.memory.json", "session-bar.memory", "already_migrated")
+    ]
     assert sorted(os.listdir(tmp_path / "sessions")) == ["session-bar.memory"]
     assert tree(vt_dir) == vt_before
     assert [(f.fact, f.session_id) for f in memstore.query_facts(tmp_path, 10)] == [
-        ("the bar opens at noon", "session-bar.memory"), ("my name is Ada", "session-bar.memory")]
+        ("the bar opens at noon", "session-bar.memory"),
+        ("my name is Ada", "session-bar.memory"),
+    ]
     before = snapshot(tmp_path)
     again = memstore.migrate_legacy(tmp_path)
     assert again.already_migrated == 1 and again.memory_imported == 0 and snapshot(tmp_path) == before
     data = again.to_dict()
     assert data["already_migrated"] == 1
-    assert data["migrated_by_vtcode"] == [{"path": "history/session-bar.memory.json", "session": "session-bar.memory",
-                                           "state": "already_migrated"}]
+    assert data["migrated_by_vtcode"] == [
+        {"path": "history/session-bar.memory.json", "session": "session-bar.memory", "state": "already_migrated"}
+    ]
     orjson.dumps(data)  # what --json prints
 
 
@@ -517,21 +644,32 @@ def test_every_file_vtcode_migrated_is_recognised_by_its_own_id_mapping(tmp_path
     """VT Code makes one session per file, named by the file's stem (sanitized): compaction
     artifacts and names with characters its sanitizer replaces are recognised as well."""
     artifact = "session-foo_0003_20260102T000000Z.memory.json"
-    legacy_store(tmp_path, envelopes={"session-foo.memory.json": WIDGET, artifact: {**WIDGET, "summary": "later"},
-                                      "my bar.memory.json": {**BAR, "session_id": "my bar"}})
+    legacy_store(
+        tmp_path,
+        envelopes={
+            "session-foo.memory.json": WIDGET,
+            artifact: {**WIDGET, "summary": "later"},
+            "my bar.memory.json": {**BAR, "session_id": "my bar"},
+        },
+    )
     for name in ("session-foo.memory.json", artifact, "my bar.memory.json"):
         vtcode_migrate(tmp_path, f"history/{name}")
     report = memstore.migrate_legacy(tmp_path)
     assert report.memory_imported == 0 and report.already_migrated == 3
-    assert sorted((m.path, m.session) for m in report.migrated_by_vtcode) == sorted([
-        ("history/my bar.memory.json", "my_bar.memory"),
-        (f"history/{artifact}", artifact[: -len(".json")]),
-        ("history/session-foo.memory.json", "session-foo.memory"),
-    ])
+    assert sorted((m.path, m.session) for m in report.migrated_by_vtcode) == sorted(
+        [
+            ("history/my bar.memory.json", "my_bar.memory"),
+            (f"history/{artifact}", artifact[: -len(".json")]),
+            ("history/session-foo.memory.json", "session-foo.memory"),
+        ]
+    )
     assert sorted(os.listdir(tmp_path / "sessions")) == sorted(
-        ["my_bar.memory", artifact[: -len(".json")], "session-foo.memory"])
+        ["my_bar.memory", artifact[: -len(".json")], "session-foo.memory"]
+    )
     facts = [f.fact for f in memstore.query_facts(tmp_path, 20)]
-    assert sorted(facts) == sorted(["the widget is blue", "the widget is blue", "the bar opens at noon", "my name is Ada"])
+    assert sorted(facts) == sorted(
+        ["the widget is blue", "the widget is blue", "the bar opens at noon", "my name is Ada"]
+    )
 
 
 def test_only_the_files_vtcode_migrated_are_skipped(tmp_path):
@@ -560,11 +698,17 @@ def test_a_source_changed_after_vtcode_migrated_it_goes_into_vtcodes_session(tmp
     assert (report.memory_imported, report.sessions_created, report.sessions_updated) == (1, 0, 1)
     assert report.already_migrated == 0 and report.skipped == []
     assert [(m.path, m.session, m.state) for m in report.migrated_by_vtcode] == [
-        ("history/session-bar.memory.json", "session-bar.memory", "changed_since")]
+        ("history/session-bar.memory.json", "session-bar.memory", "changed_since")
+    ]
     assert sorted(os.listdir(tmp_path / "sessions")) == ["session-bar.memory"]
     with memstore.read_session(tmp_path, "session-bar.memory") as reader:
         records = list(reader.iter_records())
-    assert [r.event["type"] for r in records] == ["thread.started", "memory.envelope", "memory.envelope", "thread.completed"]
+    assert [r.event["type"] for r in records] == [
+        "thread.started",
+        "memory.envelope",
+        "memory.envelope",
+        "thread.completed",
+    ]
     adopted, imported = records[1].event, records[2].event
     assert adopted["envelope"] == BAR and imported["envelope"] == BAR_LATER
     assert adopted["source"]["sha256"] == hashlib.sha256(old_copy).hexdigest()
@@ -573,7 +717,9 @@ def test_a_source_changed_after_vtcode_migrated_it_goes_into_vtcodes_session(tmp
     assert imported["source"]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
     assert records[1].ts.startswith("2026-01-01") and records[2].ts.startswith("2026-01-02")
     assert [(f.fact, f.session_id) for f in memstore.query_facts(tmp_path, 10)] == [
-        ("the bar opens at noon", "session-bar.memory"), ("the bar closes at nine", "session-bar.memory")]
+        ("the bar opens at noon", "session-bar.memory"),
+        ("the bar closes at nine", "session-bar.memory"),
+    ]
     before = snapshot(tmp_path)
     again = memstore.migrate_legacy(tmp_path)
     assert (again.memory_imported, again.already_imported) == (1 - 1, 1) and snapshot(tmp_path) == before
@@ -606,7 +752,8 @@ def test_migrating_again_after_vtcode_migrated_in_between(tmp_path):
     report = memstore.migrate_legacy(tmp_path)
     assert (report.memory_imported, report.already_imported, report.already_migrated) == (0, 1, 0)
     assert [(m.path, m.session, m.state) for m in report.migrated_by_vtcode] == [
-        ("history/session-bar.memory.json", "session-bar.memory", "also_imported")]
+        ("history/session-bar.memory.json", "session-bar.memory", "also_imported")
+    ]
     assert snapshot(tmp_path) == before
     legacy_store(tmp_path, envelopes={"session-bar.memory.json": BAR_LATER})
     report = memstore.migrate_legacy(tmp_path)
@@ -707,8 +854,10 @@ def test_a_vtcode_session_that_holds_another_files_copy_is_not_taken_for_this_on
     """VT Code's sanitizer maps `a b.memory.json` and `a_b.memory.json` to one directory; its
     manifest names the file it copied last. The other file is not a changed version of that
     one: it goes into memstore's own session, and VT Code's session is not touched."""
-    legacy_store(tmp_path, envelopes={"a_b.memory.json": {**BAR, "session_id": "a_b"},
-                                      "a b.memory.json": {**WIDGET, "session_id": "a b"}})
+    legacy_store(
+        tmp_path,
+        envelopes={"a_b.memory.json": {**BAR, "session_id": "a_b"}, "a b.memory.json": {**WIDGET, "session_id": "a b"}},
+    )
     vtcode_migrate(tmp_path, "history/a_b.memory.json")
     vt_dir = vtcode_migrate(tmp_path, "history/a b.memory.json")  # overwrites the same directory
     vt_before = tree(vt_dir)
@@ -717,7 +866,8 @@ def test_a_vtcode_session_that_holds_another_files_copy_is_not_taken_for_this_on
     assert (report.memory_imported, report.sessions_created) == (1, 1)
     assert tree(vt_dir) == vt_before
     assert [e["envelope"] for e in events_of(tmp_path, "a_b") if e["type"] == "memory.envelope"] == [
-        {**BAR, "session_id": "a_b"}]
+        {**BAR, "session_id": "a_b"}
+    ]
 
 
 def test_a_symlinked_copy_in_vtcodes_session_is_not_taken_for_vtcodes_copy(tmp_path):
@@ -738,8 +888,13 @@ def test_a_symlinked_copy_in_vtcodes_session_is_not_taken_for_vtcodes_copy(tmp_p
 
 
 def test_trajectory_logs_vtcode_already_migrated_are_not_imported_again(tmp_path):
-    legacy_store(tmp_path, trajectories={"trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL),
-                                         "trajectory.jsonl": jsonl({**ROUTE, "turn": 7})})
+    legacy_store(
+        tmp_path,
+        trajectories={
+            "trajectory-20260101T000000Z.jsonl": jsonl(ROUTE, TOOL),
+            "trajectory.jsonl": jsonl({**ROUTE, "turn": 7}),
+        },
+    )
     rotated = vtcode_migrate(tmp_path, "logs/trajectory-20260101T000000Z.jsonl")
     live = vtcode_migrate(tmp_path, "logs/trajectory.jsonl")
     before = snapshot(tmp_path)
@@ -748,11 +903,14 @@ def test_trajectory_logs_vtcode_already_migrated_are_not_imported_again(tmp_path
     assert report.already_migrated == 2
     assert sorted((m.path, m.session, m.state) for m in report.migrated_by_vtcode) == [
         ("logs/trajectory-20260101T000000Z.jsonl", "traj-20260101T000000Z", "already_migrated"),
-        ("logs/trajectory.jsonl", "traj-trajectory", "already_migrated")]
+        ("logs/trajectory.jsonl", "traj-trajectory", "already_migrated"),
+    ]
     assert snapshot(tmp_path) == before  # nothing written: no traj-live beside traj-trajectory
     assert sorted(os.listdir(tmp_path / "sessions")) == sorted([rotated.name, live.name])
     kept = {k.path: k.reason for k in memstore.gc_legacy(tmp_path).kept}
-    assert "which holds it only as derived/trajectory.jsonl, in no log" in kept["logs/trajectory-20260101T000000Z.jsonl"]
+    assert (
+        "which holds it only as derived/trajectory.jsonl, in no log" in kept["logs/trajectory-20260101T000000Z.jsonl"]
+    )
 
 
 def test_the_live_log_grown_since_vtcode_migrated_it_imports_only_the_lines_past_vtcodes_copy(tmp_path):
@@ -767,7 +925,8 @@ def test_the_live_log_grown_since_vtcode_migrated_it_imports_only_the_lines_past
     report = memstore.migrate_legacy(tmp_path)
     assert (report.records_imported, report.sessions_created) == (2, 1)
     assert [(m.path, m.session, m.state) for m in report.migrated_by_vtcode] == [
-        ("logs/trajectory.jsonl", "traj-trajectory", "changed_since")]
+        ("logs/trajectory.jsonl", "traj-trajectory", "changed_since")
+    ]
     turns = [e["record"]["turn"] for e in events_of(tmp_path, "traj-live") if e["type"] == "trajectory.record"]
     assert turns == [4, 5]
     assert tree(live_copy) == live_before
@@ -777,12 +936,16 @@ def test_the_live_log_grown_since_vtcode_migrated_it_imports_only_the_lines_past
         fh.write(jsonl({**ROUTE, "turn": 6, "ts": 1767225606}))
     report = memstore.migrate_legacy(tmp_path)
     assert report.records_imported == 1
-    turns = [e["record"]["turn"] for e in events_of(tmp_path, "traj-20260102T000000Z") if e["type"] == "trajectory.record"]
+    turns = [
+        e["record"]["turn"] for e in events_of(tmp_path, "traj-20260102T000000Z") if e["type"] == "trajectory.record"
+    ]
     assert turns == [6]
     # Lines 1-3 of the rotated log are in VT Code's copy only, which has no log: it is kept.
     kept = {k.path: k.reason for k in memstore.gc_legacy(tmp_path).kept}
-    assert "lines 1-3 are held only by VT Code's copy in session 'traj-trajectory'" in \
-        kept["logs/trajectory-20260102T000000Z.jsonl"]
+    assert (
+        "lines 1-3 are held only by VT Code's copy in session 'traj-trajectory'"
+        in kept["logs/trajectory-20260102T000000Z.jsonl"]
+    )
     assert memstore.migrate_legacy(tmp_path).records_imported == 0
 
 

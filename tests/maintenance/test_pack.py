@@ -6,6 +6,7 @@ import tracemalloc
 
 import orjson
 import pytest
+from support import write_session_files
 
 import memstore.pack as pack_mod
 from memstore import (
@@ -18,7 +19,6 @@ from memstore import (
     verify_audit_pack,
     write_audit_pack,
 )
-from support import write_session_files
 
 EVENTS = (
     b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n'
@@ -158,8 +158,16 @@ def test_inventory_is_deterministic_and_sorted(tmp_path):
     assert paths == sorted(paths)
     assert first.entries == second.entries
     assert paths == [
-        "Z.txt", "a.txt", "a/b/c.txt", "b.txt", "derived/aa.json", "derived/memory.json", "derived/zz.json",
-        "events.jsonl", "index/turns.json", "manifest.json",
+        "Z.txt",
+        "a.txt",
+        "a/b/c.txt",
+        "b.txt",
+        "derived/aa.json",
+        "derived/memory.json",
+        "derived/zz.json",
+        "events.jsonl",
+        "index/turns.json",
+        "manifest.json",
     ]
     by_path = {e.path: e for e in first.entries}
     assert by_path["events.jsonl"].bytes == len(EVENTS)
@@ -210,7 +218,15 @@ def test_pack_copies_manifest_summary_and_is_pretty_json(tmp_path):
     text = path.read_text()
     assert text.startswith('{\n  "schema_version": 1,\n  "session_id": "s1",\n  "generated_at": ')
     data = orjson.loads(text)
-    assert list(data) == ["schema_version", "session_id", "generated_at", "status", "turn_count", "event_count", "entries"]
+    assert list(data) == [
+        "schema_version",
+        "session_id",
+        "generated_at",
+        "status",
+        "turn_count",
+        "event_count",
+        "entries",
+    ]
     assert list(data["entries"][0]) == ["path", "bytes", "sha256"]
 
 

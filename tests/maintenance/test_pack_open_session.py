@@ -20,13 +20,13 @@ import textwrap
 import orjson
 import pytest
 from click.testing import CliRunner
+from support import wait_until_derived
 
 import memstore
 import memstore.session.deriver
-from memstore.session.tuning import TUNING
 from memstore import InvalidPack, create_audit_pack, read_audit_pack, verify_audit_pack, write_audit_pack
 from memstore.cli import cli
-from support import wait_until_derived
+from memstore.session.tuning import TUNING
 
 SID = "run-20260812T093610Z"
 
@@ -55,13 +55,36 @@ def turn_events(n: int) -> list[dict]:
         {"type": "turn.started"},
         {"type": "item.completed", "item": {"id": f"msg_{n}", "type": "user_message", "text": sentence(n, 2)}},
         {"type": "item.completed", "item": {"id": f"reason_{n}", "type": "reasoning", "text": sentence(n + 1, 3)}},
-        {"type": "item.completed", "item": {"id": f"cmd_{n}", "type": "command_execution", "command": "cargo test -p config",
-                                            "aggregated_output": output, "exit_code": 0, "status": "completed"}},
-        {"type": "item.completed", "item": {"id": f"fc_{n}", "type": "file_change", "status": "completed",
-                                            "changes": [{"path": "crates/core/src/config.rs", "kind": "update"}]}},
+        {
+            "type": "item.completed",
+            "item": {
+                "id": f"cmd_{n}",
+                "type": "command_execution",
+                "command": "cargo test -p config",
+                "aggregated_output": output,
+                "exit_code": 0,
+                "status": "completed",
+            },
+        },
+        {
+            "type": "item.completed",
+            "item": {
+                "id": f"fc_{n}",
+                "type": "file_change",
+                "status": "completed",
+                "changes": [{"path": "crates/core/src/config.rs", "kind": "update"}],
+            },
+        },
         {"type": "item.completed", "item": {"id": f"ans_{n}", "type": "agent_message", "text": sentence(n + 2, 2)}},
-        {"type": "turn.completed", "usage": {"input_tokens": 1200 + n, "cached_input_tokens": 800,
-                                             "cache_creation_tokens": 0, "output_tokens": 150}},
+        {
+            "type": "turn.completed",
+            "usage": {
+                "input_tokens": 1200 + n,
+                "cached_input_tokens": 800,
+                "cache_creation_tokens": 0,
+                "output_tokens": 150,
+            },
+        },
     ]
 
 
@@ -177,8 +200,12 @@ HOLDER = textwrap.dedent("""
 
 
 def test_a_pack_of_a_session_held_by_another_process_verifies_until_an_event_is_appended(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), SID, os.path.dirname(__file__)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path), SID, os.path.dirname(__file__)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         last_seq = int(holder.stdout.readline())
         assert memstore.is_live(session_dir(tmp_path))
@@ -208,8 +235,12 @@ def test_a_pack_of_a_session_held_by_another_process_verifies_until_an_event_is_
 
 
 def test_an_event_appended_while_the_session_is_held_elsewhere_fails_verification(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), SID, os.path.dirname(__file__)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path), SID, os.path.dirname(__file__)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         holder.stdout.readline()
         pack = create_audit_pack(tmp_path, SID)
@@ -240,12 +271,14 @@ def test_a_wal_left_without_its_shm_is_read_from_a_private_copy(tmp_path):
     """A writer killed before it closed leaves session.db-wal (with rows session.db lacks);
     without its -shm a read-only open would create one and an immutable one would ignore the
     WAL: the pack reads a copy, and the session is left as it was."""
-    code = ("import os, sys, memstore\n"
-            "sys.path[:0] = [sys.argv[3], os.path.dirname(sys.argv[3])]\n"
-            "from test_pack_open_session import write_turns\n"
-            "log = memstore.open_session(sys.argv[1], sys.argv[2])\n"
-            "write_turns(log, 4)\n"
-            "os._exit(0)\n")
+    code = (
+        "import os, sys, memstore\n"
+        "sys.path[:0] = [sys.argv[3], os.path.dirname(sys.argv[3])]\n"
+        "from test_pack_open_session import write_turns\n"
+        "log = memstore.open_session(sys.argv[1], sys.argv[2])\n"
+        "write_turns(log, 4)\n"
+        "os._exit(0)\n"
+    )
     subprocess.run([sys.executable, "-c", code, str(tmp_path), SID, os.path.dirname(__file__)], check=True, timeout=60)
     (session_dir(tmp_path) / "index" / "session.db-shm").unlink()
     assert (session_dir(tmp_path) / "index" / "session.db-wal").stat().st_size > 0
@@ -346,8 +379,16 @@ def test_an_index_that_cannot_be_read_as_sqlite_is_packed_by_its_bytes(tmp_path,
 def test_the_pack_json_keeps_vtcode_shape_and_adds_databases_last(tmp_path, closed_session):
     _, path = write_audit_pack(tmp_path, SID)
     data = orjson.loads(path.read_bytes())
-    assert list(data) == ["schema_version", "session_id", "generated_at", "status", "turn_count", "event_count",
-                          "entries", "databases"]
+    assert list(data) == [
+        "schema_version",
+        "session_id",
+        "generated_at",
+        "status",
+        "turn_count",
+        "event_count",
+        "entries",
+        "databases",
+    ]
     assert data["schema_version"] == 1
     [database] = data["databases"]
     assert list(database) == ["path", "digest", "sha256", "tables"]
@@ -366,8 +407,9 @@ def test_a_pack_made_before_lists_the_index_by_bytes_and_still_verifies_so(tmp_p
     pack = create_audit_pack(tmp_path, SID)
     data = pack.to_dict()
     del data["databases"]
-    data["entries"].append({"path": "index/session.db", "bytes": db.stat().st_size,
-                            "sha256": hashlib.sha256(db.read_bytes()).hexdigest()})
+    data["entries"].append(
+        {"path": "index/session.db", "bytes": db.stat().st_size, "sha256": hashlib.sha256(db.read_bytes()).hexdigest()}
+    )
     data["entries"].sort(key=lambda e: e["path"])
     old = tmp_path / "old-pack.json"
     old.write_bytes(orjson.dumps(data))
@@ -380,14 +422,17 @@ def test_a_pack_made_before_lists_the_index_by_bytes_and_still_verifies_so(tmp_p
     assert verify_audit_pack(tmp_path, SID, pack).verified  # a new pack does not
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d["databases"][0].update(digest="sqlite-pages-v9"), "unsupported digest"),
-    (lambda d: d["databases"][0].update(path="../outside.db"), "database path '../outside.db'"),
-    (lambda d: d["databases"][0].update(path="events.jsonl"), "listed twice"),
-    (lambda d: d["databases"][0]["tables"][0].update(rows=-1), "'rows' must be"),
-    (lambda d: d["databases"][0]["tables"][1].update(through_seq="7"), "'through_seq' must be"),
-    (lambda d: d.update(databases={}), "'databases' must be a list"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d["databases"][0].update(digest="sqlite-pages-v9"), "unsupported digest"),
+        (lambda d: d["databases"][0].update(path="../outside.db"), "database path '../outside.db'"),
+        (lambda d: d["databases"][0].update(path="events.jsonl"), "listed twice"),
+        (lambda d: d["databases"][0]["tables"][0].update(rows=-1), "'rows' must be"),
+        (lambda d: d["databases"][0]["tables"][1].update(through_seq="7"), "'through_seq' must be"),
+        (lambda d: d.update(databases={}), "'databases' must be a list"),
+    ],
+)
 def test_malformed_database_entries_are_invalid_packs(tmp_path, closed_session, change, message):
     data = create_audit_pack(tmp_path, SID).to_dict()
     change(data)
@@ -441,10 +486,22 @@ def test_a_pack_of_a_session_without_an_index_is_vtcodes_format(tmp_path):
     (directory / "index").mkdir(parents=True)
     (directory / "events.jsonl").write_bytes(b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n')
     (directory / "index" / "turns.json").write_bytes(b'{"entries":[]}')
-    (directory / "manifest.json").write_bytes(orjson.dumps({
-        "session_id": SID, "schema_version": 1, "created_at": "2026-09-01T10:00:00+00:00",
-        "updated_at": "2026-09-01T10:00:00+00:00", "turn_count": 0, "event_count": 1, "status": "active",
-        "in_turn": True, "persisted_file_len": 60, "retained_turn_base": 1}))
+    (directory / "manifest.json").write_bytes(
+        orjson.dumps(
+            {
+                "session_id": SID,
+                "schema_version": 1,
+                "created_at": "2026-09-01T10:00:00+00:00",
+                "updated_at": "2026-09-01T10:00:00+00:00",
+                "turn_count": 0,
+                "event_count": 1,
+                "status": "active",
+                "in_turn": True,
+                "persisted_file_len": 60,
+                "retained_turn_base": 1,
+            }
+        )
+    )
     _, path = write_audit_pack(tmp_path, SID)
     data = orjson.loads(path.read_bytes())
     assert "databases" not in data

@@ -10,6 +10,7 @@ import signal
 import orjson
 import pytest
 from click.testing import CliRunner
+from support import write_session_files
 
 from memstore import (
     StoreIOError,
@@ -21,7 +22,6 @@ from memstore import (
     write_audit_pack,
 )
 from memstore.cli import cli
-from support import write_session_files
 
 
 def make_session(root, session_id="s1"):

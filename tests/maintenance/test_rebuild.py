@@ -11,12 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import support
+from support import writer_env
+
 import memstore
 import memstore.maintenance
 from memstore.session.index import readonly_uri
 from memstore.session.tuning import TUNING
-import support
-from support import writer_env
 
 TABLES = {
     "events": "SELECT * FROM events ORDER BY seq",
@@ -36,16 +37,42 @@ def write_session(root: Path, sid: str = "s", turns: int = 6) -> Path:
         log.append({"type": "thread.started", "thread_id": sid})
         for n in range(turns):
             log.append({"type": "turn.started"})
-            log.append({"type": "item.completed", "item": {"id": f"r{n}", "type": "reasoning",
-                                                           "text": f"reasoning about step {n} " * 8}})
-            log.append({"type": "item.completed", "item": {
-                "id": f"c{n}", "type": "command_execution", "command": "pytest -q", "status": "completed",
-                "exit_code": n % 2, "aggregated_output": "".join(f"line {i} of pytest output\n" for i in range(200))}})
-            log.append({"type": "item.completed", "item": {
-                "id": f"f{n}", "type": "file_change", "status": "completed",
-                "changes": [{"path": f"src/mod{n}.py", "kind": "update"}]}})
-            log.append({"type": "item.completed", "item": {"id": f"m{n}", "type": "agent_message",
-                                                           "text": f"edited src/mod{n}.py"}})
+            log.append(
+                {
+                    "type": "item.completed",
+                    "item": {"id": f"r{n}", "type": "reasoning", "text": f"reasoning about step {n} " * 8},
+                }
+            )
+            log.append(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": f"c{n}",
+                        "type": "command_execution",
+                        "command": "pytest -q",
+                        "status": "completed",
+                        "exit_code": n % 2,
+                        "aggregated_output": "".join(f"line {i} of pytest output\n" for i in range(200)),
+                    },
+                }
+            )
+            log.append(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": f"f{n}",
+                        "type": "file_change",
+                        "status": "completed",
+                        "changes": [{"path": f"src/mod{n}.py", "kind": "update"}],
+                    },
+                }
+            )
+            log.append(
+                {
+                    "type": "item.completed",
+                    "item": {"id": f"m{n}", "type": "agent_message", "text": f"edited src/mod{n}.py"},
+                }
+            )
             if n == 3:
                 log.append({"type": "turn.failed", "message": "interrupted"})
             else:
@@ -90,7 +117,9 @@ def test_an_index_rebuilt_in_memory_is_usable_by_writers_and_readers(tmp_path):
     memstore.rebuild(tmp_path, "s")
     with memstore.open_session(tmp_path, "s") as log:
         log.append({"type": "turn.started"})
-        log.append({"type": "item.completed", "item": {"id": "late", "type": "agent_message", "text": "after the rebuild"}})
+        log.append(
+            {"type": "item.completed", "item": {"id": "late", "type": "agent_message", "text": "after the rebuild"}}
+        )
         log.append({"type": "turn.completed", "usage": {}})
         assert log.turn_count == 3
     with memstore.read_session(tmp_path, "s") as reader:
@@ -108,7 +137,12 @@ def test_fts_rows_added_in_one_statement_stay_consistent_through_evictions(tmp_p
     with memstore.open_session(tmp_path, "s", max_events=12) as log:
         for n in range(4):
             log.append({"type": "turn.started"})
-            log.append({"type": "item.completed", "item": {"id": f"x{n}", "type": "agent_message", "text": f"pytest again {n}"}})
+            log.append(
+                {
+                    "type": "item.completed",
+                    "item": {"id": f"x{n}", "type": "agent_message", "text": f"pytest again {n}"},
+                }
+            )
             log.append({"type": "turn.completed", "usage": {}})
             support.wait_until_derived(directory, log.manifest.next_seq - 1)
         assert log.manifest.retained_turn_base > 1, "no cap rewrite happened: nothing was tested"
@@ -140,8 +174,12 @@ memstore.rebuild(sys.argv[1], sys.argv[2])
 def test_a_rebuild_killed_before_its_rename_leaves_the_old_index_and_its_temp_file_goes(tmp_path):
     directory = write_session(tmp_path, turns=2)
     before = dump(directory)
-    proc = subprocess.run([sys.executable, "-c", KILLED_BEFORE_THE_RENAME, str(tmp_path), "s"],
-                          capture_output=True, timeout=60, env=writer_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_BEFORE_THE_RENAME, str(tmp_path), "s"],
+        capture_output=True,
+        timeout=60,
+        env=writer_env(),
+    )
     assert proc.returncode == -signal.SIGKILL, f"the rebuild was not killed at its rename: {proc.stderr.decode()}"
     index_dir = directory / "index"
     assert [p.name for p in index_dir.glob(".session.db.tmp-*")], "the kill left no temp index: nothing was tested"
@@ -167,8 +205,12 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def test_a_rebuild_never_lets_a_dead_writers_wal_into_the_new_index(tmp_path, monkeypatch):
     directory = write_session(tmp_path, turns=2)
-    proc = subprocess.run([sys.executable, "-c", KILLED_WITH_ITS_INDEX_OPEN, str(tmp_path), "s"],
-                          capture_output=True, timeout=60, env=writer_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WITH_ITS_INDEX_OPEN, str(tmp_path), "s"],
+        capture_output=True,
+        timeout=60,
+        env=writer_env(),
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     wal = directory / "index" / "session.db-wal"
     assert wal.exists() and wal.stat().st_size > 0, "the killed writer left no WAL: nothing was tested"
@@ -188,7 +230,9 @@ def small_store(root: Path, n: int) -> list[str]:
     for sid in ids:
         with memstore.open_session(root, sid, max_events=0) as log:
             log.append({"type": "turn.started"})
-            log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": f"hello from {sid}"}})
+            log.append(
+                {"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": f"hello from {sid}"}}
+            )
             log.append({"type": "turn.completed", "usage": {"input_tokens": len(sid)}})
     return ids
 
@@ -200,7 +244,9 @@ def test_worker_processes_rebuild_every_session_as_this_process_does(tmp_path, m
     held = memstore.open_session(tmp_path, ids[5])  # rebuilt here, under its lock
     rebuilt_here = []
     real = memstore.maintenance._rebuild_session
-    monkeypatch.setattr(memstore.maintenance, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid))
+    monkeypatch.setattr(
+        memstore.maintenance, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid)
+    )
     try:
         held.append({"type": "turn.started"})
         manifests = memstore.rebuild(tmp_path, jobs=2)
@@ -232,8 +278,12 @@ def test_a_session_failing_in_a_worker_is_reported_with_its_error_and_the_rest_r
     from memstore.cli import cli
 
     ids = small_store(tmp_path, 40)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), ids[17]], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, env=writer_env())
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path), ids[17]],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=writer_env(),
+    )
     try:
         assert holder.stdout.readline() == b"open\n"
         result = CliRunner().invoke(cli, ["rebuild", "--all", "--jobs", "2", "--json", "--root", str(tmp_path)])
@@ -267,8 +317,9 @@ os.kill(os.getpid(), signal.SIGKILL)
 def lost_suffix_without_manifest(root: Path) -> Path:
     """A session whose old index (with a dead writer's side files) counted seqs 1-10, whose log
     lost its last 3 records and whose manifest.json is gone, as a power cut can leave it."""
-    proc = subprocess.run([sys.executable, "-c", KILLED_AFTER_TEN_SEQS, str(root)], capture_output=True,
-                          timeout=60, env=writer_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_TEN_SEQS, str(root)], capture_output=True, timeout=60, env=writer_env()
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     directory = memstore.session_directory(root, "s")
     lines = (directory / "events.jsonl").read_bytes().splitlines(keepends=True)
@@ -280,8 +331,12 @@ def lost_suffix_without_manifest(root: Path) -> Path:
 def test_a_rebuild_killed_between_removing_the_old_index_and_its_rename_hands_out_no_seq_again(tmp_path):
     directory = lost_suffix_without_manifest(tmp_path)
     assert (directory / "index" / "session.db-wal").exists()
-    proc = subprocess.run([sys.executable, "-c", KILLED_BEFORE_THE_RENAME, str(tmp_path), "s"],
-                          capture_output=True, timeout=60, env=writer_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_BEFORE_THE_RENAME, str(tmp_path), "s"],
+        capture_output=True,
+        timeout=60,
+        env=writer_env(),
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     assert not (directory / "index" / "session.db").exists(), "the old index was not removed: nothing was tested"
     with memstore.open_session(tmp_path, "s", max_events=0) as log:
@@ -299,7 +354,9 @@ def test_an_old_index_with_a_wal_but_no_shm_still_tells_the_rebuild_its_seqs(tmp
 def test_a_hot_rollback_journal_beside_the_old_index_never_reaches_the_new_one(tmp_path):
     with memstore.open_session(tmp_path, "s", max_events=0) as log:
         for n in range(300):
-            log.append({"type": "item.completed", "item": {"id": str(n), "type": "agent_message", "text": f"word{n} " * 40}})
+            log.append(
+                {"type": "item.completed", "item": {"id": str(n), "type": "agent_message", "text": f"word{n} " * 40}}
+            )
     db = memstore.session_directory(tmp_path, "s") / "index" / "session.db"
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA journal_mode=DELETE")
@@ -309,7 +366,8 @@ def test_a_hot_rollback_journal_beside_the_old_index_never_reaches_the_new_one(t
         f"c = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
         "c.execute('PRAGMA cache_size=1'); c.execute('BEGIN'); c.execute('DELETE FROM chunks')\n"
         "c.execute('UPDATE events SET ts = NULL')\n"
-        "os.kill(os.getpid(), signal.SIGKILL)\n")
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     subprocess.run([sys.executable, "-c", killed_mid_transaction], check=False, timeout=60)
     assert (db.parent / "session.db-journal").exists(), "no hot journal was left: nothing was tested"
     memstore.rebuild(tmp_path, "s")
@@ -324,10 +382,16 @@ def test_a_failing_lazy_derived_table_does_not_fail_a_rebuild(tmp_path, caplog):
     with memstore.open_session(tmp_path, "s", max_events=0) as log:
         log.append({"type": "turn.started"})
         log.append({"type": "turn.completed", "usage": {}})
-    register_derived_table(DerivedTable(
-        "broken", MigrationSet("test.broken", (("broken", lambda db: db["broken"].create({"seq": int})),)),
-        lambda conn, records: conn.execute("INSERT INTO no_such_table VALUES (1)"),
-        lambda conn, first_kept_seq: None, lambda conn: None, lazy=True))
+    register_derived_table(
+        DerivedTable(
+            "broken",
+            MigrationSet("test.broken", (("broken", lambda db: db["broken"].create({"seq": int})),)),
+            lambda conn, records: conn.execute("INSERT INTO no_such_table VALUES (1)"),
+            lambda conn, first_kept_seq: None,
+            lambda conn: None,
+            lazy=True,
+        )
+    )
     try:
         manifest = memstore.rebuild(tmp_path, "s")
     finally:
@@ -350,21 +414,36 @@ def test_derived_tables_registered_here_keep_the_rebuild_in_this_process(tmp_pat
     from memstore.session.index import DerivedTable, MigrationSet, register_derived_table, unregister_derived_table
 
     ids = small_store(tmp_path, 40)
-    register_derived_table(DerivedTable(
-        "kinds", MigrationSet("test.kinds", (("kinds", lambda db: db["kinds"].create({"seq": int, "type": str})),)),
-        lambda conn, records: conn.executemany("INSERT INTO kinds VALUES (?, ?)", [(r.seq, r.event["type"]) for r in records]),
-        lambda conn, first_kept_seq: None, lambda conn: conn.execute("DELETE FROM kinds"), lazy=True))
+    register_derived_table(
+        DerivedTable(
+            "kinds",
+            MigrationSet("test.kinds", (("kinds", lambda db: db["kinds"].create({"seq": int, "type": str})),)),
+            lambda conn, records: conn.executemany(
+                "INSERT INTO kinds VALUES (?, ?)", [(r.seq, r.event["type"]) for r in records]
+            ),
+            lambda conn, first_kept_seq: None,
+            lambda conn: conn.execute("DELETE FROM kinds"),
+            lazy=True,
+        )
+    )
     rebuilt_here = []
     real = memstore.maintenance._rebuild_session
-    monkeypatch.setattr(memstore.maintenance, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid))
+    monkeypatch.setattr(
+        memstore.maintenance, "_rebuild_session", lambda root, sid: rebuilt_here.append(sid) or real(root, sid)
+    )
     try:
         memstore.rebuild(tmp_path, jobs=2)
     finally:
         unregister_derived_table("kinds")
     assert rebuilt_here == ids
-    conn = sqlite3.connect(readonly_uri(memstore.session_directory(tmp_path, ids[0]) / "index" / "session.db"), uri=True)
+    conn = sqlite3.connect(
+        readonly_uri(memstore.session_directory(tmp_path, ids[0]) / "index" / "session.db"), uri=True
+    )
     try:
         assert conn.execute("SELECT type FROM kinds ORDER BY seq").fetchall() == [
-            ("turn.started",), ("item.completed",), ("turn.completed",)]
+            ("turn.started",),
+            ("item.completed",),
+            ("turn.completed",),
+        ]
     finally:
         conn.close()

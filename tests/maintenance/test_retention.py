@@ -30,8 +30,15 @@ def thread_started(sid):
 
 
 def thread_completed(sid, num_turns=1, subtype="success", outcome="completed"):
-    return {"type": "thread.completed", "thread_id": sid, "session_id": sid, "subtype": subtype,
-            "outcome_code": outcome, "usage": {}, "num_turns": num_turns}
+    return {
+        "type": "thread.completed",
+        "thread_id": sid,
+        "session_id": sid,
+        "subtype": subtype,
+        "outcome_code": outcome,
+        "usage": {},
+        "num_turns": num_turns,
+    }
 
 
 TURN = [{"type": "turn.started"}, {"type": "turn.completed", "usage": {"input_tokens": 1}}]
@@ -119,7 +126,10 @@ def test_retention_removes_oldest_sessions(tmp_path):
     report = memstore.apply_retention(tmp_path, RetentionPolicy(4, 30), apply=True)
     assert report.count == 3
     assert [(r.directory, r.reason) for r in report.removed] == [
-        ("old-0", "count_cap"), ("old-1", "age_cap"), ("old-2", "age_cap")]
+        ("old-0", "count_cap"),
+        ("old-1", "age_cap"),
+        ("old-2", "age_cap"),
+    ]
     assert sorted(p.name for p in (tmp_path / "sessions").iterdir()) == ["new-0", "new-1"]
 
 
@@ -224,7 +234,9 @@ def test_retention_skips_symlink_session_entries(tmp_path):
     report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
     assert [r.directory for r in report.removed] == ["target"] and not target.exists()
     assert link.is_symlink()  # left as it is: not followed, not deleted
-    assert ("link", "a symlink; retention never follows or removes one") in [(s.directory, s.reason) for s in report.skipped]
+    assert ("link", "a symlink; retention never follows or removes one") in [
+        (s.directory, s.reason) for s in report.skipped
+    ]
 
 
 def test_retention_skips_symlink_sessions_root(tmp_path):
@@ -304,15 +316,23 @@ def test_an_unparseable_time_is_never_aged_out_and_sorts_newest(tmp_path):
     old = sample_session(tmp_path, "old", ts=OLD)
     report = memstore.apply_retention(tmp_path, RetentionPolicy(1, 30), apply=True)
     assert [(r.directory, r.reason) for r in report.removed] == [("old", "count_cap")]
-    assert not old.exists() and odd.is_dir() and memstore.apply_retention(tmp_path, RetentionPolicy(50, 0), apply=True).count == 0
+    assert (
+        not old.exists()
+        and odd.is_dir()
+        and memstore.apply_retention(tmp_path, RetentionPolicy(50, 0), apply=True).count == 0
+    )
 
 
 def test_a_log_ahead_of_its_manifest_is_judged_by_the_log(tmp_path):
     directory = sample_session(tmp_path, "crashed", ts=OLD, complete=False)
     manifest_before = (directory / "manifest.json").read_bytes()
     # A writer appended (and was killed) after the manifest was last published.
-    line = orjson.dumps({"schema_version": "0.18.0", "seq": 99, "ts": memstore.events.utc_now(),
-                         "event": {"type": "note"}}) + b"\n"
+    line = (
+        orjson.dumps(
+            {"schema_version": "0.18.0", "seq": 99, "ts": memstore.events.utc_now(), "event": {"type": "note"}}
+        )
+        + b"\n"
+    )
     with open(directory / "events.jsonl", "ab") as fh:
         fh.write(line)
     report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
@@ -328,10 +348,22 @@ def test_imported_content_is_not_an_empty_shell(tmp_path):
     # A VT Code store its own migration wrote: a manifest and derived/memory.json, no log.
     vtcode = tmp_path / "sessions" / "session-foo.memory"
     (vtcode / "derived").mkdir(parents=True)
-    (vtcode / "manifest.json").write_bytes(orjson.dumps({
-        "session_id": "session-foo.memory", "schema_version": 1, "created_at": OLD, "updated_at": memstore.events.utc_now(),
-        "turn_count": 0, "event_count": 0, "status": "completed"}))
-    (vtcode / "derived" / "memory.json").write_bytes(b'{"summary":"x","grounded_facts":[{"fact":"f"}],"touched_files":[]}')
+    (vtcode / "manifest.json").write_bytes(
+        orjson.dumps(
+            {
+                "session_id": "session-foo.memory",
+                "schema_version": 1,
+                "created_at": OLD,
+                "updated_at": memstore.events.utc_now(),
+                "turn_count": 0,
+                "event_count": 0,
+                "status": "completed",
+            }
+        )
+    )
+    (vtcode / "derived" / "memory.json").write_bytes(
+        b'{"summary":"x","grounded_facts":[{"fact":"f"}],"touched_files":[]}'
+    )
     bare = tmp_path / "sessions" / "bare"
     bare.mkdir()
     (bare / "manifest.json").write_bytes((vtcode / "manifest.json").read_bytes())
@@ -339,7 +371,10 @@ def test_imported_content_is_not_an_empty_shell(tmp_path):
     shell = empty_shell(tmp_path, "shell")
     memstore.write_session_memory_view(tmp_path, "shell")
     report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), apply=True)
-    assert sorted((r.directory, r.reason) for r in report.removed) == [("bare", "empty_shell"), ("shell", "empty_shell")]
+    assert sorted((r.directory, r.reason) for r in report.removed) == [
+        ("bare", "empty_shell"),
+        ("shell", "empty_shell"),
+    ]
     assert vtcode.is_dir() and (tmp_path / "sessions" / "imported").is_dir() and not shell.exists()
 
 
@@ -351,7 +386,10 @@ def test_every_removal_is_recorded_in_the_gc_log(tmp_path):
     report = memstore.apply_retention(tmp_path, RetentionPolicy(2, 30), apply=True)
     entries = gc_log(tmp_path)
     assert [(e["directory"], e["reason"]) for e in entries] == [
-        ("sessions/shell", "empty_shell"), ("sessions/old", "count_cap"), ("sessions/keep-0", "count_cap")]
+        ("sessions/shell", "empty_shell"),
+        ("sessions/old", "count_cap"),
+        ("sessions/keep-0", "count_cap"),
+    ]
     assert len(entries) == report.count == 3
     for entry, removed in zip(entries, report.removed, strict=True):
         assert list(entry) == ["session_id", "directory", "removed_at", "reason", "bytes", "updated_at", "removal_id"]
@@ -376,7 +414,10 @@ def test_a_dry_run_changes_nothing(tmp_path):
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     report = memstore.apply_retention(tmp_path, RetentionPolicy(50, 30), dry_run=True)
     assert report.dry_run and report.marked_abandoned == ["abandoned"]
-    assert sorted((r.directory, r.reason) for r in report.removed) == [("abandoned", "age_cap"), ("shell", "empty_shell")]
+    assert sorted((r.directory, r.reason) for r in report.removed) == [
+        ("abandoned", "age_cap"),
+        ("shell", "empty_shell"),
+    ]
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before and shell.is_dir() and abandoned.is_dir()
     assert not (tmp_path / "gc-log.jsonl").exists() and not (tmp_path / "locks").exists()
@@ -412,18 +453,29 @@ def test_retention_policy_validates_its_fields():
 # Bad input: a clear answer, no crash, nothing outside the root touched
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({"turn_count": "3"}, "manifest"),
-    ({"status": 5}, "manifest"),
-    ({"updated_at": None}, "manifest"),
-    ({"turn_count": 10**30}, "manifest"),
-    ({"event_count": -1}, "manifest"),
-])
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        ({"turn_count": "3"}, "manifest"),
+        ({"status": 5}, "manifest"),
+        ({"updated_at": None}, "manifest"),
+        ({"turn_count": 10**30}, "manifest"),
+        ({"event_count": -1}, "manifest"),
+    ],
+)
 def test_hostile_manifests_without_a_log_are_skipped_with_a_reason(tmp_path, changes, expected):
     directory = tmp_path / "sessions" / "hostile"
     directory.mkdir(parents=True)
-    data = {"session_id": "../../outside", "schema_version": 1, "created_at": OLD, "updated_at": OLD,
-            "turn_count": 0, "event_count": 0, "status": "completed", **changes}
+    data = {
+        "session_id": "../../outside",
+        "schema_version": 1,
+        "created_at": OLD,
+        "updated_at": OLD,
+        "turn_count": 0,
+        "event_count": 0,
+        "status": "completed",
+        **changes,
+    }
     (directory / "manifest.json").write_text(json.dumps(data))  # json: orjson refuses 10**30
     report = memstore.apply_retention(tmp_path, RetentionPolicy(0, 0), apply=True)
     assert report.count == 0 and directory.is_dir()
@@ -510,7 +562,10 @@ def test_a_trash_symlink_is_not_emptied_through(tmp_path):
     (root / ".trash").symlink_to(outside)
     report = memstore.apply_retention(root, RetentionPolicy(50, 30), apply=True)
     assert report.count == 0 and directory.is_dir()
-    assert report.skipped[0].reason.startswith("could not be removed") and ".trash: is a symlink" in report.skipped[0].reason
+    assert (
+        report.skipped[0].reason.startswith("could not be removed")
+        and ".trash: is a symlink" in report.skipped[0].reason
+    )
     assert (outside / "precious" / "data.txt").read_text() == "keep"
 
 
@@ -522,7 +577,9 @@ def test_marking_refuses_a_session_directory_swapped_for_a_symlink(tmp_path):
     seen = retention._inspect(str(root / "sessions" / "s"))
     shutil.rmtree(root / "sessions" / "s")
     (root / "sessions" / "s").symlink_to(outside)  # swapped after the survey looked
-    assert retention._mark_abandoned(str(root / "sessions" / "s"), seen, int(time.time())) == "no longer a real directory"
+    assert (
+        retention._mark_abandoned(str(root / "sessions" / "s"), seen, int(time.time())) == "no longer a real directory"
+    )
     assert (outside / "manifest.json").read_bytes() == before
 
 
@@ -564,8 +621,9 @@ def test_retention_racing_a_live_writer_never_removes_the_live_session(tmp_path,
     over, while this process applies the harshest policy in a loop (with the abandoned sweep, the
     open session is an old active one: it must not be marked either). The writer checks, while it
     holds the session, that its directory is still there; closed rounds are fair game."""
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "raced", "40"],
-                              stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path), "raced", "40"], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
     removed = runs = 0
     try:
         while writer.poll() is None:
@@ -599,8 +657,9 @@ def test_a_session_opened_between_the_check_and_the_removal_is_kept(tmp_path, mo
     holder = {}
 
     def open_elsewhere():
-        holder["p"] = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        holder["p"] = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         assert holder["p"].stdout.readline().strip() == "open"
 
     if moment == "after_planning":
@@ -612,7 +671,10 @@ def test_a_session_opened_between_the_check_and_the_removal_is_kept(tmp_path, mo
             return found
 
         monkeypatch.setattr(retention, "_plan_removals", patched)
-        expected = {"changed while retention ran; left for the next run", "live: opened by a writer while retention ran"}
+        expected = {
+            "changed while retention ran; left for the next run",
+            "live: opened by a writer while retention ran",
+        }
     else:
         remove = retention.remove_session_directory
 
@@ -671,8 +733,21 @@ def test_cli_retention_preserve_and_mistakes(tmp_path):
     sample_session(tmp_path, "keep", ts=OLD)
     sample_session(tmp_path, "drop", ts=OLD)
     runner = CliRunner()
-    result = runner.invoke(cli, ["retention", "--root", str(tmp_path), "--preserve", "keep", "--max-sessions", "0",
-                                 "--max-age-days", "0", "--apply"])
+    result = runner.invoke(
+        cli,
+        [
+            "retention",
+            "--root",
+            str(tmp_path),
+            "--preserve",
+            "keep",
+            "--max-sessions",
+            "0",
+            "--max-age-days",
+            "0",
+            "--apply",
+        ],
+    )
     assert result.exit_code == 0 and "removed 1 session" in result.output
     assert os.listdir(tmp_path / "sessions") == ["keep"]
     assert runner.invoke(cli, ["retention", "--root", str(tmp_path), "--max-sessions", "-1"]).exit_code == 2

@@ -30,10 +30,13 @@ def test_migrating_again_after_an_interrupted_migration_finishes_its_sessions(tm
     # gives; it found the records imported and did nothing, leaving the session active and
     # its facts out of query_facts for good.
     records = [{**ROUTE, "turn": n, "ts": 1767225600 + n} for n in range(1, 4)]
-    legacy_store(tmp_path / "once", envelopes={"s.memory.json": WIDGET},
-                 trajectories={"trajectory-a.jsonl": jsonl(*records)})
+    legacy_store(
+        tmp_path / "once", envelopes={"s.memory.json": WIDGET}, trajectories={"trajectory-a.jsonl": jsonl(*records)}
+    )
     memstore.migrate_legacy(tmp_path / "once")
-    legacy_store(tmp_path / "vt", envelopes={"s.memory.json": WIDGET}, trajectories={"trajectory-a.jsonl": jsonl(*records)})
+    legacy_store(
+        tmp_path / "vt", envelopes={"s.memory.json": WIDGET}, trajectories={"trajectory-a.jsonl": jsonl(*records)}
+    )
     restore = _interrupt_at_thread_completed(monkeypatch)
     with pytest.raises(memstore.StoreIOError):
         memstore.migrate_legacy(tmp_path / "vt")
@@ -41,8 +44,10 @@ def test_migrating_again_after_an_interrupted_migration_finishes_its_sessions(tm
     report = memstore.migrate_legacy(tmp_path / "vt")
     assert report.skipped == []
     for root in (tmp_path / "once", tmp_path / "vt"):
-        assert {(s.session_id, s.status) for s in memstore.list_sessions(root)} == {("s", "completed"),
-                                                                                   ("traj-a", "completed")}
+        assert {(s.session_id, s.status) for s in memstore.list_sessions(root)} == {
+            ("s", "completed"),
+            ("traj-a", "completed"),
+        }
         assert [e["type"] for e in events_of(root, "s")] == ["thread.started", "memory.envelope", "thread.completed"]
         assert memstore.session_memory_facts(root, "s") == WIDGET["grounded_facts"]
         assert (root / "sessions" / "traj-a" / "derived" / "trajectory.jsonl").exists()
@@ -71,7 +76,8 @@ def test_a_trajectory_migration_interrupted_midway_ends_completed_on_the_next_ru
     monkeypatch.setattr(migration.SessionLog, "append", append)
     assert memstore.migrate_legacy(tmp_path).records_imported == 3
     assert [e["type"] for e in events_of(tmp_path, "traj-a")] == (
-        ["thread.started"] + ["trajectory.record"] * 5 + ["thread.completed"])
+        ["thread.started"] + ["trajectory.record"] * 5 + ["thread.completed"]
+    )
     assert memstore.list_sessions(tmp_path)[0].status == "completed"
 
 
@@ -125,8 +131,17 @@ def test_a_session_holding_a_progress_ledger_is_not_an_empty_shell(tmp_path):
     def shell(sid):
         with memstore.open_session(tmp_path, sid) as log:
             log.append({"type": "thread.started", "thread_id": sid})
-            log.append({"type": "thread.completed", "thread_id": sid, "session_id": sid, "subtype": "success",
-                        "outcome_code": "exit", "usage": {}, "num_turns": 0})
+            log.append(
+                {
+                    "type": "thread.completed",
+                    "thread_id": sid,
+                    "session_id": sid,
+                    "subtype": "success",
+                    "outcome_code": "exit",
+                    "usage": {},
+                    "num_turns": 0,
+                }
+            )
 
     shell("handoff")
     ledger = memstore.ProgressLedger.new("handoff", "ship the importer")

@@ -38,12 +38,25 @@ def imported_store(tmp_path: Path) -> tuple[Path, Path]:
     with memstore.open_session(root, "native-old") as log:  # an agent's own old session, for contrast
         log.append({"type": "thread.started", "thread_id": "native-old"}, ts="2025-01-01T00:00:00.000Z")
         log.append({"type": "turn.started"}, ts="2025-01-01T00:00:00.000Z")
-        log.append({"type": "turn.completed", "usage": {"input_tokens": 1, "cached_input_tokens": 0,
-                    "cache_creation_tokens": 0, "output_tokens": 1}}, ts="2025-01-01T00:00:01.000Z")
-        log.append({"type": "thread.completed", "thread_id": "native-old", "session_id": "native-old",
-                    "subtype": "success", "outcome_code": "exited", "num_turns": 1,
-                    "usage": {"input_tokens": 1, "cached_input_tokens": 0, "cache_creation_tokens": 0,
-                              "output_tokens": 1}}, ts="2025-01-01T00:00:02.000Z")
+        log.append(
+            {
+                "type": "turn.completed",
+                "usage": {"input_tokens": 1, "cached_input_tokens": 0, "cache_creation_tokens": 0, "output_tokens": 1},
+            },
+            ts="2025-01-01T00:00:01.000Z",
+        )
+        log.append(
+            {
+                "type": "thread.completed",
+                "thread_id": "native-old",
+                "session_id": "native-old",
+                "subtype": "success",
+                "outcome_code": "exited",
+                "num_turns": 1,
+                "usage": {"input_tokens": 1, "cached_input_tokens": 0, "cache_creation_tokens": 0, "output_tokens": 1},
+            },
+            ts="2025-01-01T00:00:02.000Z",
+        )
     return root, source
 
 
@@ -66,7 +79,7 @@ def test_retention_and_import_no_longer_fight(tmp_path):
     root, source = imported_store(tmp_path)
     policy = RetentionPolicy(include_imported=True)
     for cycle in range(3):
-        report = memstore.apply_retention(root, policy, apply=True)
+        memstore.apply_retention(root, policy, apply=True)
         assert SID_040 not in ids(root), f"cycle {cycle}: still there"
         imported = memstore.import_logs(root, source)
         assert (imported.sessions_created, imported.events_appended) == (0, 0), f"cycle {cycle}: resurrected"
@@ -104,7 +117,8 @@ def test_the_close_path_eviction_never_removes_an_imported_session(tmp_path):
     # A transcript whose one prompt was a slash command: an imported empty shell once settled.
     titles_only.write_text(
         '{"type":"user","sessionId":"5f0c4a1e-7777-4b1e-8d2a-0000000000b9","uuid":"u1","timestamp":'
-        '"2025-03-01T10:00:00.000Z","message":{"role":"user","content":"<command-name>/clear</command-name>"}}\n')
+        '"2025-03-01T10:00:00.000Z","message":{"role":"user","content":"<command-name>/clear</command-name>"}}\n'
+    )
     os.utime(titles_only, (OLD, OLD))
     memstore.import_logs(root, titles_only)
     sid = "claude-5f0c4a1e-7777-4b1e-8d2a-0000000000b9"

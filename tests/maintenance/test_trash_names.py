@@ -23,13 +23,20 @@ def test_a_crash_left_removal_whose_name_was_taken_again_is_kept_once_not_retrie
         log.append(TURN_COMPLETED)
         directory = log.directory
     old = (directory / "events.jsonl").read_bytes()
-    child = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import os, signal
         from memstore.locks import remove_session_directory
         def on_moved():  # killed before the removal is recorded
             os.kill(os.getpid(), signal.SIGKILL)
         remove_session_directory({str(tmp_path)!r}, {str(directory)!r}, on_moved=on_moved)
-    """)], timeout=60)
+    """),
+        ],
+        timeout=60,
+    )
     assert child.returncode == -9
     with memstore.open_session(tmp_path, "s") as log:  # the id is used again
         log.append(TURN_STARTED)
@@ -46,5 +53,3 @@ def test_a_crash_left_removal_whose_name_was_taken_again_is_kept_once_not_retrie
     assert not (tmp_path / "gc-log.jsonl").exists()
     with memstore.open_session(tmp_path, "s") as log:
         assert log.event_count == 1, "the newer session was disturbed"
-
-

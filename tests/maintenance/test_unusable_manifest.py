@@ -97,6 +97,7 @@ def test_the_next_writer_rewrites_an_unusable_manifest_instead_of_refusing_the_s
     root = tmp_path / "store"
     directory = _session(root, "s")
     _spoil(directory, kind, tmp_path)
+
     # Reading and listing never block on it nor follow it; the log answers.
     def turn_count() -> int:
         with memstore.read_session(root, "s") as reader:

@@ -390,8 +390,6 @@ def build_store(root: Path) -> StoreInfo:
     return info
 
 
-
-
 class McpSession:
     """A live MCP client session over stdio with ``memstore mcp`` running as a subprocess;
     ``call(tool, arguments)`` returns ``(text, is_error)``."""

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "import"
 CLAUDE_20 = next((FIXTURES / "claude" / "projects" / "-home-dev-web").glob("*.jsonl"))
 CODEX_0104 = next((FIXTURES / "codex" / "0.104").glob("*.jsonl"))
-DAY = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+DAY = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 MTOK = Decimal(1_000_000)
 
 
@@ -62,29 +62,41 @@ def no_network(monkeypatch):
 
 def library_price(model: str, provider: str, usage: TokenUsage, when: datetime = DAY):
     """genai-prices' own figure for ``usage`` (memstore's convention is its convention)."""
-    return calc_price(Usage(input_tokens=usage.input_tokens, cache_read_tokens=usage.cached_input_tokens,
-                            cache_write_tokens=usage.cache_creation_tokens, output_tokens=usage.output_tokens),
-                      model, provider_id=provider, genai_request_timestamp=when)
+    return calc_price(
+        Usage(
+            input_tokens=usage.input_tokens,
+            cache_read_tokens=usage.cached_input_tokens,
+            cache_write_tokens=usage.cache_creation_tokens,
+            output_tokens=usage.output_tokens,
+        ),
+        model,
+        provider_id=provider,
+        genai_request_timestamp=when,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Each token class at its own rate
 
 
-@pytest.mark.parametrize("model,agent,provider", [
-    ("gpt-5-codex", "codex", "openai"),
-    ("gpt-5.1-codex-max", "codex", "openai"),
-    ("o4-mini", "codex", "openai"),
-    ("claude-sonnet-4-5-20250929", "claude", "anthropic"),
-    ("claude-opus-4-1", "claude", "anthropic"),
-    ("claude-haiku-4-5", "claude", "anthropic"),
-])
+@pytest.mark.parametrize(
+    "model,agent,provider",
+    [
+        ("gpt-5-codex", "codex", "openai"),
+        ("gpt-5.1-codex-max", "codex", "openai"),
+        ("o4-mini", "codex", "openai"),
+        ("claude-sonnet-4-5-20250929", "claude", "anthropic"),
+        ("claude-opus-4-1", "claude", "anthropic"),
+        ("claude-haiku-4-5", "claude", "anthropic"),
+    ],
+)
 def test_each_token_class_is_priced_at_the_tables_own_rate(model, agent, provider):
     """Uncached input, cache reads, cache writes and output are each charged the table's
     per-token price for that class (the input price where the table has none), and the parts
     add up to the library's own total."""
-    usage = TokenUsage(input_tokens=150_000, cached_input_tokens=120_000, cache_creation_tokens=9_000,
-                       output_tokens=4_321)
+    usage = TokenUsage(
+        input_tokens=150_000, cached_input_tokens=120_000, cache_creation_tokens=9_000, output_tokens=4_321
+    )
     cost = pricing.price_usage(model, usage, provider_hint=agent, when=DAY)
     table = library_price(model, provider, usage)
     prices = table.model_price
@@ -110,7 +122,7 @@ def test_every_model_of_every_provider_agrees_with_the_library():
     memstore's figure is exactly genai-prices' ``calc_price`` of one request, or unpriced when
     the table lacks a price for a token class the usage has (where the library would say $0)."""
     rng = random.Random(19)
-    days = [datetime(2025, 3, 1, tzinfo=timezone.utc), DAY, datetime(2027, 2, 1, 13, 30, tzinfo=timezone.utc)]
+    days = [datetime(2025, 3, 1, tzinfo=UTC), DAY, datetime(2027, 2, 1, 13, 30, tzinfo=UTC)]
     compared = unpriced = 0
     for provider in gp_data.providers:
         for model in provider.models:
@@ -123,8 +135,15 @@ def test_every_model_of_every_provider_agrees_with_the_library():
                 usage = TokenUsage(prompt, cached, rng.randrange(0, prompt - cached + 1), rng.randrange(0, 40_000))
                 cost = pricing.price_usage(model.id, usage, provider=provider.id, when=when, single_request=True)
                 expected = model.calc_price(
-                    Usage(input_tokens=usage[0], cache_read_tokens=usage[1], cache_write_tokens=usage[2],
-                          output_tokens=usage[3]), provider, genai_request_timestamp=when).total_price
+                    Usage(
+                        input_tokens=usage[0],
+                        cache_read_tokens=usage[1],
+                        cache_write_tokens=usage[2],
+                        output_tokens=usage[3],
+                    ),
+                    provider,
+                    genai_request_timestamp=when,
+                ).total_price
                 if cost.usd is None:
                     unpriced += 1
                     assert "has no" in cost.note
@@ -141,8 +160,15 @@ def test_every_model_of_every_provider_agrees_with_the_library():
 def test_codex_cached_input_is_part_of_input_and_counts_once():
     """OpenAI/Codex ``input_tokens`` includes the cached ones: priced from raw Responses-API
     usage, memstore's figure equals the library's extraction of the same response."""
-    raw = {"model": "gpt-5-codex", "usage": {"input_tokens": 52_000, "input_tokens_details": {"cached_tokens": 48_000},
-                                             "output_tokens": 1_900, "output_tokens_details": {"reasoning_tokens": 700}}}
+    raw = {
+        "model": "gpt-5-codex",
+        "usage": {
+            "input_tokens": 52_000,
+            "input_tokens_details": {"cached_tokens": 48_000},
+            "output_tokens": 1_900,
+            "output_tokens_details": {"reasoning_tokens": 700},
+        },
+    }
     usage = TokenUsage.from_openai(52_000, 48_000, 1_900)
     cost = pricing.price_usage("gpt-5-codex", usage, provider_hint="codex", when=DAY)
     expected = extract_usage(raw, provider_id="openai", api_flavor="responses").calc_price(genai_request_timestamp=DAY)
@@ -153,9 +179,15 @@ def test_codex_cached_input_is_part_of_input_and_counts_once():
 def test_claude_cache_counts_are_added_to_input_and_count_once():
     """Anthropic/Claude ``input_tokens`` excludes cache reads and writes: memstore adds them to
     make the whole prompt, and the figure equals the library's extraction of the raw response."""
-    raw = {"model": "claude-sonnet-4-5-20250929",
-           "usage": {"input_tokens": 3, "cache_read_input_tokens": 11_515, "cache_creation_input_tokens": 13_835,
-                     "output_tokens": 512}}
+    raw = {
+        "model": "claude-sonnet-4-5-20250929",
+        "usage": {
+            "input_tokens": 3,
+            "cache_read_input_tokens": 11_515,
+            "cache_creation_input_tokens": 13_835,
+            "output_tokens": 512,
+        },
+    }
     usage = TokenUsage.from_anthropic(3, 11_515, 13_835, 512)
     assert usage == TokenUsage(3 + 11_515 + 13_835, 11_515, 13_835, 512)
     cost = pricing.price_usage("claude-sonnet-4-5-20250929", usage, provider_hint="claude", when=DAY)
@@ -191,15 +223,27 @@ def test_an_imported_claude_transcript_costs_what_its_raw_responses_cost(tmp_pat
         if not isinstance(message, dict) or not isinstance(message.get("usage"), dict):
             continue
         u = message["usage"]
-        counts = [u.get(k, 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
-                                        "output_tokens")]
+        counts = [
+            u.get(k, 0)
+            for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+        ]
         old = responses.get(message["id"])
-        responses[message["id"]] = (message["model"], obj["timestamp"],
-                                    counts if old is None else [max(a, b) for a, b in zip(old[2], counts)])
+        responses[message["id"]] = (
+            message["model"],
+            obj["timestamp"],
+            counts if old is None else [max(a, b) for a, b in zip(old[2], counts)],
+        )
     expected = Decimal(0)
     for model, ts, (i, cr, cc, o) in responses.values():
-        raw = {"model": model, "usage": {"input_tokens": i, "cache_read_input_tokens": cr,
-                                         "cache_creation_input_tokens": cc, "output_tokens": o}}
+        raw = {
+            "model": model,
+            "usage": {
+                "input_tokens": i,
+                "cache_read_input_tokens": cr,
+                "cache_creation_input_tokens": cc,
+                "output_tokens": o,
+            },
+        }
         when = datetime.fromisoformat(ts.replace("Z", "+00:00"))
         expected += extract_usage(raw, provider_id="anthropic").calc_price(genai_request_timestamp=when).total_price
     assert pricing.summarize(costs).usd == expected > 0
@@ -221,9 +265,14 @@ def test_an_imported_codex_rollout_costs_what_its_final_token_total_costs(tmp_pa
             continue  # the fixture's torn last line
         if payload.get("type") == "token_count" and payload.get("info"):
             total = payload["info"]["total_token_usage"]
-    raw = {"model": "gpt-5.3-codex", "usage": {
-        "input_tokens": total["input_tokens"], "input_tokens_details": {"cached_tokens": total["cached_input_tokens"]},
-        "output_tokens": total["output_tokens"]}}
+    raw = {
+        "model": "gpt-5.3-codex",
+        "usage": {
+            "input_tokens": total["input_tokens"],
+            "input_tokens_details": {"cached_tokens": total["cached_input_tokens"]},
+            "output_tokens": total["output_tokens"],
+        },
+    }
     when = datetime.fromisoformat(turn_ends[-1][1].replace("Z", "+00:00"))
     assert {c.price_date for c in costs} == {when.date().isoformat()}  # every turn of the rollout is on one day
     expected = extract_usage(raw, provider_id="openai", api_flavor="responses").calc_price(genai_request_timestamp=when)
@@ -267,21 +316,31 @@ def test_agent_hints_find_models_that_need_them_and_soft_hints_fall_back_to_the_
     not know (a local server) prices nothing."""
     usage = TokenUsage(1_000, 0, 0, 100)
     assert pricing.price_usage("codex-mini-latest", usage, when=DAY).usd is None
-    assert pricing.price_usage("codex-mini-latest", usage, provider_hint="codex", when=DAY).model_matched == "codex-mini"
+    assert (
+        pricing.price_usage("codex-mini-latest", usage, provider_hint="codex", when=DAY).model_matched == "codex-mini"
+    )
     assert pricing.price_usage("claude-opus-4-1", usage, provider_hint="codex", when=DAY).provider == "anthropic"
     assert pricing.price_usage("gpt-5", usage, provider_hint="vtcode", when=DAY).provider == "openai"
     assert pricing.price_usage("gpt-5", usage, provider_hint="some-new-agent", when=DAY).provider == "openai"
     local = pricing.price_usage("gpt-oss-20b", usage, provider="ollama", when=DAY)
     assert local.usd is None and "provider 'ollama'" in local.note
     via_azure = pricing.price_usage("gpt-5", usage, provider="azure", when=DAY)
-    assert via_azure.source is CostSource.ESTIMATED and via_azure.usd == library_price("gpt-5", "azure", usage).total_price
+    assert (
+        via_azure.source is CostSource.ESTIMATED and via_azure.usd == library_price("gpt-5", "azure", usage).total_price
+    )
 
 
 def test_the_models_coding_agents_name_are_matched():
     """The model names Codex and Claude Code record are found in the table."""
-    for model, agent in [("gpt-5-codex", "codex"), ("gpt-5.1-codex-max", "codex"), ("gpt-5.3-codex", "codex"),
-                         ("o4-mini", "codex"), ("claude-sonnet-4-5-20250929", "claude"),
-                         ("claude-opus-4-1", "claude"), ("claude-haiku-4-5", "claude")]:
+    for model, agent in [
+        ("gpt-5-codex", "codex"),
+        ("gpt-5.1-codex-max", "codex"),
+        ("gpt-5.3-codex", "codex"),
+        ("o4-mini", "codex"),
+        ("claude-sonnet-4-5-20250929", "claude"),
+        ("claude-opus-4-1", "claude"),
+        ("claude-haiku-4-5", "claude"),
+    ]:
         assert pricing.model_rates(model, provider_hint=agent, when=DAY) is not None, model
 
 
@@ -292,6 +351,7 @@ def test_the_models_coding_agents_name_are_matched():
 def _a_model_whose_price_changed():
     """A model of the table with a dated price change, and a day before and after it."""
     from genai_prices import types
+
     for provider in gp_data.providers:
         if provider.id not in ("openai", "anthropic"):
             continue
@@ -300,7 +360,7 @@ def _a_model_whose_price_changed():
                 for conditional in model.prices[1:]:
                     if isinstance(conditional.constraint, types.StartDateConstraint):
                         start = conditional.constraint.start_date
-                        before = datetime(start.year, start.month, start.day, tzinfo=timezone.utc) - timedelta(days=1)
+                        before = datetime(start.year, start.month, start.day, tzinfo=UTC) - timedelta(days=1)
                         return provider.id, model.id, before, before + timedelta(days=2)
     raise AssertionError("the table has no dated price change")
 
@@ -309,11 +369,15 @@ def test_the_prices_in_force_on_the_usages_day_apply():
     provider, model, before, after = _a_model_whose_price_changed()
     usage = TokenUsage(1_000_000, 0, 0, 1_000_000)
     old = pricing.price_usage(model, usage, provider=provider, when=before, single_request=True)
-    new = pricing.price_usage(model, usage, provider=provider, when=after.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
-                              single_request=True)
+    new = pricing.price_usage(
+        model, usage, provider=provider, when=after.strftime("%Y-%m-%dT%H:%M:%S.000Z"), single_request=True
+    )
     assert old.usd == library_price(model, provider, usage, before).total_price
     assert new.usd == library_price(model, provider, usage, after).total_price
-    assert old.usd != new.usd and (old.price_date, new.price_date) == (before.date().isoformat(), after.date().isoformat())
+    assert old.usd != new.usd and (old.price_date, new.price_date) == (
+        before.date().isoformat(),
+        after.date().isoformat(),
+    )
 
 
 def test_a_timestamp_with_an_offset_is_priced_on_its_utc_day():
@@ -338,8 +402,12 @@ def test_long_context_tiers_apply_per_request_only():
 
 
 def test_a_reported_cost_wins_over_the_estimate():
-    event = {"type": "turn.completed", "model": "gpt-5-codex", "cost_usd": 0.0123,
-             "usage": {"input_tokens": 1_000, "cached_input_tokens": 0, "output_tokens": 100}}
+    event = {
+        "type": "turn.completed",
+        "model": "gpt-5-codex",
+        "cost_usd": 0.0123,
+        "usage": {"input_tokens": 1_000, "cached_input_tokens": 0, "output_tokens": 100},
+    }
     cost = pricing.turn_cost(event, provider_hint="codex")
     assert (cost.usd, cost.source, cost.price_version) == (Decimal("0.0123"), CostSource.REPORTED, None)
     del event["cost_usd"]
@@ -356,15 +424,24 @@ def test_every_reported_cost_field_is_read(key):
 def test_a_reported_cost_that_is_not_a_cost_is_ignored_and_logged(bad, caplog):
     assert pricing.reported_cost({"type": "turn.completed", "cost_usd": bad}) is None
     assert "ignored a reported cost" in caplog.text
-    estimated = pricing.turn_cost({"type": "turn.completed", "cost_usd": bad, "model": "gpt-5",
-                                   "usage": {"input_tokens": 10, "output_tokens": 1}})
+    estimated = pricing.turn_cost(
+        {"type": "turn.completed", "cost_usd": bad, "model": "gpt-5", "usage": {"input_tokens": 10, "output_tokens": 1}}
+    )
     assert estimated.source is CostSource.ESTIMATED
 
 
 def test_a_sessions_reported_total_replaces_the_sum_of_its_turns():
     turns = [pricing.price_usage("gpt-5", TokenUsage(1_000, 0, 0, 10), when=DAY) for _ in range(3)]
-    thread = {"type": "thread.completed", "thread_id": "t", "session_id": "t", "subtype": "success",
-              "outcome_code": "completed", "usage": {}, "num_turns": 3, "total_cost_usd": 0.5}
+    thread = {
+        "type": "thread.completed",
+        "thread_id": "t",
+        "session_id": "t",
+        "subtype": "success",
+        "outcome_code": "completed",
+        "usage": {},
+        "num_turns": 3,
+        "total_cost_usd": 0.5,
+    }
     summary = pricing.session_cost(turns, thread)
     assert (summary.usd, summary.source, summary.priced) == (Decimal("0.5"), CostSource.REPORTED, 1)
     without = pricing.session_cost(turns, {**thread, "total_cost_usd": None})
@@ -430,8 +507,13 @@ def test_nothing_is_fetched_and_no_updater_runs():
         assert attempts == [], attempts
         print("offline ok")
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "offline ok"
 
@@ -447,8 +529,13 @@ def test_without_genai_prices_estimates_fail_clearly_and_reported_costs_still_wo
         except pricing.PricingUnavailable as exc:
             print(exc)
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     assert "pip install genai-prices" in result.stdout
 
@@ -456,8 +543,12 @@ def test_without_genai_prices_estimates_fail_clearly_and_reported_costs_still_wo
 def test_lookups_are_cached_per_model_and_day():
     pricing._rates_on_day.cache_clear()
     for n in range(100):
-        pricing.price_usage("gpt-5-codex", TokenUsage(n * 10, n, 0, n), provider_hint="codex",
-                            when=f"2026-11-30T08:{n % 60:02d}:00.000Z")
+        pricing.price_usage(
+            "gpt-5-codex",
+            TokenUsage(n * 10, n, 0, n),
+            provider_hint="codex",
+            when=f"2026-11-30T08:{n % 60:02d}:00.000Z",
+        )
     info = pricing._rates_on_day.cache_info()
     assert (info.misses, info.hits) == (1, 99)
 
@@ -473,8 +564,9 @@ def test_a_usage_that_is_not_one_is_refused_clearly(usage):
 
 
 def test_a_usage_object_counts_missing_or_malformed_fields_as_zero_like_the_index():
-    cost = pricing.price_usage("gpt-5", {"input_tokens": 1_000, "cached_input_tokens": None, "output_tokens": -5},
-                               when=DAY)
+    cost = pricing.price_usage(
+        "gpt-5", {"input_tokens": 1_000, "cached_input_tokens": None, "output_tokens": -5}, when=DAY
+    )
     assert cost.usd == pricing.price_usage("gpt-5", TokenUsage(1_000, 0, 0, 0), when=DAY).usd
 
 
@@ -493,26 +585,38 @@ def test_sql_functions_price_rows_and_leave_unknown_models_null(tmp_path):
     for an unknown model, and the reported column winning through COALESCE."""
     conn = sqlite3.connect(tmp_path / "catalog.db")
     pricing.register_sql_functions(conn)
-    conn.execute("CREATE TABLE turns (agent TEXT, model TEXT, ended_at TEXT, input_tokens INT, cached_input_tokens INT,"
-                 " cache_creation_tokens INT, output_tokens INT, reported_usd REAL)")
-    rows = [("codex", "gpt-5-codex", "2026-11-30T08:00:00.000Z", 50_000, 40_000, 0, 1_000, None),
-            ("codex", "gpt-5-codex", "2026-11-30T09:00:00.000Z", 20_000, 5_000, 0, 500, None),
-            ("claude", "claude-opus-4-1", "2026-11-30T10:00:00.000Z", 30_000, 20_000, 5_000, 800, None),
-            ("claude", "claude-opus-4-1", "2026-11-30T11:00:00.000Z", 30_000, 20_000, 5_000, 800, 0.75),
-            ("vtcode", "local-llama", "2026-11-30T12:00:00.000Z", 9_000, 0, 0, 100, None)]
+    conn.execute(
+        "CREATE TABLE turns (agent TEXT, model TEXT, ended_at TEXT, input_tokens INT, cached_input_tokens INT,"
+        " cache_creation_tokens INT, output_tokens INT, reported_usd REAL)"
+    )
+    rows = [
+        ("codex", "gpt-5-codex", "2026-11-30T08:00:00.000Z", 50_000, 40_000, 0, 1_000, None),
+        ("codex", "gpt-5-codex", "2026-11-30T09:00:00.000Z", 20_000, 5_000, 0, 500, None),
+        ("claude", "claude-opus-4-1", "2026-11-30T10:00:00.000Z", 30_000, 20_000, 5_000, 800, None),
+        ("claude", "claude-opus-4-1", "2026-11-30T11:00:00.000Z", 30_000, 20_000, 5_000, 800, 0.75),
+        ("vtcode", "local-llama", "2026-11-30T12:00:00.000Z", 9_000, 0, 0, 100, None),
+    ]
     conn.executemany("INSERT INTO turns VALUES (?,?,?,?,?,?,?,?)", rows)
     args = "model, agent, input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, ended_at"
-    got = dict(conn.execute(f"SELECT model, SUM(COALESCE(reported_usd, memstore_cost_usd({args}))) FROM turns "
-                            "GROUP BY model").fetchall())
+    got = dict(
+        conn.execute(
+            f"SELECT model, SUM(COALESCE(reported_usd, memstore_cost_usd({args}))) FROM turns GROUP BY model"
+        ).fetchall()
+    )
     expected = {}
     for agent, model, ts, *counts, reported in rows:
-        cost = float(reported) if reported is not None else pricing.price_usage(
-            model, TokenUsage(*counts), provider_hint=agent, when=ts).usd
+        cost = (
+            float(reported)
+            if reported is not None
+            else pricing.price_usage(model, TokenUsage(*counts), provider_hint=agent, when=ts).usd
+        )
         expected[model] = None if cost is None else (expected.get(model) or 0) + float(cost)
     assert got["gpt-5-codex"] == pytest.approx(expected["gpt-5-codex"], rel=1e-12)
     assert got["claude-opus-4-1"] == pytest.approx(expected["claude-opus-4-1"], rel=1e-12)
     assert got["local-llama"] is None
-    assert conn.execute(f"SELECT memstore_cost_source({args}) FROM turns WHERE agent = 'vtcode'").fetchone() == ("unpriced",)
+    assert conn.execute(f"SELECT memstore_cost_source({args}) FROM turns WHERE agent = 'vtcode'").fetchone() == (
+        "unpriced",
+    )
     assert conn.execute("SELECT memstore_price_version()").fetchone()[0] == pricing.price_data().price_version
     conn.close()
 
@@ -526,7 +630,9 @@ def test_concurrent_pricing_gives_the_same_figures():
     results: list[list] = []
 
     def work():
-        results.append([pricing.price_usage("claude-opus-4-1", u, provider_hint="claude", when=DAY).usd for u in usages])
+        results.append(
+            [pricing.price_usage("claude-opus-4-1", u, provider_hint="claude", when=DAY).usd for u in usages]
+        )
 
     threads = [threading.Thread(target=work) for _ in range(4)]
     for t in threads:

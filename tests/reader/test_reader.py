@@ -10,9 +10,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import support
 
 import memstore
-import support
 from memstore.session.lock import is_live
 
 TURN_STARTED = {"type": "turn.started"}
@@ -64,8 +64,9 @@ WRITER = textwrap.dedent("""
 
 
 def test_a_reader_never_locks_nor_writes_while_another_process_writes(tmp_path):
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert writer.stdout.readline().strip() == "ready"
         directory = memstore.session_directory(tmp_path, "live")
@@ -73,8 +74,12 @@ def test_a_reader_never_locks_nor_writes_while_another_process_writes(tmp_path):
         before = snapshot(tmp_path)
         with memstore.read_session(tmp_path, "live") as reader:
             assert reader.turn_count == 3 and reader.event_count == 11
-            assert [(t.number, t.status) for t in reader.turns()] == [(1, "completed"), (2, "completed"),
-                                                                      (3, "completed"), (4, "open")]
+            assert [(t.number, t.status) for t in reader.turns()] == [
+                (1, "completed"),
+                (2, "completed"),
+                (3, "completed"),
+                (4, "open"),
+            ]
             assert reader.reconstruct_turn(2)[1]["item"]["text"] == "turn 2"
             assert reader.record(1).event == {"type": "thread.started", "thread_id": "live"}
             assert [r.seq for r in reader.iter_records()] == list(range(1, 12))
@@ -113,8 +118,12 @@ def test_a_reader_sees_lines_past_its_index_without_touching_anything(tmp_path):
 def test_a_reader_of_a_session_without_an_index_reads_the_log(tmp_path):
     directory = tmp_path / "sessions" / "vt"
     directory.mkdir(parents=True)
-    (directory / "events.jsonl").write_bytes(b"".join(vtcode_line(e) for e in (
-        {"type": "thread.started", "thread_id": "vt"}, TURN_STARTED, message("hello"), TURN_COMPLETED)))
+    (directory / "events.jsonl").write_bytes(
+        b"".join(
+            vtcode_line(e)
+            for e in ({"type": "thread.started", "thread_id": "vt"}, TURN_STARTED, message("hello"), TURN_COMPLETED)
+        )
+    )
     before = snapshot(tmp_path)
     with memstore.read_session(tmp_path, "vt") as reader:
         assert (reader.turn_count, reader.event_count) == (1, 4)
@@ -181,7 +190,9 @@ def test_a_reader_works_on_an_index_of_the_first_format(tmp_path):
         assert log.turn_count == 2 and [t.number for t in log.turns()] == [1, 2]
     conn = sqlite3.connect(index)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
-    assert ("memstore.session.index", "log_tables_3") in conn.execute("SELECT migration_set, name FROM _sqlite_migrations").fetchall()
+    assert ("memstore.session.index", "log_tables_3") in conn.execute(
+        "SELECT migration_set, name FROM _sqlite_migrations"
+    ).fetchall()
     conn.close()
 
 

@@ -19,8 +19,12 @@ def _index_bytes(directory) -> bytes:
 def test_a_secret_in_the_last_event_is_not_in_the_index(tmp_path):
     with memstore.open_session(tmp_path, "s") as log:
         log.append({"type": "turn.started"})
-        log.append({"type": "item.completed", "item": {"id": "c", "type": "command_execution",
-                                                      "command": f"export GH_TOKEN={TOKEN}", "exit_code": 0}})
+        log.append(
+            {
+                "type": "item.completed",
+                "item": {"id": "c", "type": "command_execution", "command": f"export GH_TOKEN={TOKEN}", "exit_code": 0},
+            }
+        )
         directory = log.directory
     events = (directory / "events.jsonl").read_bytes()
     assert TOKEN.encode() in events[-TAIL_BYTES:]  # the log keeps it: the user's record

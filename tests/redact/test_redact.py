@@ -37,10 +37,28 @@ def test_corpus_is_not_trivial():
     """The corpus covers the kinds the issue names, each entry holds at least one secret, and
     the near misses are there to keep false positives visible."""
     kinds = {s["kind"] for e in CORPUS for s in e["secrets"]}
-    assert {"aws-access-key", "aws-secret-key", "google-api-key", "azure-storage-key", "azure-client-secret",
-            "github-token", "gitlab-token", "openai-api-key", "anthropic-api-key", "huggingface-token",
-            "groq-api-key", "slack-token", "slack-webhook", "stripe-key", "jwt", "private-key", "url-password",
-            "password", "bearer-token", "high-entropy"} <= kinds
+    assert {
+        "aws-access-key",
+        "aws-secret-key",
+        "google-api-key",
+        "azure-storage-key",
+        "azure-client-secret",
+        "github-token",
+        "gitlab-token",
+        "openai-api-key",
+        "anthropic-api-key",
+        "huggingface-token",
+        "groq-api-key",
+        "slack-token",
+        "slack-webhook",
+        "stripe-key",
+        "jwt",
+        "private-key",
+        "url-password",
+        "password",
+        "bearer-token",
+        "high-entropy",
+    } <= kinds
     assert all(e["secrets"] for e in CORPUS) and len(NEAR_MISSES) >= 8
 
 
@@ -125,33 +143,57 @@ def test_markers_never_match_and_are_never_empty():
 # Assignments and values
 
 
-@pytest.mark.parametrize("text, secret, kind", [
-    ("export DB_PASSWORD=hunter2!x", "hunter2!x", "password"),
-    ('{"password":"correct horse battery"}', "correct horse battery", "password"),
-    ("password: 'Tr0ub4dor&3'", "Tr0ub4dor&3", "password"),
-    ('client_secret = "d8e8fca2dc0f896fd7cb4cb0031ba249"', "d8e8fca2dc0f896fd7cb4cb0031ba249", "secret"),
-    ("apiKey: Zk29sLq0pW8mXn3vB7cT", "Zk29sLq0pW8mXn3vB7cT", "api-key"),
-    ("curl -H 'X-Api-Key: 9f86d081884c7d659a2feaa0c55ad015' https://x", "9f86d081884c7d659a2feaa0c55ad015", "api-key"),
-    ("Authorization: Basic dXNlcjpwYXNzd29yZDE=", "dXNlcjpwYXNzd29yZDE=", "basic-auth"),
-    ("tool --api-key=Qm9vbGVhbjEyMzQ1Njc4OQ run", "Qm9vbGVhbjEyMzQ1Njc4OQ", "api-key"),
-    ('{\\"token\\":\\"Rk3mQ9vZx2LpW8nT5bYc\\"}', "Rk3mQ9vZx2LpW8nT5bYc", "token"),
-    ("redis://:Sup3rS3cret@cache:6379/0", "Sup3rS3cret", "url-password"),
-])
+@pytest.mark.parametrize(
+    "text, secret, kind",
+    [
+        ("export DB_PASSWORD=hunter2!x", "hunter2!x", "password"),
+        ('{"password":"correct horse battery"}', "correct horse battery", "password"),
+        ("password: 'Tr0ub4dor&3'", "Tr0ub4dor&3", "password"),
+        ('client_secret = "d8e8fca2dc0f896fd7cb4cb0031ba249"', "d8e8fca2dc0f896fd7cb4cb0031ba249", "secret"),
+        ("apiKey: Zk29sLq0pW8mXn3vB7cT", "Zk29sLq0pW8mXn3vB7cT", "api-key"),
+        (
+            "curl -H 'X-Api-Key: 9f86d081884c7d659a2feaa0c55ad015' https://x",
+            "9f86d081884c7d659a2feaa0c55ad015",
+            "api-key",
+        ),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZDE=", "dXNlcjpwYXNzd29yZDE=", "basic-auth"),
+        ("tool --api-key=Qm9vbGVhbjEyMzQ1Njc4OQ run", "Qm9vbGVhbjEyMzQ1Njc4OQ", "api-key"),
+        ('{\\"token\\":\\"Rk3mQ9vZx2LpW8nT5bYc\\"}', "Rk3mQ9vZx2LpW8nT5bYc", "token"),
+        ("redis://:Sup3rS3cret@cache:6379/0", "Sup3rS3cret", "url-password"),
+    ],
+)
 def test_assigned_secrets(text, secret, kind):
     """A value assigned to a secret-named key, flag, header or URL password is redacted as
     the key's kind, in shell, JSON (also JSON-escaped), YAML and code."""
     found = redact.findings(text)
-    assert [(f.kind, text[f.start:f.end]) for f in found] == [(kind, secret)]
+    assert [(f.kind, text[f.start : f.end]) for f in found] == [(kind, secret)]
     assert redact.redact_text(text) == text.replace(secret, marker(kind))
 
 
-@pytest.mark.parametrize("text", [
-    "max_tokens=4096", "token_count: 12", "tokens: 1234", "bypass=true", "PWD=/home/dev/app",
-    "password = get_password()", "password = self.password", "api_key: ${OPENAI_API_KEY}",
-    "token: {{ vault_token }}", '"password": null', "secret_name: app-secrets", "Password: required",
-    'api_key = os.environ["API_KEY"]', "--token-file ~/.config/tok", "--private-key ~/.ssh/id_ed25519",
-    "password: string", "if token == other:", "compass: north", "https://user@example.com/x",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "max_tokens=4096",
+        "token_count: 12",
+        "tokens: 1234",
+        "bypass=true",
+        "PWD=/home/dev/app",
+        "password = get_password()",
+        "password = self.password",
+        "api_key: ${OPENAI_API_KEY}",
+        "token: {{ vault_token }}",
+        '"password": null',
+        "secret_name: app-secrets",
+        "Password: required",
+        'api_key = os.environ["API_KEY"]',
+        "--token-file ~/.config/tok",
+        "--private-key ~/.ssh/id_ed25519",
+        "password: string",
+        "if token == other:",
+        "compass: north",
+        "https://user@example.com/x",
+    ],
+)
 def test_references_and_placeholders_are_not_secrets(text):
     """Variables, calls, paths, templates, types and counts under secret-sounding names stay."""
     assert redact.findings(text) == []
@@ -209,7 +251,7 @@ def write_config(root, text: str) -> None:
 def test_missing_config_gives_the_defaults(tmp_path):
     """No config.toml, or one without a [redact] table: the built-in rules, nothing else."""
     assert load_config(tmp_path) == RedactConfig()
-    write_config(tmp_path, '[retention]\ndays = 30\n')
+    write_config(tmp_path, "[retention]\ndays = 30\n")
     assert load_config(tmp_path) == RedactConfig()
 
 
@@ -218,7 +260,9 @@ def test_allowlists_and_patterns_from_the_store_config(tmp_path):
     (a chosen group only); disabled built-in kinds are not reported; enabled=false turns
     redaction off."""
     key = GITHUB_TOKEN
-    write_config(tmp_path, f'''
+    write_config(
+        tmp_path,
+        f'''
 [redact]
 allow = ["{key}"]
 allow_patterns = ['AKIA[A-Z2-7]{{12}}TEST']
@@ -232,13 +276,18 @@ regex = 'acme_[0-9a-f]{{32}}'
 kind = "employee-id"
 regex = 'employee=(\\d{{6}})'
 group = 1
-''')
+''',
+    )
     r = redact.redactor_for(tmp_path)
     jwt = next(s["value"] for e in CORPUS for s in e["secrets"] if s["kind"] == "jwt")
-    text = (f"token {key} and AKIAABCDEFGHIJKLTEST stay; acme_0123456789abcdef0123456789abcdef goes; "
-            f"employee=123456 too; jwt {jwt} stays")
-    assert r.redact_text(text) == (f"token {key} and AKIAABCDEFGHIJKLTEST stay; [REDACTED:acme-token] goes; "
-                                   f"employee=[REDACTED:employee-id] too; jwt {jwt} stays")
+    text = (
+        f"token {key} and AKIAABCDEFGHIJKLTEST stay; acme_0123456789abcdef0123456789abcdef goes; "
+        f"employee=123456 too; jwt {jwt} stays"
+    )
+    assert r.redact_text(text) == (
+        f"token {key} and AKIAABCDEFGHIJKLTEST stay; [REDACTED:acme-token] goes; "
+        f"employee=[REDACTED:employee-id] too; jwt {jwt} stays"
+    )
     assert redact.redact_text(text) != text  # the defaults redact what the store allows
     assert r.redact_text(r.redact_text(text)) == r.redact_text(text)
     write_config(tmp_path, "[redact]\nenabled = false\n")
@@ -255,22 +304,28 @@ def test_an_allowed_value_under_a_secret_key_stays(tmp_path):
     assert r.redact_value({"password": "other-password-2"}) == {"password": "[REDACTED:password]"}
 
 
-@pytest.mark.parametrize("text, complaint", [
-    ("[redact\nallow = 1", "not valid TOML"),
-    ("redact = 3", "[redact] must be a table"),
-    ("[redact]\nalow = ['x']", "unknown key redact.alow"),
-    ("[redact]\nallow = 'x'", "redact.allow must be an array of strings"),
-    ("[redact]\nenabled = 'yes'", "redact.enabled must be true or false"),
-    ("[redact]\nallow_patterns = ['(unclosed']", "redact.allow_patterns[0] is not a valid regular expression"),
-    ("[redact]\ndisable = ['no-such-kind']", "not a built-in kind"),
-    ("[[redact.patterns]]\nkind = 'Bad Kind'\nregex = 'x'", "redact.patterns[0].kind must be"),
-    ("[[redact.patterns]]\nkind = 'k'\nregex = ''", "redact.patterns[0].regex must be a non-empty string"),
-    ("[[redact.patterns]]\nkind = 'k'\nregex = 'a(b'", "redact.patterns[0].regex is not a valid regular expression"),
-    ("[[redact.patterns]]\nkind = 'k'\nregex = 'ab'\ngroup = 2", "redact.patterns[0].group is 2"),
-    ("[[redact.patterns]]\nkind = 'k'\nregex = 'ab'\ncolour = 1", "unknown key redact.patterns[0].colour"),
-    ("[[redact.patterns]]\nkind = 'k'\nregex = '.*'", "matches its own marker"),
-    ("[redact]\npatterns = 'x'", "redact.patterns must be an array of tables"),
-])
+@pytest.mark.parametrize(
+    "text, complaint",
+    [
+        ("[redact\nallow = 1", "not valid TOML"),
+        ("redact = 3", "[redact] must be a table"),
+        ("[redact]\nalow = ['x']", "unknown key redact.alow"),
+        ("[redact]\nallow = 'x'", "redact.allow must be an array of strings"),
+        ("[redact]\nenabled = 'yes'", "redact.enabled must be true or false"),
+        ("[redact]\nallow_patterns = ['(unclosed']", "redact.allow_patterns[0] is not a valid regular expression"),
+        ("[redact]\ndisable = ['no-such-kind']", "not a built-in kind"),
+        ("[[redact.patterns]]\nkind = 'Bad Kind'\nregex = 'x'", "redact.patterns[0].kind must be"),
+        ("[[redact.patterns]]\nkind = 'k'\nregex = ''", "redact.patterns[0].regex must be a non-empty string"),
+        (
+            "[[redact.patterns]]\nkind = 'k'\nregex = 'a(b'",
+            "redact.patterns[0].regex is not a valid regular expression",
+        ),
+        ("[[redact.patterns]]\nkind = 'k'\nregex = 'ab'\ngroup = 2", "redact.patterns[0].group is 2"),
+        ("[[redact.patterns]]\nkind = 'k'\nregex = 'ab'\ncolour = 1", "unknown key redact.patterns[0].colour"),
+        ("[[redact.patterns]]\nkind = 'k'\nregex = '.*'", "matches its own marker"),
+        ("[redact]\npatterns = 'x'", "redact.patterns must be an array of tables"),
+    ],
+)
 def test_malformed_config_is_a_clear_error_naming_the_file(tmp_path, text, complaint):
     """Every malformed setting raises RedactConfigError (a MemstoreError and ValueError) whose
     message names the file and what is wrong."""

@@ -7,13 +7,13 @@ import math
 import random
 import sqlite3
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Optional
 
 import pytest
 
-from memstore.bm25 import B, K1, SearchIndex, recency_multiplier
+from memstore.bm25 import K1, B, SearchIndex, recency_multiplier
 
 CHUNKS_DDL = """
 CREATE TABLE chunks (
@@ -28,7 +28,7 @@ CREATE TABLE chunks (
   text TEXT NOT NULL
 )
 """
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 WORDS = (
     "rust cargo build test error warning file src main lib mod fn struct impl trait pub use let mut self "
     "return match some none ok err vec string option result python pip venv import def class sqlite index "
@@ -138,7 +138,7 @@ def assert_same_ranking(got: list[tuple[int, float]], expected: list[tuple[int, 
     """Same documents in the same order with the same scores (to ``rel``). Scores that agree to
     ``rel`` count as tied: their order must then be the chunk_id order both sides applied."""
     assert len(got) == len(expected), (got, expected)
-    for (gi, gs), (ei, es) in zip(got, expected):
+    for (_, gs), (_, es) in zip(got, expected):
         assert gs == pytest.approx(es, rel=rel), (got, expected)
     if [g[0] for g in got] != [e[0] for e in expected]:
         # Allowed only where the scores are equal to within rounding.
@@ -158,9 +158,19 @@ def random_rows(rng: random.Random, n: int, start_id: int = 1, sessions: int = 4
         words = rng.choices(WORDS, weights, k=length)
         if rng.random() < 0.3:
             words.append(rng.choice(["Über", "naïve", "İstanbul", "x_y", "v1.2.3", "e2e", "ÆSIR"]))
-        created = None if rng.random() < 0.2 else (NOW - timedelta(days=rng.uniform(0, 200))).strftime(
-            "%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        created = (
+            None
+            if rng.random() < 0.2
+            else (NOW - timedelta(days=rng.uniform(0, 200))).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        )
         session = f"s{rng.randrange(sessions)}"
-        rows.append({"id": i, "chunk_id": f"{session}:{i}:{rng.randrange(3)}", "session_id": session,
-                     "text": " ".join(words), "created_at": created})
+        rows.append(
+            {
+                "id": i,
+                "chunk_id": f"{session}:{i}:{rng.randrange(3)}",
+                "session_id": session,
+                "text": " ".join(words),
+                "created_at": created,
+            }
+        )
     return rows

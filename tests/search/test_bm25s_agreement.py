@@ -38,8 +38,9 @@ def corpus(rng: random.Random, n: int) -> list[dict]:
             if rng.random() < 0.2:
                 text = text.upper().replace(" ", "_")  # still the same tokens, lowercased
         session = f"s{rng.randrange(12)}"
-        rows.append({"id": i, "chunk_id": f"{session}:{rng.randrange(10**6)}:{i % 3}", "session_id": session,
-                     "text": text})
+        rows.append(
+            {"id": i, "chunk_id": f"{session}:{rng.randrange(10**6)}:{i % 3}", "session_id": session, "text": text}
+        )
     return rows
 
 
@@ -86,10 +87,12 @@ def test_same_top_k_and_scores_as_bm25s(tmp_path, seed):
             matched = np.flatnonzero(theirs > 0)
             order = sorted(matched.tolist(), key=lambda j: (-round(float(theirs[j]), 9), chunk_ids[j]))[:k]
             assert [i for i, _ in ours] == ids[order].tolist(), query
-            for (doc_id, score), j in zip(ours, order):
+            for (_, score), j in zip(ours, order):
                 assert score == pytest.approx(float(theirs[j]), rel=1e-6)
             # And bm25s's retrieve agrees on the scores of its top k.
             docs, scores = retriever.retrieve([tokens], k=min(k, len(matched)), show_progress=False)
-            assert sorted(scores[0] * (K1 + 1), reverse=True) == pytest.approx([s for _, s in ours][:len(matched)], rel=1e-6)
+            assert sorted(scores[0] * (K1 + 1), reverse=True) == pytest.approx(
+                [s for _, s in ours][: len(matched)], rel=1e-6
+            )
             compared += 1
     assert compared > 300

@@ -7,15 +7,24 @@ import random
 import sqlite3
 
 import pytest
-
 from bm25_reference import NOW, assert_same_ranking, build, insert_chunks, open_catalog, random_rows, reference_search
 
 import memstore.bm25.merge as merge
 import memstore.bm25.segments as segments
 from memstore.bm25 import SearchIndex
 
-QUERIES = ["rust", "cargo test", "blue whale ocean", "über", "i̇stanbul x y", "some none ok err", "v1 2 3", "fn fn impl",
-           "sqlite index query commit", "nothing matches zzz"]
+QUERIES = [
+    "rust",
+    "cargo test",
+    "blue whale ocean",
+    "über",
+    "i̇stanbul x y",
+    "some none ok err",
+    "v1 2 3",
+    "fn fn impl",
+    "sqlite index query commit",
+    "nothing matches zzz",
+]
 
 
 def results(index: SearchIndex, **options) -> dict[tuple[str, int], list[tuple[int, float]]]:
@@ -79,7 +88,9 @@ def test_incremental_equals_from_scratch(tmp_path, seed):
     chunk_ids = {r["id"]: r["chunk_id"] for r in live.values()}
     created = {r["id"]: r["created_at"] for r in live.values()}
     for q in QUERIES:
-        assert_same_ranking(index.search(q, k=30, now=NOW), reference_search(docs, chunk_ids, q, 30, created=created, now=NOW))
+        assert_same_ranking(
+            index.search(q, k=30, now=NOW), reference_search(docs, chunk_ids, q, 30, created=created, now=NOW)
+        )
 
 
 def test_incremental_with_tiny_blocks_and_pages(tmp_path, monkeypatch):

@@ -24,16 +24,21 @@ def write_session(root: Path, session_id: str, texts: list[str]) -> None:
     with memstore.open_session(root, session_id) as log:
         log.append({"type": "turn.started"}, ts="2026-11-30T08:00:00.000Z")
         for i, text in enumerate(texts):
-            log.append({"type": "item.completed", "item": {"id": f"m{i}", "type": "agent_message", "text": text}},
-                       ts="2026-11-30T08:00:01.000Z")
+            log.append(
+                {"type": "item.completed", "item": {"id": f"m{i}", "type": "agent_message", "text": text}},
+                ts="2026-11-30T08:00:01.000Z",
+            )
         log.append({"type": "turn.completed", "usage": {}}, ts="2026-11-30T08:00:02.000Z")
 
 
 def store_with_sessions(root: Path, count: int = 3) -> None:
     """``count`` sessions, each refreshed into the catalog on its own (a segment each)."""
     for n in range(count):
-        write_session(root, f"s{n}", [f"the widget number {n} is blue", f"cargo test run {n} failed",
-                                      "unrelated words about the ocean"])
+        write_session(
+            root,
+            f"s{n}",
+            [f"the widget number {n} is blue", f"cargo test run {n} failed", "unrelated words about the ocean"],
+        )
         refresh_catalog(root)
 
 

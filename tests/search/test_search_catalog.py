@@ -29,13 +29,31 @@ def write_store(root: Path, sessions: int = 4, turns: int = 6, seed: int = 5) ->
             for t in range(turns):
                 ts = f"2026-11-{10 + t:02d}T08:00:00.000Z"
                 log.append({"type": "turn.started"}, ts=ts)
-                log.append({"type": "item.completed", "item": {
-                    "id": f"m{t}", "type": "agent_message", "text": " ".join(rng.choices(WORDS, k=rng.randint(3, 12)))}},
-                    ts=ts)
-                log.append({"type": "item.completed", "item": {
-                    "id": f"c{t}", "type": "command_execution", "command": "cargo test",
-                    "aggregated_output": " ".join(rng.choices(WORDS, k=30)), "exit_code": 1, "status": "failed"}},
-                    ts=ts)
+                log.append(
+                    {
+                        "type": "item.completed",
+                        "item": {
+                            "id": f"m{t}",
+                            "type": "agent_message",
+                            "text": " ".join(rng.choices(WORDS, k=rng.randint(3, 12))),
+                        },
+                    },
+                    ts=ts,
+                )
+                log.append(
+                    {
+                        "type": "item.completed",
+                        "item": {
+                            "id": f"c{t}",
+                            "type": "command_execution",
+                            "command": "cargo test",
+                            "aggregated_output": " ".join(rng.choices(WORDS, k=30)),
+                            "exit_code": 1,
+                            "status": "failed",
+                        },
+                    },
+                    ts=ts,
+                )
                 log.append({"type": "turn.completed", "usage": {}}, ts=ts)
     refresh_catalog(root)
 
@@ -62,9 +80,14 @@ def test_pages_put_together_are_the_ranking_and_total_counts_every_hit(tmp_path)
     write_store(tmp_path)
     conn = read_only(tmp_path)
     now_independent = dict(recency=False)
-    for query, filters in [("widget", {}), ("cargo failed", {}), ("blue", {"session": "s2"}),
-                           ("error", {"since": "2026-11-13"}), ("rust", {"source": "event"}),
-                           ("deploy", {"source": "session"})]:
+    for query, filters in [
+        ("widget", {}),
+        ("cargo failed", {}),
+        ("blue", {"session": "s2"}),
+        ("error", {"since": "2026-11-13"}),
+        ("rust", {"source": "event"}),
+        ("deploy", {"source": "session"}),
+    ]:
         whole = search_catalog(conn, query, limit=1000, **filters, **now_independent)
         assert whole.total == len(whole.results)
         pages = [search_catalog(conn, query, limit=7, offset=o, **filters, **now_independent) for o in range(0, 60, 7)]
@@ -85,8 +108,9 @@ def test_total_is_the_number_of_hits_with_filters_and_min_score(tmp_path):
         for where, params in [(None, ()), ("session_id = ?", ("s1",)), ("created_at >= ?", ("2026-09-01",))]:
             for min_score in (0.0, 2.0, 4.0):
                 every = index.search(query, 100_000, min_score=min_score, where=where, params=params, now=now)
-                assert index.count_matches(query, min_score=min_score, where=where, params=params, now=now) \
-                    == len(every)
+                assert index.count_matches(query, min_score=min_score, where=where, params=params, now=now) == len(
+                    every
+                )
 
 
 def test_counting_past_the_probe_limit_reads_the_filter_instead(tmp_path, monkeypatch):
@@ -160,8 +184,19 @@ def test_the_explorer_search_page_is_search_catalog_s_results(tmp_path):
     page = search_catalog(conn, "cargo borrow", limit=5)
     data = search_data(tmp_path, "cargo borrow", Urls(), limit=5, conn=conn)
     assert data["engine"] == "bm25" and data["total"] == page.total
-    assert [{k: r[k] for k in ("chunk_id", "path", "score", "snippet", "session_id", "turn", "seq")}
-            for r in data["results"]] == [
-        {"chunk_id": r.chunk_id, "path": r.path, "score": pytest.approx(r.score, rel=1e-6), "snippet": r.snippet,
-         "session_id": r.session_id, "turn": r.turn, "seq": r.seq} for r in page.results]
+    assert [
+        {k: r[k] for k in ("chunk_id", "path", "score", "snippet", "session_id", "turn", "seq")}
+        for r in data["results"]
+    ] == [
+        {
+            "chunk_id": r.chunk_id,
+            "path": r.path,
+            "score": pytest.approx(r.score, rel=1e-6),
+            "snippet": r.snippet,
+            "session_id": r.session_id,
+            "turn": r.turn,
+            "seq": r.seq,
+        }
+        for r in page.results
+    ]
     conn.close()

@@ -6,19 +6,30 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import support
 from click.testing import CliRunner
 
 import memstore
-from memstore.session.tuning import TUNING
-import support
 from memstore.cli import cli
+from memstore.session.tuning import TUNING
 
 
 def turn(log, text, output="ok"):
     log.append({"type": "turn.started"})
     log.append({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": text}})
-    log.append({"type": "item.completed", "item": {"id": "c", "type": "command_execution", "command": "cargo test",
-                                                   "aggregated_output": output, "exit_code": 0, "status": "completed"}})
+    log.append(
+        {
+            "type": "item.completed",
+            "item": {
+                "id": "c",
+                "type": "command_execution",
+                "command": "cargo test",
+                "aggregated_output": output,
+                "exit_code": 0,
+                "status": "completed",
+            },
+        }
+    )
     log.append({"type": "turn.completed", "usage": {}})
 
 
@@ -35,8 +46,26 @@ def test_search_sees_what_was_flushed_before_it_even_if_nothing_derived_it(tmp_p
     log.close()
 
 
-@pytest.mark.parametrize("query", ['"', "-", "NEAR(a b", "a*", "((", ")", "", "   ", "!!!", "\x00", "x" * 10_000,
-                                   "OR AND NOT", "'; DROP TABLE chunks; --", "col:val", "^start"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"',
+        "-",
+        "NEAR(a b",
+        "a*",
+        "((",
+        ")",
+        "",
+        "   ",
+        "!!!",
+        "\x00",
+        "x" * 10_000,
+        "OR AND NOT",
+        "'; DROP TABLE chunks; --",
+        "col:val",
+        "^start",
+    ],
+)
 def test_no_query_is_an_error(tmp_path, query):
     with memstore.open_session(tmp_path, "s") as log:
         turn(log, "NEAR and OR are words here; so is start")
@@ -64,14 +93,22 @@ def test_results_are_the_same_after_a_rebuild_from_scratch(tmp_path):
     for i in range(5):
         with memstore.open_session(root, f"s{i}", max_events=9) as log:
             for t in range(4):
-                turn(log, f"session {i} turn {t}: widget {t * i} failed", output="error[E0308]: mismatched types " * (t + 1))
+                turn(
+                    log,
+                    f"session {i} turn {t}: widget {t * i} failed",
+                    output="error[E0308]: mismatched types " * (t + 1),
+                )
     queries = ["widget failed", "mismatched types", "session 3", "E0308"]
-    incremental = {q: [(r.chunk_id, round(r.score, 9)) for r in memstore.search_memory(root, q, 20, recency=False)]
-                   for q in queries}
+    incremental = {
+        q: [(r.chunk_id, round(r.score, 9)) for r in memstore.search_memory(root, q, 20, recency=False)]
+        for q in queries
+    }
     scratch = tmp_path / "scratch"
     shutil.copytree(root / "sessions", scratch / "sessions")
-    rebuilt = {q: [(r.chunk_id, round(r.score, 9)) for r in memstore.search_memory(scratch, q, 20, recency=False)]
-               for q in queries}
+    rebuilt = {
+        q: [(r.chunk_id, round(r.score, 9)) for r in memstore.search_memory(scratch, q, 20, recency=False)]
+        for q in queries
+    }
     assert incremental == rebuilt
     assert all(incremental.values())
 
@@ -82,7 +119,8 @@ def test_imported_sessions_are_searched_like_native_ones(tmp_path):
         '{"type":"thread.started","thread_id":"0199a213-81c0-7800-8aa1-bbab2a035a53"}\n'
         '{"type":"turn.started"}\n'
         '{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"Refactored the flux capacitor"}}\n'
-        '{"type":"turn.completed","usage":{"input_tokens":10,"cached_input_tokens":0,"output_tokens":3}}\n')
+        '{"type":"turn.completed","usage":{"input_tokens":10,"cached_input_tokens":0,"output_tokens":3}}\n'
+    )
     report = memstore.import_logs(tmp_path / "store", source, source="codex-exec")
     assert report.sessions_created == 1
     (hit,) = memstore.search_memory(tmp_path / "store", "flux capacitor")
@@ -104,9 +142,15 @@ def test_the_search_command(tmp_path):
 def fact_session(root, sid, facts):
     with memstore.open_session(root, sid) as log:
         log.append({"type": "thread.started", "thread_id": sid})
-    memstore.write_session_memory_view(root, sid, {
-        "summary": f"session {sid}", "grounded_facts": [{"fact": f, "source": "user_assertion"} for f in facts],
-        "touched_files": []})
+    memstore.write_session_memory_view(
+        root,
+        sid,
+        {
+            "summary": f"session {sid}",
+            "grounded_facts": [{"fact": f, "source": "user_assertion"} for f in facts],
+            "touched_files": [],
+        },
+    )
 
 
 def test_reference_query_tests_over_memory_facts(tmp_path):

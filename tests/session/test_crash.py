@@ -249,7 +249,7 @@ def crash_many_times(tmp_path: Path, durability: str, kills: int, max_events: in
     assert incremental["events"] == rebuilt["events"], f"{what}: the events table differs from a rebuild"
     assert [(row[0], row[1], row[2]) for row in incremental["events"]] == [
         (seq, offset, len(line) + 1)
-        for seq, offset, line in zip(seqs, itertools.accumulate((len(l) + 1 for l in lines), initial=0), lines)
+        for seq, offset, line in zip(seqs, itertools.accumulate((len(text) + 1 for text in lines), initial=0), lines)
     ], f"{what}: events rows do not describe the log's lines"
     on_disk = orjson.loads((session_dir(root) / "manifest.json").read_bytes())
     assert {k: on_disk[k] for k in support.MANIFEST_COUNTERS} == incremental["manifest"], (

@@ -112,8 +112,12 @@ def test_an_evicted_secret_is_redacted_in_the_eviction_summary(tmp_path):
     token = "ghp_" + "R8mK2vQ9xLp4Tz7Wc1Nb6Hd3Fs5Gj0Ya2UeK"
     with memstore.open_session(tmp_path, "s", max_events=3) as log:
         log.append({"type": "turn.started"})
-        log.append({"type": "item.completed",
-                    "item": {"id": "m", "type": "agent_message", "text": f"Exported GITHUB_TOKEN={token} for the CI job."}})
+        log.append(
+            {
+                "type": "item.completed",
+                "item": {"id": "m", "type": "agent_message", "text": f"Exported GITHUB_TOKEN={token} for the CI job."},
+            }
+        )
         log.append({"type": "turn.completed", "usage": {}})
         log.append({"type": "turn.started"})
     derived = tmp_path / "sessions" / "s" / "derived"

@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Optional
 
@@ -622,7 +622,7 @@ def test_rebuild_without_manifest_after_cap_rewrites_keeps_turn_ordinals_whateve
     can step back. Here it steps back 1 ms per reading, so the rebuild deterministically picks
     the wrong summary if it goes by timestamp."""
     ticks = itertools.count()
-    start = datetime(2026, 11, 30, 8, 30, 29, tzinfo=timezone.utc)
+    start = datetime(2026, 11, 30, 8, 30, 29, tzinfo=UTC)
     monkeypatch.setattr(
         memstore.events, "utc_now", lambda: memstore.events.format_ts(start - timedelta(milliseconds=next(ticks)))
     )

@@ -19,9 +19,9 @@ from collections import OrderedDict
 from pathlib import Path
 
 import pytest
+import support
 
 import memstore
-import support
 from memstore.session.tuning import TUNING
 
 TURN_STARTED = {"type": "turn.started"}

@@ -17,8 +17,9 @@ def _write_turn(store: Store, session_id: str, text: str) -> None:
     with store.open(session_id) as log:
         log.append({"type": "turn.started"})
         log.append({"type": "item.completed", "item": {"type": "agent_message", "text": text}})
-        log.append({"type": "turn.completed",
-                    "usage": {"input_tokens": 10, "cached_input_tokens": 0, "output_tokens": 5}})
+        log.append(
+            {"type": "turn.completed", "usage": {"input_tokens": 10, "cached_input_tokens": 0, "output_tokens": 5}}
+        )
 
 
 def test_store_path_is_absolute_and_user_expanded(tmp_path, monkeypatch):
@@ -51,8 +52,9 @@ def test_store_matches_the_free_functions(tmp_path):
     """Store methods and the free functions are the same code: same answers."""
     store = Store(tmp_path)
     _write_turn(store, "s1", "refactored the tokenizer module")
-    assert [r.chunk_id for r in store.search("tokenizer")] == \
-        [r.chunk_id for r in memstore.search_memory(tmp_path, "tokenizer")]
+    assert [r.chunk_id for r in store.search("tokenizer")] == [
+        r.chunk_id for r in memstore.search_memory(tmp_path, "tokenizer")
+    ]
     assert store.rebuild("s1").event_count == memstore.rebuild(tmp_path, "s1").event_count
     assert [m.session_id for m in store.rebuild()] == ["s1"]
 
@@ -65,8 +67,17 @@ def test_store_retention_is_a_dry_run_unless_applied(tmp_path):
             log.append({"type": "thread.started", "thread_id": f"s{n}"})
             log.append({"type": "turn.started"})
             log.append({"type": "turn.completed", "usage": {"input_tokens": 1}})
-            log.append({"type": "thread.completed", "thread_id": f"s{n}", "session_id": f"s{n}", "subtype": "success",
-                        "outcome_code": "completed", "usage": {}, "num_turns": 1})
+            log.append(
+                {
+                    "type": "thread.completed",
+                    "thread_id": f"s{n}",
+                    "session_id": f"s{n}",
+                    "subtype": "success",
+                    "outcome_code": "completed",
+                    "usage": {},
+                    "num_turns": 1,
+                }
+            )
     policy = memstore.RetentionPolicy(max_sessions=1, max_age_days=0)
     report = store.retention(policy)
     assert report.dry_run and report.count >= 1
@@ -97,8 +108,13 @@ def test_opening_and_appending_through_a_store_stays_light(tmp_path):
         "         if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert out.stdout.strip() == ""
 
 
@@ -113,9 +129,16 @@ def test_store_facts_of_one_session_name_the_fact_and_the_session(tmp_path):
     """A session's facts come back as FactRecords with each field in its place."""
     store = Store(tmp_path)
     _write_turn(store, "facts", "setup done")
-    memstore.write_session_memory_view(tmp_path, "facts", {
-        "schema_version": 3, "session_id": "facts", "generated_at": "2026-11-30T08:30:29.123Z",
-        "grounded_facts": [{"fact": "the build uses cargo nextest", "source": "tool:exec"}]})
+    memstore.write_session_memory_view(
+        tmp_path,
+        "facts",
+        {
+            "schema_version": 3,
+            "session_id": "facts",
+            "generated_at": "2026-11-30T08:30:29.123Z",
+            "grounded_facts": [{"fact": "the build uses cargo nextest", "source": "tool:exec"}],
+        },
+    )
     (record,) = store.facts(session="facts")
     assert (record.fact, record.session_id) == ("the build uses cargo nextest", "facts")
 

@@ -16,9 +16,17 @@ from memstore.views.chunks import WINDOW_CHARS, WINDOW_LINES, event_chunks, wind
 
 
 def command(i: int, output: str) -> dict:
-    return {"type": "item.completed", "item": {"id": f"c{i}", "type": "command_execution",
-                                               "command": f"cargo test --package p{i}",
-                                               "aggregated_output": output, "exit_code": 1, "status": "failed"}}
+    return {
+        "type": "item.completed",
+        "item": {
+            "id": f"c{i}",
+            "type": "command_execution",
+            "command": f"cargo test --package p{i}",
+            "aggregated_output": output,
+            "exit_code": 1,
+            "status": "failed",
+        },
+    }
 
 
 def message(text: str) -> dict:
@@ -26,8 +34,12 @@ def message(text: str) -> dict:
 
 
 @hypothesis.settings(max_examples=200, deadline=None)
-@hypothesis.given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"),
-                                   max_size=3000), max_size=120))
+@hypothesis.given(
+    st.lists(
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"), max_size=3000),
+        max_size=120,
+    )
+)
 def test_windows_are_bounded_and_cover_every_line(lines):
     text = "\n".join(lines)
     parts = windows(text)
@@ -48,13 +60,17 @@ def test_event_chunks_name_their_kind_and_lines():
     assert chunks[0].text.startswith("$ cargo test --package p1\nline 1")
     assert {(c.seq, c.turn, c.kind) for c in chunks} == {(7, 2, "command_execution")}
     assert event_chunks(1, None, None, TURN_STARTED) == []
-    assert [c.kind for c in event_chunks(2, 1, None, {"type": "turn.failed", "message": "rate limited"})] == ["turn.failed"]
+    assert [c.kind for c in event_chunks(2, 1, None, {"type": "turn.failed", "message": "rate limited"})] == [
+        "turn.failed"
+    ]
 
 
 def session_chunks(root, sid="s"):
     conn = sqlite3.connect(memstore.session_directory(root, sid) / "index" / "session.db")
     try:
-        rows = conn.execute("SELECT seq, part, turn, ts, kind, start_line, end_line, text FROM chunks ORDER BY seq, part").fetchall()
+        rows = conn.execute(
+            "SELECT seq, part, turn, ts, kind, start_line, end_line, text FROM chunks ORDER BY seq, part"
+        ).fetchall()
         watermark = conn.execute("SELECT seq FROM derived_state").fetchall()
         return rows, watermark
     finally:
@@ -90,8 +106,10 @@ def test_the_deriver_catches_up_when_the_agent_is_idle_and_matches_a_rebuild(tmp
     rebuilt, watermark = session_chunks(tmp_path, "s")
     assert rebuilt == rows and watermark == [(20,)]
     conn = sqlite3.connect(memstore.session_directory(tmp_path, "s") / "index" / "session.db")
-    hits = conn.execute("SELECT c.seq FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
-                        "WHERE chunks_fts MATCH 'widget' ORDER BY c.seq").fetchall()
+    hits = conn.execute(
+        "SELECT c.seq FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
+        "WHERE chunks_fts MATCH 'widget' ORDER BY c.seq"
+    ).fetchall()
     assert hits == [(2,), (6,), (10,), (14,), (18,)]
 
 
@@ -129,9 +147,11 @@ def test_a_foreign_line_nested_hundreds_of_levels_deep_is_chunked_by_its_words(t
     with memstore.open_session(tmp_path, "s") as log:
         log.append({"type": "turn.started"})
     depth = 480  # a dict and a list per level: 960 levels
-    arguments = b'{"a":[' * depth + b'"needle"' + b']}' * depth
-    line = (b'{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"t","type":"tool_call","tool_name":"probe",'
-            b'"arguments":' + arguments + b'}}}\n')
+    arguments = b'{"a":[' * depth + b'"needle"' + b"]}" * depth
+    line = (
+        b'{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"t","type":"tool_call","tool_name":"probe",'
+        b'"arguments":' + arguments + b"}}}\n"
+    )
     with open(tmp_path / "sessions" / "s" / "events.jsonl", "ab") as fh:
         fh.write(line)
     memstore.rebuild(tmp_path, "s")

@@ -18,14 +18,26 @@ def test_a_file_change_with_deeply_nested_arguments_does_not_fail_the_rebuild(tm
     nested: object = "needle_deep"
     for _ in range(900):
         nested = [nested]
-    event = {"type": "item.completed", "item": {"id": "f", "type": "file_change", "changes": [
-        {"path": "src/a.py", "kind": "update"}], "arguments": {"file_path": "src/a.py", "old_string": "needle_old",
-                                                                "edits": nested}}}
+    event = {
+        "type": "item.completed",
+        "item": {
+            "id": "f",
+            "type": "file_change",
+            "changes": [{"path": "src/a.py", "kind": "update"}],
+            "arguments": {"file_path": "src/a.py", "old_string": "needle_old", "edits": nested},
+        },
+    }
     line = '{"schema_version":%s,"seq":%d,"ts":"%s","event":%s}\n' % (
-        orjson.dumps(last["schema_version"]).decode(), last["seq"] + 1, last["ts"],
+        orjson.dumps(last["schema_version"]).decode(),
+        last["seq"] + 1,
+        last["ts"],
         '{"type":"item.completed","item":{"id":"f","type":"file_change","changes":[{"path":"src/a.py","kind":"update"}],'
-        '"arguments":{"file_path":"src/a.py","old_string":"needle_old","edits":' + "[" * 900 + '"needle_deep"'
-        + "]" * 900 + "}}}")
+        '"arguments":{"file_path":"src/a.py","old_string":"needle_old","edits":'
+        + "[" * 900
+        + '"needle_deep"'
+        + "]" * 900
+        + "}}}",
+    )
     assert orjson.loads(line)["event"] == event
     with open(path, "a") as f:
         f.write(line)

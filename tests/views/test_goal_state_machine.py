@@ -74,9 +74,19 @@ class GoalTrackerMachine(RuleBasedStateMachine):
         vid = self.tracker.verifier_id()
         assert self.goal is None or vid != self.goal["verifier_id"]
         self.goal = dict(
-            status="active", phase="executing", elapsed_ms=0, pause_message=None, history=["goal_created"],
-            subagent=None, classifier_stall_count=0, last_gap_fingerprint=None, classifier_runs_attempted=0,
-            rounds_since_verify=0, verifier_id=vid, token_budget=budget, last_session_tokens_seen=baseline,
+            status="active",
+            phase="executing",
+            elapsed_ms=0,
+            pause_message=None,
+            history=["goal_created"],
+            subagent=None,
+            classifier_stall_count=0,
+            last_gap_fingerprint=None,
+            classifier_runs_attempted=0,
+            rounds_since_verify=0,
+            verifier_id=vid,
+            token_budget=budget,
+            last_session_tokens_seen=baseline,
         )
         self._reset_strategist()
         self.active = True
@@ -254,9 +264,15 @@ class GoalTrackerMachine(RuleBasedStateMachine):
         assert o.verifier_id == g["verifier_id"]
         assert o.token_budget == g["token_budget"] and o.last_session_tokens_seen == g["last_session_tokens_seen"]
         for name in (
-            "classifier_stall_count", "last_gap_fingerprint", "classifier_runs_attempted", "rounds_since_verify",
-            "consecutive_not_achieved", "last_strategist_fired_at", "strategist_cap_bonus",
-            "last_strategy_path", "last_strategy_recommendation",
+            "classifier_stall_count",
+            "last_gap_fingerprint",
+            "classifier_runs_attempted",
+            "rounds_since_verify",
+            "consecutive_not_achieved",
+            "last_strategist_fired_at",
+            "strategist_cap_bonus",
+            "last_strategy_path",
+            "last_strategy_recommendation",
         ):
             assert getattr(o, name) == g[name], name
         history = [e.event.value if e.detail is None else (e.event.value, e.detail) for e in o.history]

@@ -204,12 +204,12 @@ def test_note_stall_keeps_first_stall_timestamp(monkeypatch):
 @pytest.mark.parametrize(
     "op",
     [
-        lambda l: l.note_advance(),
-        lambda l: l.note_stall(),
-        lambda l: l.set_milestones([]),
-        lambda l: l.set_goal("other"),
-        lambda l: l.set_handoff("p", "s"),
-        lambda l: l.add_known_issue("i"),
+        lambda log: log.note_advance(),
+        lambda log: log.note_stall(),
+        lambda log: log.set_milestones([]),
+        lambda log: log.set_goal("other"),
+        lambda log: log.set_handoff("p", "s"),
+        lambda log: log.add_known_issue("i"),
     ],
 )
 def test_every_operation_refreshes_updated_at(monkeypatch, op):
@@ -398,8 +398,11 @@ def test_load_applies_defaults_for_optional_keys(tmp_path):
         (b'{"session_id":"s","goal":"g","confidence":1,"updated_at":"t"}', "milestones"),
         (b'{"session_id":"s","goal":"g","milestones":[],"updated_at":"t"}', "confidence"),
         (b'{"session_id":"s","goal":"g","milestones":[],"confidence":1}', "updated_at"),
-        (b'{"session_id":"s","goal":"g","milestones":[{"id":"1","description":"d","status":"Done"}],'
-         b'"confidence":1,"updated_at":"t"}', "milestone status"),
+        (
+            b'{"session_id":"s","goal":"g","milestones":[{"id":"1","description":"d","status":"Done"}],'
+            b'"confidence":1,"updated_at":"t"}',
+            "milestone status",
+        ),
         (b"{not json", "not valid JSON"),
     ],
 )
@@ -914,7 +917,9 @@ def test_repeated_account_elapsed_does_not_double_count(tmp_path):
 
 def test_history_entry_wire_format_omits_empty_optionals():
     entry = GoalHistoryEntry("2026-01-01T00:00:00Z", GoalEvent.GOAL_PAUSED, "user")
-    assert orjson.dumps(entry.to_dict()) == b'{"timestamp":"2026-01-01T00:00:00Z","event":"goal_paused","detail":"user"}'
+    assert (
+        orjson.dumps(entry.to_dict()) == b'{"timestamp":"2026-01-01T00:00:00Z","event":"goal_paused","detail":"user"}'
+    )
     full = GoalHistoryEntry("t", GoalEvent.WORKER_FAILED, "d", 3, -5, ["a", "b"])
     assert list(full.to_dict()) == ["timestamp", "event", "detail", "round", "tokens_used", "unmet"]
     assert GoalHistoryEntry.from_dict(full.to_dict()) == full
@@ -925,11 +930,29 @@ def test_orchestration_wire_format_key_order_and_omissions(tmp_path):
     activate(t)
     data = t.snapshot().to_dict()
     assert list(data) == [
-        "goal_id", "objective", "status", "phase", "token_budget", "elapsed_ms", "created_at",
-        "current_subagent_id", "current_subagent_role", "total_worker_rounds", "total_verify_rounds",
-        "token_baseline", "tokens_used_high_water", "parent_tokens_spent", "last_session_tokens_seen",
-        "history", "classifier_stall_count", "classifier_runs_attempted", "rounds_since_verify",
-        "consecutive_not_achieved", "last_strategist_fired_at", "strategist_cap_bonus", "verifier_id",
+        "goal_id",
+        "objective",
+        "status",
+        "phase",
+        "token_budget",
+        "elapsed_ms",
+        "created_at",
+        "current_subagent_id",
+        "current_subagent_role",
+        "total_worker_rounds",
+        "total_verify_rounds",
+        "token_baseline",
+        "tokens_used_high_water",
+        "parent_tokens_spent",
+        "last_session_tokens_seen",
+        "history",
+        "classifier_stall_count",
+        "classifier_runs_attempted",
+        "rounds_since_verify",
+        "consecutive_not_achieved",
+        "last_strategist_fired_at",
+        "strategist_cap_bonus",
+        "verifier_id",
     ]
     assert data["status"] == "active" and data["phase"] == "executing"
     t.pause_with_message(GoalPauseReason.INFRA, "Turn failed")
@@ -945,8 +968,13 @@ def test_orchestration_wire_format_key_order_and_omissions(tmp_path):
 
 def test_orchestration_from_dict_defaults_and_required_keys():
     minimal = {
-        "goal_id": "g", "objective": "o", "status": "paused", "phase": "idle",
-        "elapsed_ms": 5, "created_at": "t", "history": [],
+        "goal_id": "g",
+        "objective": "o",
+        "status": "paused",
+        "phase": "idle",
+        "elapsed_ms": 5,
+        "created_at": "t",
+        "history": [],
     }
     o = GoalOrchestration.from_dict(minimal)
     assert o.status is GoalStatus.USER_PAUSED
