@@ -611,8 +611,14 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
 @cli.command("sessions")
 @root_option
 @limit_option(None, "At most this many, newest first.")
+@click.option(
+    "--machine",
+    default=None,
+    metavar="STORE",
+    help="Only sessions born in this store: its id or label (this store's, or one imported with `memstore import`).",
+)
 @json_option
-def sessions_command(root, limit, as_json):
+def sessions_command(root, limit, machine, as_json):
     """List the sessions of the store, most recently updated first: title, agent, model,
     turns, tokens, cost and when each was last updated.
 
@@ -626,12 +632,24 @@ def sessions_command(root, limit, as_json):
     Examples:
       memstore sessions -n 10
       memstore sessions --json | jq '.[].session_id'
+      memstore sessions --machine devbox
     """
     from .store import Store
 
     _require_store(root)
-    summaries = Store(root).sessions(limit)
+    summaries = Store(root).sessions(None if machine is not None else limit)
     details = _session_details(root, [s.session_id for s in summaries], enabled=not as_json)
+    if machine is not None:
+        if summaries and not details:
+            raise click.ClickException("cannot filter by machine: the store's catalog could not be read")
+        wanted = machine.strip()
+        summaries = [
+            s
+            for s in summaries
+            if wanted
+            in (details.get(s.session_id, {}).get("origin_store_id"), details.get(s.session_id, {}).get("origin_label"))
+        ]
+        summaries = summaries[:limit] if limit is not None else summaries
     if as_json:
         _echo_json([{**asdict(s), **details.get(s.session_id, {})} for s in summaries])
         return
@@ -700,12 +718,15 @@ def _session_details(root: str, ids: list[str], *, enabled: bool) -> dict[str, d
                 f"(SELECT count(*) - count({priced}) FROM turns t WHERE t.session_id = s.session_id "
                 "AND t.input_tokens + t.output_tokens > 0)"
             )
+        origin = (
+            "s.origin_store_id, s.origin_label" if "origin_store_id" in columns else "NULL, NULL"
+        )  # an older catalog (read-only) has no origins
         details = {}
-        marks = ", ".join("?" * len(ids))
         for row in conn.execute(
             f"SELECT s.session_id, s.title, s.agent, s.model, s.input_tokens, s.cached_input_tokens, "
-            f"s.cache_creation_tokens, s.output_tokens, {cost} FROM sessions s WHERE s.session_id IN ({marks})",
-            ids,
+            f"s.cache_creation_tokens, s.output_tokens, {cost}, {origin} FROM sessions s "
+            "WHERE s.session_id IN (SELECT value FROM json_each(?))",
+            (orjson.dumps(ids).decode(),),
         ):
             details[row[0]] = dict(
                 zip(
@@ -719,6 +740,8 @@ def _session_details(root: str, ids: list[str], *, enabled: bool) -> dict[str, d
                         "output_tokens",
                         "cost_usd",
                         "cost_unpriced_turns",
+                        "origin_store_id",
+                        "origin_label",
                     ),
                     row[1:],
                 )
@@ -1234,6 +1257,12 @@ def verify_command(session, pack_path, root, as_json):
 @click.option(
     "--source", type=click.Choice(["event", "session"]), default=None, help="Only event text, or only memory facts."
 )
+@click.option(
+    "--machine",
+    default=None,
+    metavar="STORE",
+    help="Only sessions born in this store: its id or label (this store's, or one imported with `memstore import`).",
+)
 @limit_option(10, "At most this many results.", maximum=1000)
 @click.option("--max-results", "max_results", type=click.IntRange(min=1, max=1000), default=None, hidden=True)
 @click.option("--no-recency", is_flag=True, help="Plain BM25, without the mild preference for recent events.")
@@ -1247,7 +1276,9 @@ def verify_command(session, pack_path, root, as_json):
 )
 @root_option
 @json_option
-def search_command(query, session_id, since, source, limit, max_results, no_recency, explorer_url, root, as_json):
+def search_command(
+    query, session_id, since, source, machine, limit, max_results, no_recency, explorer_url, root, as_json
+):
     """BM25 search over every session: where did the agent do QUERY?
 
     Each hit says where it is and when (local time, and how long ago), with the `memstore
@@ -1260,6 +1291,7 @@ def search_command(query, session_id, since, source, limit, max_results, no_rece
     Examples:
       memstore search "mismatched types"
       memstore search "cargo test" --since 2026-11-01 -n 20 --json
+      memstore search "migration" --machine devbox
       memstore search "flaky test" --explorer-url https://agents.example.com/
     """
     from .explorer.urls import Urls
@@ -1280,7 +1312,14 @@ def search_command(query, session_id, since, source, limit, max_results, no_rece
         logger.warning("searching without refreshing the catalog first: %s", exc)
     try:
         results = search_memory(
-            root, query, limit, source=source, session_id=session_id, since=since, recency=not no_recency
+            root,
+            query,
+            limit,
+            source=source,
+            session_id=session_id,
+            since=since,
+            recency=not no_recency,
+            machine=machine,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from exc

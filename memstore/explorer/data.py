@@ -38,7 +38,17 @@ from ..errors import EventNotFound, InvalidProgress, MemstoreError, TurnNotFound
 from ..layout import derived_dir, session_directory
 from ..reader import read_session
 from ..redact import Redactor, redactor_for
-from ..search import MemorySearchResult, fts_match, kept_index, query_terms, search_catalog, search_memory, snippet
+from ..search import (
+    MACHINE_FILTER,
+    MemorySearchResult,
+    fts_match,
+    kept_index,
+    machine_params,
+    query_terms,
+    search_catalog,
+    search_memory,
+    snippet,
+)
 from ..views.memory_view import memory_facts_of
 from ..views.progress import load_progress
 from . import costs
@@ -94,6 +104,16 @@ _SESSION_COLUMNS = (
     "source_path",
     "retained_turn_base",
     "generation",
+    "origin_store_id",
+    "origin_label",
+)
+
+# The machines (stores) sessions were born in, for the filters: a store id is what a filter
+# names best (two stores may share a label, a hostname), its label what people read.
+_MACHINES = (
+    "SELECT origin_store_id AS store_id, origin_label AS label, count(*) AS sessions FROM sessions "
+    "WHERE origin_store_id IS NOT NULL OR origin_label IS NOT NULL "
+    "GROUP BY origin_store_id, origin_label ORDER BY origin_label, origin_store_id"
 )
 
 
@@ -134,7 +154,8 @@ class HomeFilters:
     """What the list of sessions is restricted to (empty: no restriction): ``status``, ``agent``,
     ``model`` (the model of the session's latest turn), ``cwd`` (the working directory, or any
     directory under it), ``since``/``until`` (days, ``YYYY-MM-DD``: sessions active on any day
-    between them, both included) and ``q`` (text in the id or the first prompt)."""
+    between them, both included), ``q`` (text in the id or the first prompt) and ``machine``
+    (a store id or label: the sessions born in that store, here or imported from it)."""
 
     status: str = ""
     agent: str = ""
@@ -143,6 +164,7 @@ class HomeFilters:
     since: str = ""
     until: str = ""
     q: str = ""
+    machine: str = ""
 
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -164,6 +186,9 @@ class HomeFilters:
         if self.q:
             clauses.append("(session_id LIKE ? ESCAPE '\\' OR title LIKE ? ESCAPE '\\')")
             params += [_like(self.q), _like(self.q)]
+        if self.machine:
+            clauses.append("(origin_store_id = ? OR origin_label = ?)")
+            params += machine_params(self.machine)
         return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
     def params(self) -> dict[str, str]:
@@ -292,6 +317,7 @@ def _home_page(
         "cost": cost,
         "statuses": _rows(conn, "SELECT status, count(*) AS sessions FROM sessions GROUP BY status ORDER BY status"),
         "agents": _rows(conn, "SELECT agent, count(*) AS sessions FROM sessions GROUP BY agent ORDER BY agent"),
+        "machines": _rows(conn, _MACHINES),
         "models": _rows(
             conn,
             "SELECT model, count(*) AS sessions FROM sessions WHERE model IS NOT NULL GROUP BY model ORDER BY model",
@@ -719,13 +745,15 @@ MATCHING_SESSIONS = 10
 @dataclass(frozen=True)
 class SearchFilters:
     """What a search is restricted to (empty: no restriction): one ``session``, the sessions of
-    one ``agent``, chunks from day ``since`` to day ``until`` (``YYYY-MM-DD``, both included).
-    They restrict the results, never the ranking's statistics."""
+    one ``agent``, chunks from day ``since`` to day ``until`` (``YYYY-MM-DD``, both included),
+    the sessions born in one ``machine`` (a store id or label). They restrict the results, never
+    the ranking's statistics."""
 
     session: str = ""
     agent: str = ""
     since: str = ""
     until: str = ""
+    machine: str = ""
 
     def where(self) -> tuple[Optional[str], list[Any]]:
         """The condition over ``chunks`` (and its parameters) these filters make."""
@@ -743,6 +771,9 @@ class SearchFilters:
         if self.until:
             clauses.append("created_at < ?")
             params.append(next_day(self.until))
+        if self.machine:
+            clauses.append(MACHINE_FILTER)
+            params += machine_params(self.machine)
         return (" AND ".join(clauses) or None), params
 
     def params(self) -> dict[str, str]:
@@ -779,16 +810,24 @@ def search_data(
     engine = None
     sessions: list[dict] = []
     agents: list[dict] = []
+    machines: list[dict] = []
     missing: list[dict] = []
     if conn is not None:
         agents = _rows(conn, "SELECT agent, count(*) AS sessions FROM sessions GROUP BY agent ORDER BY agent")
+        machines = _rows(conn, _MACHINES)
     if query:
         try:
             if conn is not None:
                 results, total = ranked_page(conn, query, limit, (page - 1) * limit, filters)
                 missing = _missing(recorded_missing(conn), root)
             else:
-                found = search_memory(root, query, max_results=limit, session_id=filters.session or None)
+                found = search_memory(
+                    root,
+                    query,
+                    max_results=limit,
+                    session_id=filters.session or None,
+                    machine=filters.machine or None,
+                )
                 results, missing = [_result(r) for r in found], _missing(found.missing, root)
             engine = "bm25"
         except (MemstoreError, sqlite3.Error) as exc:
@@ -835,6 +874,7 @@ def search_data(
             "missing": missing,
             "sessions": sessions,
             "agents": agents,
+            "machines": machines,
             "next_url": page_url(page + 1) if total is not None and page < pages else None,
             "previous_url": page_url(page - 1) if page > 1 else None,
             "links": {
@@ -853,12 +893,18 @@ def ranked_page(
     (unless the caller has one open), so the rows read are those ranked. Raises
     :class:`StoreIOError` if SQLite fails.
 
-    The filters :func:`memstore.search.search_catalog` takes (a session, a first day) go through
-    it; an agent or a last day, which it does not take, are the same ranking of the same kept
+    The filters :func:`memstore.search.search_catalog` takes (a session, a first day, a machine)
+    go through it; an agent or a last day, which it does not take, are the same ranking of the same kept
     index with the filters as its condition over ``chunks``."""
     if not filters.agent and not filters.until:
         page = search_catalog(
-            conn, query, limit=limit, offset=offset, session=filters.session or None, since=filters.since or None
+            conn,
+            query,
+            limit=limit,
+            offset=offset,
+            session=filters.session or None,
+            since=filters.since or None,
+            machine=filters.machine or None,
         )
         return [_result(r) for r in page.results], page.total
     where, params = filters.where()
