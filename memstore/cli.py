@@ -1476,10 +1476,10 @@ def import_command(paths, source, root, as_json):
         f"{report.sessions_regenerated} regenerated, {report.sessions_unchanged} unchanged; "
         f"{plural(report.lines_skipped, 'line')} skipped, {plural(len(report.problems), 'problem')}"
     )
-    for entry in report.renamed:
-        click.echo(f"imported {entry.session_id} as {entry.imported_as} (that id names another session here)")
-    for entry in report.set_aside:
-        click.echo(f"set aside {entry.session_id} as {entry.set_aside_as} ({entry.reason}; every event kept)")
+    for renamed in report.renamed:
+        click.echo(f"imported {renamed.session_id} as {renamed.imported_as} (that id names another session here)")
+    for aside in report.set_aside:
+        click.echo(f"set aside {aside.session_id} as {aside.set_aside_as} ({aside.reason}; every event kept)")
     if report.tombstoned:
         click.echo(
             f"not imported: {plural(len(report.tombstoned), 'source')} of sessions removed on purpose (tombstoned)"

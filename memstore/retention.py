@@ -444,9 +444,12 @@ class GcLog:
             },
             option=orjson.OPT_APPEND_NEWLINE,
         )
-        write_all(self.fd, line, self.path)
+        fd = self.fd
+        if fd is None:
+            raise ValueError("GcLog.record outside its with block")
+        write_all(fd, line, self.path)
         try:
-            _fdatasync(self.fd)
+            _fdatasync(fd)
         except OSError as exc:
             raise StoreIOError.from_os_error("fsync", self.path, exc) from exc
         return removed_at
@@ -470,7 +473,7 @@ class _Seen:
     summary: SessionSummary
     updated: Optional[int]  # the last event time in whole seconds since the epoch; None: unparseable
     stamp: tuple  # what must not change between judging and removing (see _stamp)
-    manifest: dict  # the manifest to rewrite when marking it abandoned
+    manifest: Optional[dict]  # the manifest to rewrite when marking it abandoned (None: none usable)
     live: Optional[bool] = None  # probed only when it matters (see _live)
 
 
@@ -768,6 +771,8 @@ def _mark_abandoned(path: str, seen: _Seen, cutoff: int) -> Optional[str]:
             return again
         if again.summary.status != STATUS_ACTIVE or again.updated is None or again.updated >= cutoff:
             return "changed while retention looked at it"
+        if again.manifest is None:
+            return "its manifest is unusable"
         manifest = dict(again.manifest)
         manifest["status"] = STATUS_COMPLETED
         target = os.path.join(path, MANIFEST_FILE)
@@ -965,7 +970,7 @@ def _import_fingerprint(path: str) -> Optional[dict]:
         return None
     if not isinstance(state, dict):
         return None
-    source = state.get("source") if isinstance(state.get("source"), dict) else {}
+    source = state["source"] if isinstance(state.get("source"), dict) else {}
     found = {
         "size": source.get("size"),
         "offset": state.get("offset"),
@@ -1020,7 +1025,7 @@ def _recorded_removals(root: Path) -> Callable[[str], bool]:
     return recorded
 
 
-def _tree_bytes(path: Path) -> int:
+def _tree_bytes(path: os.PathLike | str) -> int:
     """The bytes of the regular files under ``path`` (symlinks are neither followed nor counted)."""
     total = 0
     stack = [os.fspath(path)]

@@ -348,7 +348,7 @@ def write_postings(conn: sqlite3.Connection, seg: int, width_of_doc: int, width_
     offsets = np.concatenate(([0], ends)).astype(np.int64)
     terms = postings.terms
     if terms and isinstance(terms[0], bytes):
-        byte_terms: list[bytes] = terms  # type: ignore[assignment]
+        byte_terms: list[bytes] = terms
 
         # Decoding a block's joined terms once is cheaper than decoding every term.
         def joined(a: int, b: int) -> str:

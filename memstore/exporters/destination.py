@@ -35,6 +35,7 @@ from ..fsio import (
     read_no_follow,
     remove_if_exists,
     remove_temp,
+    sync_file_system,
     temp_file_pid,
     write_temp_beside,
 )
@@ -210,7 +211,7 @@ class LocalDestination:
     def sync(self) -> None:
         if self.durable and self._unsynced:
             if len(self._unsynced) > SYNC_EACH_MAX:
-                sync_filesystem(self.root)
+                sync_file_system(self.root)
             else:
                 for path in self._unsynced:
                     if path.is_dir():
@@ -355,30 +356,6 @@ def _sync_file(path: Path) -> None:
         os.fsync(fd)
     except OSError as exc:
         raise StoreIOError.from_os_error("fsync", path, exc) from exc
-    finally:
-        os.close(fd)
-
-
-def sync_filesystem(path: Path) -> None:
-    """Flush every write to the filesystem holding ``path`` to disk: ``syncfs(2)`` where the C
-    library has it (Linux), else ``sync(2)`` (every filesystem)."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        syncfs = libc.syncfs
-    except (OSError, AttributeError, TypeError):
-        os.sync()
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise StoreIOError.from_os_error("open directory", path, exc) from exc
-    try:
-        if syncfs(fd) != 0:
-            err = ctypes.get_errno()
-            raise StoreIOError("syncfs", path, os.strerror(err), err)
     finally:
         os.close(fd)
 

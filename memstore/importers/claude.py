@@ -162,6 +162,7 @@ def tool_item(call: dict, result: Optional[dict], tool_use_result: Any, child: O
         else:
             status = "failed" if is_error else "completed"
     details = tool_use_result if isinstance(tool_use_result, dict) else {}
+    item: dict[str, Any]
     if name == "Bash":
         stdout, stderr = details.get("stdout"), details.get("stderr")
         if isinstance(stdout, str) or isinstance(stderr, str):
@@ -371,7 +372,7 @@ class ClaudeParser(Parser):
         if stripped.startswith(_MARKUP):
             return
         self.begin_turn(ts, explicit=False)
-        item = {"id": str(lineno), "type": "user_message", "text": text}
+        item: dict[str, Any] = {"id": str(lineno), "type": "user_message", "text": text}
         if images:
             item["images"] = images
         self.item(item, ts)
@@ -398,7 +399,7 @@ class ClaudeParser(Parser):
     def on_result(self, block: dict, tool_use_result: Any, lineno: int, ts: str) -> None:
         call_id = block.get("tool_use_id")
         call = self.s["calls"].pop(call_id, None) if isinstance(call_id, str) else None
-        if call is None:
+        if call is None or not isinstance(call_id, str):
             if not self.hold_result(call_id, {"block": block, "details": tool_use_result, "line": lineno}):
                 self.orphan_result({"line": lineno})
             return
@@ -427,10 +428,9 @@ class ClaudeParser(Parser):
         turn = s["turn"]
         content = message.get("content")
         if obj.get("isApiErrorMessage") is True:
-            text, _ = _text_of(content)
-            text = text or "API error"
-            self.item({"id": str(lineno), "type": "error", "message": text}, ts)
-            turn["error"] = text
+            error_text = _text_of(content)[0] or "API error"
+            self.item({"id": str(lineno), "type": "error", "message": error_text}, ts)
+            turn["error"] = error_text
             return
         usage = message.get("usage")
         if isinstance(mid, str) and isinstance(usage, dict):
@@ -503,7 +503,7 @@ class ClaudeParser(Parser):
                 # A /compact after an interruption is not part of the interrupted turn: it ends
                 # when it was interrupted, not minutes later at the compaction.
                 self.close_turn(turn["interrupted_at"])
-            meta = obj.get("compactMetadata") if isinstance(obj.get("compactMetadata"), dict) else {}
+            meta = obj["compactMetadata"] if isinstance(obj.get("compactMetadata"), dict) else {}
             trigger = meta.get("trigger")
             event = {
                 "type": "thread.compact_boundary",

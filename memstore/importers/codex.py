@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+from collections.abc import Callable
 from typing import Any, Optional
 
 import orjson
@@ -430,6 +431,8 @@ class _TotalsMixin:
     has_reasoning = True
     s: dict
 
+    note: Callable[..., None]  # the importer's (an annotation only: nothing here overrides it)
+
     def advance_total(self, new: list, lineno: int) -> None:
         s = self.s
         old = s["total"]
@@ -626,7 +629,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             self.s["legacy"] = True
             self.after_load()
             ts = self.line_ts(obj.get("timestamp"), lineno)
-            git = obj.get("git") if isinstance(obj.get("git"), dict) else {}
+            git = obj["git"] if isinstance(obj.get("git"), dict) else {}
             self.start_thread(
                 ts,
                 {
@@ -641,7 +644,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
             self.keep(lineno, "(before session_meta)", "line before the session_meta header")
 
     def meta_source(self, p: dict) -> dict:
-        git = p.get("git") if isinstance(p.get("git"), dict) else {}
+        git = p["git"] if isinstance(p.get("git"), dict) else {}
         source = {
             "agent": "codex",
             "agent_version": _str(p.get("cli_version")),
@@ -903,7 +906,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
         return False
 
     def prompt(self, text: str, images: int, lineno: int, ts: str) -> None:
-        item = {"id": str(lineno), "type": "user_message", "text": text}
+        item: dict[str, Any] = {"id": str(lineno), "type": "user_message", "text": text}
         if images:
             item["images"] = images
         self.item(item, ts)
@@ -982,8 +985,8 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 return False  # in envelope files these repeat user_message or are injected context
         elif kind == "reasoning":
             summary = p.get("summary")
-            texts = (
-                [part.get("text") for part in summary if isinstance(part, dict) and isinstance(part.get("text"), str)]
+            texts: list[str] = (
+                [part["text"] for part in summary if isinstance(part, dict) and isinstance(part.get("text"), str)]
                 if isinstance(summary, list)
                 else []
             )
@@ -992,7 +995,7 @@ class CodexRolloutParser(_TotalsMixin, Parser):
                 return False
             self.item({"id": str(lineno), "type": "reasoning", "text": text}, ts)
         elif kind == "web_search_call":
-            action = p.get("action") if isinstance(p.get("action"), dict) else {}
+            action = p["action"] if isinstance(p.get("action"), dict) else {}
             query = action.get("query")
             if not isinstance(query, str):
                 queries = action.get("queries")
@@ -1082,7 +1085,7 @@ class CodexExecParser(_TotalsMixin, Parser):
             item.pop("id", None)
             self.item({"id": str(lineno), **item}, ts)
         elif kind == "turn.completed":
-            usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+            usage = obj["usage"] if isinstance(obj.get("usage"), dict) else {}
             self.advance_total(
                 [
                     u64(usage.get("input_tokens")),

@@ -39,7 +39,7 @@ from typing import Optional
 
 from ..changes import mark_changed
 from ..errors import StoreIOError
-from ..fsio import DIR_MODE, FILE_MODE, ensure_private_dir, fsync_dir
+from ..fsio import DIR_MODE, FILE_MODE, ensure_private_dir, fsync_dir, sync_file_system
 from ..layout import IMPORT_STAGING_PREFIX, sessions_root
 from ..store_redaction import StoreRedaction, store_redaction
 
@@ -72,26 +72,6 @@ def rename_noreplace(source: os.PathLike | str, target: os.PathLike | str) -> No
     if os.path.lexists(target):
         raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(target))
     os.rename(source, target)
-
-
-def sync_file_system(path: os.PathLike | str) -> None:
-    """Make every write to the file system holding ``path`` durable: one ``syncfs``, or a
-    whole-system ``sync`` where there is none. Raises :class:`StoreIOError` when it fails (a
-    write the kernel could not complete)."""
-    syncfs = getattr(_libc, "syncfs", None) if _libc is not None else None
-    if syncfs is None:
-        os.sync()
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise StoreIOError.from_os_error("open directory", path, exc) from exc
-    try:
-        if syncfs(fd) != 0:
-            err = ctypes.get_errno()
-            raise StoreIOError("syncfs", path, os.strerror(err), err)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)

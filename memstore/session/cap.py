@@ -45,6 +45,7 @@ from .. import faults
 from ..errors import CapEvictionError, MemstoreError, StoreIOError
 from ..fsio import fsync_dir
 from ..layout import INDEX_DIR
+from ..store_redaction import StoreRedaction
 from .index import EvictSpec, SessionIndex
 from .lifecycle import LogState
 from .logfile import LogFile, Replacement, close_fds
@@ -177,6 +178,9 @@ def log_head(head_id: Optional[str], retained_turn_base: int) -> dict:
 
 class CapWriter(Protocol):
     """What a cap rewrite asks of the writer whose lock it runs under."""
+
+    #: The store's redaction, which the eviction summary passes through (``None``: none).
+    redaction: Optional[StoreRedaction]
 
     def write_out(self, *, sync: bool) -> None:
         """Write the buffer (and sync it, with ``sync``); a failure fails the session closed and

@@ -104,7 +104,7 @@ def record_chunks(records: Iterable[BatchRecord]) -> Iterator[Chunk]:
 
 
 def _create_chunks(db: sqlite_utils.Database) -> None:
-    db["chunks"].create(
+    db.table("chunks").create(
         {
             "id": int,
             "seq": int,
@@ -119,8 +119,8 @@ def _create_chunks(db: sqlite_utils.Database) -> None:
         pk="id",
         not_null={"seq", "part", "kind", "text"},
     )
-    db["chunks"].create_index(["seq", "part"], index_name="chunks_seq_part", unique=True)
-    db["chunks"].enable_fts(["text"], fts_version="FTS5", create_triggers=True, tokenize="unicode61")
+    db.table("chunks").create_index(["seq", "part"], index_name="chunks_seq_part", unique=True)
+    db.table("chunks").enable_fts(["text"], fts_version="FTS5", create_triggers=True, tokenize="unicode61")
 
 
 _INSERT = f"INSERT INTO chunks ({', '.join(CHUNK_COLUMNS)}) VALUES ({', '.join('?' * len(CHUNK_COLUMNS))})"
@@ -157,8 +157,10 @@ def _on_reset(conn: sqlite3.Connection) -> None:
 
 
 def _create_file_changes(db: sqlite_utils.Database) -> None:
-    db["file_changes"].create({"seq": int, "turn": int, "path": str, "kind": str}, not_null={"seq", "path", "kind"})
-    db["file_changes"].create_index(["seq"], index_name="file_changes_seq")
+    db.table("file_changes").create(
+        {"seq": int, "turn": int, "path": str, "kind": str}, not_null={"seq", "path", "kind"}
+    )
+    db.table("file_changes").create_index(["seq"], index_name="file_changes_seq")
 
 
 def file_change_rows(records: Iterable[BatchRecord]) -> Iterator[tuple]:

@@ -286,7 +286,7 @@ class _ViewBuilder:
         self.first_prompt: Optional[str] = None
         self.last_seq = 0
         self.latest_ts: Optional[str] = None
-        self._latest_dt = None
+        self._latest_dt: Optional[datetime] = None
         self.envelope_shas: set[str] = set()
 
     def add(self, record: Record) -> None:
@@ -487,7 +487,9 @@ def write_session_memory_view(root: os.PathLike | str, session_id: str, envelope
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError("write memory view", directory, "is a symlink or not a directory")
     with open_session(root, session_id, max_events=0) as log:
-        return refresh_memory_view(log, envelope=envelope)
+        path = refresh_memory_view(log, envelope=envelope)
+    assert path is not None  # (None only with only_if_any)
+    return path
 
 
 def refresh_memory_view(
@@ -560,8 +562,8 @@ def not_after_now(ts: Optional[str]) -> str:
     now = ev.utc_now()
     if ts is None:
         return now
-    parsed = ev.parse_ts(ts)
-    return ts if parsed is not None and parsed <= ev.parse_ts(now) else now
+    parsed, present = ev.parse_ts(ts), ev.parse_ts(now)
+    return ts if parsed is not None and present is not None and parsed <= present else now
 
 
 def not_before(ts: str, floor: Optional[str]) -> str:
