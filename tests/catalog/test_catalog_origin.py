@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from machines import DEVBOX_SESSIONS, LAPTOP_SESSIONS, TwoMachines, two_machines
+from machines import DEVBOX_SESSIONS, LAPTOP_SESSIONS, TwoMachines, two_machines, write_session
 
 import memstore
 from memstore.catalog import refresh_catalog
@@ -114,3 +114,33 @@ def test_a_catalog_of_the_layout_without_origins_is_built_again_with_them(tmp_pa
     hits = memstore.search_memory(machines.root, "widget", 50, machine="devbox")
     assert {h.session_id for h in hits} == set(DEVBOX_SESSIONS)
     assert list(machines.root.glob("catalog.db.unreadable-*"))
+
+
+def test_a_colliding_id_and_a_session_passed_on_keep_their_first_machine(tmp_path):
+    """A devbox session whose id names another session here comes in qualified, and is still the
+    devbox's; sessions the laptop's store is copied on with (to a third store) stay the machine's
+    they were born in, not the store's that passed them on."""
+    machines = two_machines(tmp_path / "a")
+    third = tmp_path / "ci"
+    third.mkdir()
+    set_label(third, "ci-runner")
+    # The same id as one of the devbox's sessions, another session.
+    write_session(third, "deploy-ci", "the widget deploy on the ci runner needed a warm cache", cwd="/builds/widgets")
+    memstore.import_logs(third, machines.root)
+    refresh_catalog(third)
+    rows = {
+        sid: (label, there)
+        for sid, label, there in _rows(third, "SELECT session_id, origin_label, origin_session_id FROM sessions")
+    }
+    qualified = [sid for sid in rows if sid.startswith("deploy-ci-from-")]
+    assert len(qualified) == 1 and rows[qualified[0]] == ("devbox", "deploy-ci")
+    assert rows["deploy-ci"] == ("ci-runner", None)
+    assert {sid: label for sid, (label, _there) in rows.items() if label == "laptop"} == dict.fromkeys(
+        LAPTOP_SESSIONS, "laptop"
+    )
+    for machine, expected in (
+        ("devbox", {"tune-index", qualified[0]}),
+        ("laptop", set(LAPTOP_SESSIONS)),
+        ("ci-runner", {"deploy-ci"}),
+    ):
+        assert {h.session_id for h in memstore.search_memory(third, "widget", 50, machine=machine)} == expected
