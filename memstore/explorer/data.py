@@ -486,9 +486,19 @@ def session_data(
                 "file_changes": urls.table("file_changes", **filt),
                 "chunks": urls.table("chunks", **filt),
                 "parent": urls.session(parent) if isinstance(parent, str) and parent else None,
+                "machine": _machine_url(urls, summary),
             },
         }
     )
+
+
+def _machine_url(urls: Urls, summary: Optional[dict]) -> Optional[str]:
+    """The home page filtered to the machine (store) the session was born in, or ``None`` when
+    the catalog does not say which."""
+    if summary is None:
+        return None
+    machine = summary.get("origin_store_id") or summary.get("origin_label")
+    return urls.home(machine=machine) if machine else None
 
 
 def _session_catalog(conn: sqlite3.Connection, session_id: str, urls: Urls) -> tuple[Optional[dict], list, list]:

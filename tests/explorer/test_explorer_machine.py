@@ -81,3 +81,17 @@ def test_search_returns_exactly_one_machines_hits(ds, machines, which):
     assert f'<option value="{store_id}" selected>{which} (2)</option>' in html
     unknown = fetch(ds, "/-/memstore/search.json?q=widget&machine=nowhere").json()
     assert unknown["results"] == [] and unknown["total"] == 0
+
+
+@pytest.mark.parametrize("sid", ["fix-parser", "deploy-ci"])
+def test_a_session_page_names_its_machine_and_links_to_its_sessions(ds, machines, sid):
+    which = "laptop" if sid in LAPTOP_SESSIONS else "devbox"
+    store_id = machines.laptop_id if which == "laptop" else machines.devbox_id
+    data = fetch(ds, f"/-/memstore/sessions/{sid}.json").json()
+    assert (data["summary"]["origin_store_id"], data["summary"]["origin_label"]) == (store_id, which)
+    link = data["links"]["machine"]
+    assert f"machine={store_id}" in link
+    listed = fetch(ds, link.replace("/-/memstore?", "/-/memstore.json?")).json()
+    assert {s["session_id"] for s in listed["sessions"]} == _expected(machines, which)
+    page = fetch(ds, f"/-/memstore/sessions/{sid}").text
+    assert f">{which}</a>" in page
