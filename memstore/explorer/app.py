@@ -378,7 +378,7 @@ async def search_view(datasette, request, state, urls, as_json):
             page=page,
             filters=filters,
             conn=conn,
-            fallback=lambda q, n, sid: data.fts_search(conn, q, n, sid),
+            fallback=lambda q, n, filters: data.fts_search(conn, q, n, filters),
         )
 
     payload = await catalog_call(datasette, state, run)

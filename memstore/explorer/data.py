@@ -810,7 +810,7 @@ def search_data(
     searched as it is, and nothing is written: the ranking of :func:`memstore.search.search_catalog`
     (the process's kept index, recency preferred) with the filters as its condition. Without it
     ``memstore.search_memory`` runs (first page, session filter only), which refreshes the
-    catalog first. ``fallback(query, limit, session_id)`` is used when the BM25 search fails (a
+    catalog first. ``fallback(query, limit, filters)`` is used when the BM25 search fails (a
     catalog without its index, say); ``total`` is then ``None``."""
     query = query.strip()[:MAX_QUERY_CHARS]
     limit = min(max(1, limit), MAX_SEARCH_LIMIT)
@@ -844,7 +844,7 @@ def search_data(
             logger.warning("explorer: BM25 search failed (%s); falling back to FTS5", exc)
         if engine is None and fallback is not None:
             engine = "fts5"
-            results = fallback(query, limit, filters.session)
+            results = fallback(query, limit, filters)
         if conn is not None and page == 1:
             sessions = _rows(
                 conn,
@@ -1003,14 +1003,18 @@ def highlight_parts(text: str, terms: list[str]) -> list[dict]:
     return parts
 
 
-def fts_search(conn: sqlite3.Connection, query: str, limit: int, session_id: str = "") -> list[dict]:
+def fts_search(
+    conn: sqlite3.Connection, query: str, limit: int, filters: SearchFilters = SearchFilters()
+) -> list[dict]:
     """Search the catalog's FTS5 index of chunks (the fallback when the BM25 index cannot be read): the
-    query's words, each quoted, any of them; ranked by FTS5's bm25."""
+    query's words, each quoted, any of them; ranked by FTS5's bm25; restricted by ``filters`` as
+    the BM25 search is (a session, an agent, a machine, days)."""
     match = fts_match(query, MAX_HIGHLIGHT_TERMS)
     if match is None:
         return []
-    where = "AND c.session_id = ?" if session_id else ""
-    params: tuple[Any, ...] = (match, session_id, limit) if session_id else (match, limit)
+    condition, values = filters.where()
+    where = f"AND ({condition})" if condition else ""
+    params: tuple[Any, ...] = (match, *values, limit)
     rows = _rows(
         conn,
         "SELECT c.chunk_id, c.path, c.start_line, c.end_line, -bm25(chunks_fts) AS score, c.text, "

@@ -6,12 +6,13 @@ in their links."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from urllib.parse import quote
 
 import pytest
 from machines import DEVBOX_SESSIONS, LAPTOP_SESSIONS, TwoMachines, two_machines
 
-from memstore.explorer import make_datasette
+from memstore.explorer import data, make_datasette
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +96,20 @@ def test_a_session_page_names_its_machine_and_links_to_its_sessions(ds, machines
     assert {s["session_id"] for s in listed["sessions"]} == _expected(machines, which)
     page = fetch(ds, f"/-/memstore/sessions/{sid}").text
     assert f">{which}</a>" in page
+
+
+def test_the_fts5_fallback_keeps_to_the_filters_too(machines):
+    """When the BM25 index cannot be read the explorer ranks with FTS5: the machine (and the
+    other filters) restrict that ranking the same way."""
+    conn = sqlite3.connect(machines.root / "catalog.db")
+    try:
+        every = data.fts_search(conn, "widget", 50)
+        assert {r["session_id"] for r in every} == set(LAPTOP_SESSIONS) | set(DEVBOX_SESSIONS)
+        for which in ("laptop", "devbox"):
+            rows = data.fts_search(conn, "widget", 50, data.SearchFilters(machine=which))
+            assert {r["session_id"] for r in rows} == _expected(machines, which)
+        both = data.SearchFilters(machine="devbox", agent="codex", session="tune-index", until="9999-12-31")
+        assert {r["session_id"] for r in data.fts_search(conn, "widget", 50, both)} == {"tune-index"}
+        assert data.fts_search(conn, "widget", 50, data.SearchFilters(machine="devbox", session="add-cache")) == []
+    finally:
+        conn.close()
