@@ -77,6 +77,7 @@ SORTS = {
     "failed": "turns_failed",
     "status": "status",
     "agent": "agent",
+    "machine": "origin_label",
     "session": "session_id",
 }
 STATUSES = ("active", "completed")
@@ -284,7 +285,7 @@ def _home_page(
         flipped = "asc" if (sort == key and order == "desc") else "desc"
         return url(
             sort=key,
-            order=flipped if sort == key else ("asc" if key in ("session", "agent", "status") else "desc"),
+            order=flipped if sort == key else ("asc" if key in ("session", "agent", "machine", "status") else "desc"),
             page=1,
         )
 

@@ -113,3 +113,10 @@ def test_the_fts5_fallback_keeps_to_the_filters_too(machines):
         assert data.fts_search(conn, "widget", 50, data.SearchFilters(machine="devbox", session="add-cache")) == []
     finally:
         conn.close()
+
+
+def test_home_shows_and_sorts_by_machine_when_there_are_several(ds, machines):
+    page = fetch(ds, "/-/memstore").text
+    assert '<td class="machine">devbox</td>' in page and '<td class="machine">laptop</td>' in page
+    ordered = fetch(ds, "/-/memstore.json?sort=machine&order=asc").json()["sessions"]
+    assert [s["origin_label"] for s in ordered] == ["devbox", "devbox", "laptop", "laptop"]
