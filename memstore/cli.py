@@ -620,13 +620,15 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
 @json_option
 def sessions_command(root, limit, machine, as_json):
     """List the sessions of the store, most recently updated first: title, agent, model,
-    turns, tokens, cost and when each was last updated.
+    turns, tokens, cost and when each was last updated; the machine (store) each was born in
+    too, once the store holds sessions of several (`memstore import` of another store).
 
     The details come from the store's catalog, brought up to date first (a progress bar shows
     when that takes long, as the first time on a large store does). Cost is the agent's own
     figure when it recorded one, else the tokens priced from the price table; "+" marks a
     lower bound (some turns of models the table does not know), "-" no figure at all.
-    --json: one object per session, with the manifest's keys and those details.
+    --json: one object per session, with the manifest's keys and those details (the machine as
+    origin_store_id and origin_label).
 
     \b
     Examples:
@@ -643,28 +645,28 @@ def sessions_command(root, limit, machine, as_json):
         if summaries and not details:
             raise click.ClickException("cannot filter by machine: the store's catalog could not be read")
         wanted = machine.strip()
-        summaries = [
-            s
-            for s in summaries
-            if wanted
-            in (details.get(s.session_id, {}).get("origin_store_id"), details.get(s.session_id, {}).get("origin_label"))
-        ]
+        summaries = [s for s in summaries if wanted in _machine_of(details.get(s.session_id, {}))]
         summaries = summaries[:limit] if limit is not None else summaries
     if as_json:
         _echo_json([{**asdict(s), **details.get(s.session_id, {})} for s in summaries])
         return
     if not summaries:
-        click.echo(f"no sessions in {_store_named(root)}")
+        of = f" of machine {machine.strip()}" if machine is not None else ""
+        click.echo(f"no sessions{of} in {_store_named(root)}")
         return
+    # Which machine each session is from, once the store holds sessions of more than one.
+    several = len({_machine_of(d) for d in details.values()}) > 1
     rows = []
     for s in summaries:
         d = details.get(s.session_id, {})
         tokens = (d.get("input_tokens") or 0) + (d.get("output_tokens") or 0)
+        origin = (d.get("origin_label") or d.get("origin_store_id") or "",) if several else ()
         rows.append(
             (
                 s.session_id,
                 _shorten(d.get("title") or "", 48),
                 d.get("agent") or "",
+                *origin,
                 d.get("model") or "",
                 str(s.turn_count),
                 _count(tokens) if d else "",
@@ -672,9 +674,16 @@ def sessions_command(root, limit, machine, as_json):
                 _when(s.updated_at),
             )
         )
-    header = ("session", "title", "agent", "model", "turns", "tokens", "cost", "updated")
-    for line in _table(header, rows, right={4, 5, 6}):  # ids are shown whole: they are what `show` takes
+    header = ("session", "title", "agent", *(("machine",) if several else ()), "model", "turns", "tokens", "cost")
+    shift = 1 if several else 0
+    right = {4 + shift, 5 + shift, 6 + shift}
+    for line in _table((*header, "updated"), rows, right=right):  # ids are shown whole: `show` takes them
         click.echo(line)
+
+
+def _machine_of(details: dict) -> tuple[Optional[str], Optional[str]]:
+    """The store id and label of the machine a session was born in, as the catalog says."""
+    return details.get("origin_store_id"), details.get("origin_label")
 
 
 def _session_details(root: str, ids: list[str], *, enabled: bool) -> dict[str, dict]:

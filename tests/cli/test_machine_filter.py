@@ -48,3 +48,16 @@ def test_machine_filter_with_a_limit_and_an_unknown_machine(machines):
     assert text.exit_code == 0
     assert all(sid in text.stdout for sid in DEVBOX_SESSIONS)
     assert not any(sid in text.stdout for sid in LAPTOP_SESSIONS)
+
+
+def test_the_table_names_each_sessions_machine(machines):
+    """Once the store holds sessions of two machines, `memstore sessions` says whose each is."""
+    result = CliRunner().invoke(cli, ["sessions", "--root", str(machines.root)], catch_exceptions=False)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert "machine" in lines[0].split()
+    for line in lines[1:]:
+        sid = line.split()[0]
+        assert ("laptop" if sid in LAPTOP_SESSIONS else "devbox") in line.split(), line
+    none = CliRunner().invoke(cli, ["sessions", "--root", str(machines.root), "--machine", "nowhere"])
+    assert none.exit_code == 0 and none.stdout.startswith("no sessions of machine nowhere in ")
