@@ -51,8 +51,9 @@ _READ_BATCH_BYTES = 1 << 20
 def read_session(root: os.PathLike | str, session_id: str, *, redact: bool = False) -> SessionReader:
     """Open the session ``session_id`` under ``root`` for reading (a context manager).
 
-    With ``redact`` every event, record and turn error it returns has its secrets replaced by
-    markers (the store's redactor, see :mod:`memstore.redact`): what a command shows a person.
+    With ``redact`` every event, record, turn error and the manifest's source it returns has its
+    secrets replaced by markers (the store's redactor, see :mod:`memstore.redact`): what a command
+    shows a person.
     Without it (the default) the log's own values, as written.
 
     Raises :class:`SessionNotFound` if there is no such session, :class:`InvalidSessionId` for an
@@ -308,8 +309,12 @@ class SessionReader:
 
     @property
     def manifest(self) -> Manifest:
-        """The session's manifest as of this reader (``persisted_file_len``: bytes read)."""
-        return replace(self.state.manifest)
+        """The session's manifest as of this reader (``persisted_file_len``: bytes read); with
+        redaction, its ``source`` (working directory, branch, title) redacted too."""
+        manifest = replace(self.state.manifest)
+        if self.redactor is not None and manifest.source:
+            manifest.source = self.redactor.redact_value(manifest.source)
+        return manifest
 
     @property
     def turn_count(self) -> int:

@@ -106,6 +106,13 @@ def _scrub_line(line: bytes, redactor: Redactor) -> bytes:
         envelope = orjson.loads(body)
     except orjson.JSONDecodeError:
         envelope = None
+    if isinstance(envelope, dict) and "event" in envelope:
+        # Only the event: the envelope's own keys (seq, ts, the session id a log head carries)
+        # are the log's bookkeeping, which a rebuild reads back.
+        event = redactor.redact_value(envelope["event"])
+        if event is envelope["event"]:
+            return line
+        return orjson.dumps({**envelope, "event": event}) + newline
     if isinstance(envelope, (dict, list)):
         redacted = redactor.redact_value(envelope)
         if redacted is envelope:

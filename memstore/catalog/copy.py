@@ -252,7 +252,7 @@ def _log_copy(
         else (None if full or previous is None else previous.reported_total)
     )
     title, from_user = _title(copy.chunks, None if full or previous is None else previous)
-    source = manifest.source or {}
+    source = redactor.redact_value(manifest.source or {})  # a path or branch may quote a secret
     copy.session = (
         session_id,
         name,
@@ -308,7 +308,7 @@ def _legacy_copy(examined: Examined, previous: Optional[Previous], redactor: Red
     copy = SessionCopy(name, session_id, kind, True, forget, 0)
     copy.facts = _facts(examined, session_id, name, redactor)
     copy.text_bytes = sum(len(row[11]) for row in copy.facts)
-    source = manifest.source or {}
+    source = redactor.redact_value(manifest.source or {})  # a path or branch may quote a secret
     copy.session = (
         session_id,
         name,

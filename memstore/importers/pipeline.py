@@ -263,6 +263,7 @@ class _WorkerProcess:
         self.number = number
         self.area = f"w{number}"
         self.tasks: dict[int, Task] = {}  # sent and not answered yet
+        self.finished: set[str] = set()  # the session directories its answered tasks staged
         self.process = subprocess.Popen(
             [sys.executable, "-c", _WORKER_MAIN],
             stdin=subprocess.PIPE,
@@ -368,7 +369,9 @@ def _run_parallel(
                         len(worker.tasks),
                         worker.process.poll(),
                     )
-                    staging.area(worker.area).clear()
+                    # What its answered tasks staged is collected (and published with a batch);
+                    # only what the undone ones left goes.
+                    staging.area(worker.area).clear(keep=worker.finished)
                     orphaned.extend(worker.tasks.values())
                 worker.tasks.clear()
                 worker.alive = False
@@ -380,6 +383,9 @@ def _run_parallel(
                 logging.getLogger(message[1].name).handle(message[1])
             elif kind == "done":
                 task = worker.tasks.pop(message[1])
+                worker.finished.update(
+                    os.path.basename(outcome.staged) for _, outcome in message[2] if outcome and outcome.staged
+                )
                 if failure is None:
                     collect(message[2], task)
                 feed(worker)

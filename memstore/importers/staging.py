@@ -33,6 +33,7 @@ import os
 import shutil
 import stat
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -106,9 +107,20 @@ class StagingArea:
         """Remove the staged session ``name`` (what is left of it)."""
         _remove_tree(self.path / name)
 
-    def clear(self) -> None:
-        """Remove everything staged here."""
-        _remove_tree(self.path)
+    def clear(self, keep: Collection[str] = ()) -> None:
+        """Remove everything staged here but the session directories named in ``keep``."""
+        if not keep:
+            _remove_tree(self.path)
+            return
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreIOError.from_os_error("list staging directory", self.path, exc) from exc
+        for name in names:
+            if name not in keep:
+                _remove_tree(self.path / name)
 
 
 class Staging:

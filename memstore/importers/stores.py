@@ -218,8 +218,8 @@ def compare(
     They are the same session when, from the first seq both hold on, they hold the same records
     seq by seq until one of them ends (records only one of them holds before that are turns a
     cap evicted from the other). Logs with no seq in common are taken as different sessions,
-    unless ours is empty. ``redact`` is this store's write-time redaction, if any: a record of
-    theirs matches ours redacted, as this store would have written it."""
+    unless ours is empty. ``redact`` is this store's redaction, if any: a record of theirs
+    matches ours redacted, as this store would have written it at write time or scrubbed it."""
     o, t = next(ours, None), next(theirs, None)
     if o is None:
         return (Relation.BEHIND if t is not None else Relation.NOTHING_NEW), 0
@@ -285,7 +285,10 @@ class StoreImport:
         results: list[SessionResult] = []
         staging = Staging.create(self.root)
         redaction = staging.redaction
-        self.redact_on_write = redaction.redact_event if redaction.at_write else None
+        self.our_store_id = ours.store_id
+        # Records are compared as this store's redaction sees them: a record this store wrote
+        # redacted (at write, or scrubbed after the fact) is the same record as the other's.
+        self.redact = redaction.redact_event
         waiting: list[SessionResult] = []
         try:
             area = staging.area("main")
@@ -319,7 +322,13 @@ class StoreImport:
         try:
             with read_session_dir(directory) as theirs:
                 session_id = result.source_session_id = theirs.session_id
-                candidates = [session_id, qualified_id(session_id, self.origin)]
+                carried = load_origin(directory)
+                if carried is not None and carried.store_id == self.our_store_id and carried.session_id:
+                    # One of this store's own sessions, come back: only ever its own id here (and
+                    # its tombstone, if it was forgotten), never a copy under a qualified id.
+                    candidates = [carried.session_id]
+                else:
+                    candidates = [session_id, qualified_id(session_id, self.origin)]
                 for number, candidate in enumerate(candidates):
                     result.qualified = number > 0
                     stone = self.tombstones.lookup(candidate)
@@ -339,7 +348,7 @@ class StoreImport:
                         self._remember(here, stamp)
                         return
                 result.problems.append(
-                    f"session {session_id!r} differs from both {candidates[0]!r} and {candidates[1]!r} here; "
+                    f"session {session_id!r} differs from {' and '.join(map(repr, candidates))} here; "
                     "not imported (nothing here was changed)"
                 )
         finally:
@@ -416,7 +425,7 @@ class StoreImport:
         """Compare the session here with theirs and append what it lacks (see :func:`compare`)."""
         try:
             with read_session(self.root, session_id) as ours:
-                relation, last = compare(ours.iter_records(), theirs.iter_records(), self.redact_on_write)
+                relation, last = compare(ours.iter_records(), theirs.iter_records(), self.redact)
         except SessionNotFound:
             return Relation.OTHER
         if relation is Relation.NOTHING_NEW:

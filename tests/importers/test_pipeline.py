@@ -384,6 +384,30 @@ def test_the_tasks_of_a_worker_that_died_are_run_again(small_archive, tmp_path):
     assert report.sessions_created == 82 and not report.problems
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the worker processes")
+def test_a_worker_killed_after_finishing_tasks_loses_none_of_them(small_archive, tmp_path, monkeypatch):
+    """A worker killed past half the import, with answered tasks whose sessions are collected
+    but not yet published: those stay staged and are published; only its undone tasks run
+    again here. The import completes as one run with no worker would."""
+    monkeypatch.setattr(pipeline_module, "TASK_FILES", 4)  # many tasks, so a worker has answered some
+    reference = tmp_path / "reference"
+    memstore.import_logs(reference, small_archive, jobs=1)
+    root = tmp_path / "store"
+    killed = []
+
+    def progress(done: int, total: int) -> None:
+        if not killed and total and done > total // 2:
+            workers = _workers_of(os.getpid())
+            if workers:
+                os.kill(workers[0], signal.SIGKILL)
+                killed.append(workers[0])
+
+    report = memstore.import_logs(root, small_archive, jobs=2, progress=progress)
+    assert killed
+    assert store_snapshot(root) == store_snapshot(reference)
+    assert report.sessions_created == 82 and not report.problems
+
+
 def test_an_import_whose_workers_cannot_start_imports_everything_here(small_archive, tmp_path, monkeypatch):
     """Workers that end at once (an interpreter that cannot start them) leave no source out: their
     tasks, and every task never sent, run in the importing process."""

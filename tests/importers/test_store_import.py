@@ -288,3 +288,66 @@ def test_a_store_import_killed_part_way_loses_nothing(tmp_path, where, nth):
     assert whole_store(mine) == whole_store(other)
     assert not [n for n in os.listdir(mine / "sessions") if n.startswith(STAGING_PREFIX)]
     assert json.loads((mine / "sessions" / "s00" / "derived" / "origin.json").read_bytes())["session_id"] == "s00"
+
+
+TOKEN = "ghp_" + "aB3dE5fG7hJ9kL2mN4pQ6rS8tU0vW1xY3zA5"
+
+
+def _a_store(root: Path, label: str) -> Path:
+    root.mkdir()
+    set_label(root, label)
+    return root
+
+
+def test_a_session_forgotten_here_stays_forgotten_when_a_teammate_sends_it_back(tmp_path):
+    """A session of this store that a teammate imported (under a qualified id, beside their own
+    session of that id) and that is forgotten here does not come back from their store."""
+    mine, theirs = _a_store(tmp_path / "mine", "laptop"), _a_store(tmp_path / "theirs", "devbox")
+    write_turns(mine, "s", 2, seed=1)
+    write_turns(theirs, "s", 2, seed=2)
+    memstore.import_logs(theirs, mine)
+    assert len(sessions(theirs)) == 2  # their own s, and mine qualified
+    forgotten = records(mine, "s")
+    memstore.Store(mine).forget("s")
+    report = memstore.import_logs(mine, theirs)
+    assert forgotten not in whole_store(mine).values()
+    # Their own s shares the forgotten id: kept out too (a tombstone fails closed), and said so.
+    assert report.sessions_created == 0 and len(report.tombstoned) == 2
+
+
+def test_syncing_two_stores_both_ways_never_copies_a_store_its_own_session(tmp_path):
+    """Import A into C, continue the session on both sides, then import each into the other:
+    neither store gains a copy of its own session under a qualified id."""
+    a, c = _a_store(tmp_path / "a", "laptop"), _a_store(tmp_path / "c", "devbox")
+    write_turns(a, "s", 2, seed=3)
+    memstore.import_logs(c, a)
+    write_turns(a, "s", 1, seed=4)
+    write_turns(c, "s", 1, seed=5)
+    memstore.import_logs(c, a)
+    memstore.import_logs(a, c)
+    origins = session_origins(a)
+    own = store_identity(a).store_id
+    assert [name for name, origin in origins.items() if origin.store_id == own] == []
+    assert "s" in sessions(a)
+
+
+def test_a_scrubbed_session_gains_new_turns_from_its_origin_and_no_secret_back(tmp_path):
+    """A session scrubbed here after a store import is still the origin's session: the next
+    import appends only the new turn, and the scrubbed secret does not come back in a copy."""
+    origin, mine = _a_store(tmp_path / "origin", "laptop"), _a_store(tmp_path / "mine", "devbox")
+    with memstore.open_session(origin, "s") as log:
+        log.append({"type": "turn.started"})
+        log.append(
+            {
+                "type": "item.completed",
+                "item": {"id": "c", "type": "command_execution", "command": f"export GITHUB_TOKEN={TOKEN}"},
+            }
+        )
+        log.append({"type": "turn.completed", "usage": USAGE})
+    memstore.import_logs(mine, origin)
+    memstore.Store(mine).scrub("s")
+    write_turns(origin, "s", 1, seed=6)
+    report = memstore.import_logs(mine, origin)
+    assert sessions(mine) == ["s"] and report.sessions_updated == 1
+    assert len(records(mine, "s")) == len(records(origin, "s"))
+    assert not any(TOKEN.encode() in p.read_bytes() for p in (mine / "sessions").rglob("events.jsonl"))

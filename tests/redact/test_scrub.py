@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from redact_support import CORPUS
 import memstore
 from memstore.cli import cli
 from memstore.errors import SessionBusyError
+from memstore.reader import read_session_dir
 from memstore.redact import Redactor
 from memstore.scrub import scrub_bytes, scrub_session
 
@@ -212,3 +214,24 @@ def test_a_scrub_killed_at_random_moments_leaves_a_whole_log(tmp_path):
         killed += child.returncode == -signal.SIGKILL
         _check_after_kill(root, log_path, original, scrubbed, shape)
     assert killed >= 3  # most kills landed while the scrub ran (before or after its rename)
+
+
+def test_scrub_keeps_the_envelope_and_the_log_knows_its_session(tmp_path):
+    """Scrub redacts events, never the envelope: a session whose id looks like a secret still
+    reads back under that id once its manifest.json is gone."""
+    sid = "proj:token=ghp_" + "aB3dE5fG7hJ9kL2mN4pQ6rS8tU0vW1xY3zA5"
+    with memstore.open_session(tmp_path, sid) as log:
+        log.append({"type": "turn.started"})
+        log.append(
+            {
+                "type": "item.completed",
+                "item": {"id": "m", "type": "agent_message", "text": "export API_TOKEN=" + "Zx9" * 12},
+            }
+        )
+        directory = log.directory
+    scrub_session(tmp_path, sid)
+    (directory / "manifest.json").unlink()
+    shutil.rmtree(directory / "index")  # the views lost: only the log tells the id
+    with read_session_dir(directory) as reader:
+        assert reader.session_id == sid
+        assert "[REDACTED:" in orjson.dumps(list(reader.iter_events())).decode()
