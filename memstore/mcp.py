@@ -236,12 +236,14 @@ TOOLS: dict[str, Tool] = {
             "memory_facts",
             "Facts the sessions remembered",
             "Grounded facts from the sessions' memory views (short statements taken from prompts and from "
-            "successful tool output), newest sessions first. Filter by session_id, cwd or agent. Page with offset.",
+            "successful tool output), newest sessions first. Filter by session_id, cwd, agent or machine. Page "
+            "with offset.",
             _schema(
                 {
                     "session_id": _SESSION_ID,
                     "cwd": _CWD,
                     "agent": _AGENT,
+                    "machine": _MACHINE,
                     "limit": _integer("Facts to return.", 1, 200, 50),
                     "offset": _integer("Facts to skip (for the next page).", 0, 100_000, 0),
                 }
@@ -960,12 +962,18 @@ class MemoryTools:
         }
 
     def memory_facts(
-        self, session_id: Optional[str], cwd: Optional[str], agent: Optional[str], limit: int, offset: int
+        self,
+        session_id: Optional[str],
+        cwd: Optional[str],
+        agent: Optional[str],
+        machine: Optional[str],
+        limit: int,
+        offset: int,
     ) -> dict:
         if session_id is not None:
             session_id = self._session_id(session_id)
         cwd = _cwd_arg(cwd)
-        where, params = self._session_filter(agent, cwd)
+        where, params = self._session_filter(agent, cwd, machine)
         if session_id is not None:
             where += " AND s.session_id = ?"
             params.append(session_id)
@@ -985,7 +993,13 @@ class MemoryTools:
             "offset": offset,
             "facts": facts,
             "next": _call(
-                "memory_facts", session_id=session_id, cwd=cwd, agent=agent, limit=limit, offset=offset + limit
+                "memory_facts",
+                session_id=session_id,
+                cwd=cwd,
+                agent=agent,
+                machine=machine,
+                limit=limit,
+                offset=offset + limit,
             )
             if len(rows) > limit
             else None,

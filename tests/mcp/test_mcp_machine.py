@@ -8,6 +8,9 @@ from __future__ import annotations
 import pytest
 from machines import DEVBOX_SESSIONS, LAPTOP_SESSIONS, TwoMachines, two_machines
 
+import memstore
+from memstore.views.memory_view import write_session_memory_view
+
 
 @pytest.fixture(scope="module")
 def machines(tmp_path_factory) -> TwoMachines:
@@ -16,7 +19,16 @@ def machines(tmp_path_factory) -> TwoMachines:
 
 @pytest.fixture(scope="module")
 def store(machines: TwoMachines) -> TwoMachines:
-    """What the ``mcp`` fixture serves (it reads ``store.root``): the laptop's store."""
+    """What the ``mcp`` fixture serves (it reads ``store.root``): the laptop's store, each of
+    its sessions with its memory view (the facts memory_facts lists)."""
+    for sid in (*LAPTOP_SESSIONS, *DEVBOX_SESSIONS):
+        with memstore.open_session(machines.root, sid) as log:  # a note: a fact of its memory view
+            log.append({"type": "turn.started"})
+            note = f"note that the widget builds of {sid} need the cache warmed first"
+            log.append({"type": "item.completed", "item": {"id": "note", "type": "user_message", "text": note}})
+            log.append({"type": "turn.completed", "usage": {"input_tokens": 900, "output_tokens": 40}})
+        write_session_memory_view(machines.root, sid)
+    memstore.refresh_catalog(machines.root)
     return machines
 
 
@@ -35,7 +47,17 @@ def test_search_and_recent_sessions_by_machine(mcp, machines, which):
     assert {r["session_id"] for r in mixed["results"]} == expected
 
 
+@pytest.mark.parametrize("which", ["laptop", "devbox"])
+def test_memory_facts_by_machine(mcp, machines, which):
+    expected = set(LAPTOP_SESSIONS if which == "laptop" else DEVBOX_SESSIONS)
+    every = mcp.ok("memory_facts", {"limit": 200})["facts"]
+    assert {f["session_id"] for f in every} == set(LAPTOP_SESSIONS) | set(DEVBOX_SESSIONS)
+    facts = mcp.ok("memory_facts", {"machine": which, "limit": 200})["facts"]
+    assert {f["session_id"] for f in facts} == expected
+
+
 def test_an_unknown_machine_has_no_sessions(mcp):
     assert mcp.ok("search", {"query": "widget", "machine": "nowhere"})["results"] == []
     assert mcp.ok("recent_sessions", {"machine": "nowhere"})["sessions"] == []
+    assert mcp.ok("memory_facts", {"machine": "nowhere"})["facts"] == []
     assert len(mcp.ok("recent_sessions", {})["sessions"]) == 4
