@@ -1022,9 +1022,11 @@ class Redactor:
             frame = stack[-1]
             for key, child in frame.items:
                 if isinstance(child, str):
-                    new = self._redact_entry(key if frame.is_dict else None, child)
+                    new = self._redact_entry(frame.name_for(key), child)
                     if new is not child:
                         frame.set(key, new)
+                    if not frame.is_dict:
+                        frame.previous = child
                 elif isinstance(child, (dict, list)) and child:
                     stack.append(_Frame(child, frame, key))
                     break
@@ -1069,18 +1071,44 @@ def _apply(text: str, found: list[Finding]) -> str:
     return "".join(pieces)
 
 
-class _Frame:
-    """One container being walked by :meth:`Redactor.redact_value`, copied on first change."""
+# A dict naming its value beside it: {"name": "API_KEY", "value": "..."} (Kubernetes, ECS, tags).
+_PAIR_NAME_KEYS = ("name", "Name", "key", "Key")
+_PAIR_VALUE_KEYS = frozenset(("value", "Value"))
 
-    __slots__ = ("source", "items", "copy", "parent", "key", "is_dict")
+
+class _Frame:
+    """One container being walked by :meth:`Redactor.redact_value`, copied on first change.
+
+    A string's *name* is what names it: its key in a dict, or the sibling ``name``/``key`` of a
+    ``value`` (``{"name": "DB_PASSWORD", "value": "..."}``, as environment lists and tags are
+    written), or in a list the string before it (``["--password", "..."]`` in an argv,
+    ``["Authorization", "Bearer ..."]`` in a header pair), its leading dashes dropped."""
+
+    __slots__ = ("source", "items", "copy", "parent", "key", "is_dict", "pair_name", "previous")
 
     def __init__(self, source: Union[dict, list], parent: Optional[_Frame], key: Any):
         self.source = source
         self.is_dict = isinstance(source, dict)
+        self.pair_name: Optional[str] = None
+        if isinstance(source, dict):
+            for field_name in _PAIR_NAME_KEYS:
+                named = source.get(field_name)
+                if isinstance(named, str) and named:
+                    self.pair_name = named
+                    break
+        self.previous: Optional[str] = None
         self.items: Iterator[tuple[Any, Any]] = iter(source.items()) if isinstance(source, dict) else enumerate(source)
         self.copy: Union[dict, list, None] = None
         self.parent = parent
         self.key = key
+
+    def name_for(self, key: Any) -> Optional[str]:
+        """The name of the string at ``key`` (see the class docstring), or ``None``."""
+        if self.is_dict:
+            if key in _PAIR_VALUE_KEYS and self.pair_name is not None:
+                return self.pair_name
+            return key if isinstance(key, str) else None
+        return self.previous.lstrip("-") or None if self.previous is not None else None
 
     def set(self, key: Any, value: Any) -> None:
         if self.copy is None:

@@ -5,6 +5,7 @@ idempotent, and a store's config.toml adds patterns and allowlists or fails nami
 from __future__ import annotations
 
 import copy
+import json
 import os
 
 import orjson
@@ -13,7 +14,7 @@ from redact_support import CORPUS, NEAR_MISSES, strings_in
 
 from memstore import events, redact
 from memstore.errors import MemstoreError, StoreIOError
-from memstore.redact import Finding, RedactConfig, RedactConfigError, Redactor, load_config, marker
+from memstore.redact import Finding, RedactConfig, RedactConfigError, Redactor, load_config, marker, redact_value
 
 GITHUB_TOKEN = next(s["value"] for e in CORPUS for s in e["secrets"] if s["kind"] == "github-token")
 
@@ -369,3 +370,26 @@ def test_module_functions_use_the_built_in_rules():
     assert redact.findings(text) == Redactor().findings(text)
     assert redact.redact_text(text) == Redactor(RedactConfig()).redact_text(text)
     assert all(isinstance(f, Finding) for f in redact.findings(text))
+
+
+def test_secrets_in_structured_tool_arguments_are_named_by_their_neighbours():
+    """An environment list's {"name", "value"} pairs, a header pair and an argv's flag name the
+    string beside them: the secret is redacted, ordinary values beside it are kept."""
+    value = {
+        "env": [
+            {"name": "STRIPE_API_KEY", "value": "9f8e7d6c5b4a39281706f5e4d3c2b1a0"},
+            {"name": "DB_PASSWORD", "value": "Winter2026!x"},
+            {"name": "HOME", "value": "/root"},
+        ],
+        "headers": [["Authorization", "Bearer 9f8e7d6c5b4a39281706f5e4d3c2b1aQ"], ["Accept", "application/json"]],
+        "argv": ["mysql", "--password", "Winter2026!x", "-h", "db.internal"],
+        "message": ["git", "commit", "-m", "fix the password reset flow"],
+        "tags": [{"Key": "Name", "Value": "web-1"}],
+    }
+    out = redact_value(value)
+    text = json.dumps(out)
+    assert "Winter2026" not in text and "9f8e7d6c5b4a" not in text
+    assert out["env"][2] == {"name": "HOME", "value": "/root"}
+    assert out["headers"][1] == ["Accept", "application/json"]
+    assert out["argv"][3:] == ["-h", "db.internal"]
+    assert out["message"] == value["message"] and out["tags"] == value["tags"]
