@@ -611,42 +611,62 @@ def rebuild_command(sessions, rebuild_all, jobs, root, as_json):
 @cli.command("sessions")
 @root_option
 @limit_option(None, "At most this many, newest first.")
+@click.option(
+    "--machine",
+    default=None,
+    metavar="STORE",
+    help="Only sessions born in this store: its id or label (this store's, or one imported with `memstore import`).",
+)
 @json_option
-def sessions_command(root, limit, as_json):
+def sessions_command(root, limit, machine, as_json):
     """List the sessions of the store, most recently updated first: title, agent, model,
-    turns, tokens, cost and when each was last updated.
+    turns, tokens, cost and when each was last updated; the machine (store) each was born in
+    too, once the store holds sessions of several (`memstore import` of another store).
 
     The details come from the store's catalog, brought up to date first (a progress bar shows
     when that takes long, as the first time on a large store does). Cost is the agent's own
     figure when it recorded one, else the tokens priced from the price table; "+" marks a
     lower bound (some turns of models the table does not know), "-" no figure at all.
-    --json: one object per session, with the manifest's keys and those details.
+    --json: one object per session, with the manifest's keys and those details (the machine as
+    origin_store_id and origin_label).
 
     \b
     Examples:
       memstore sessions -n 10
       memstore sessions --json | jq '.[].session_id'
+      memstore sessions --machine devbox
     """
     from .store import Store
 
     _require_store(root)
-    summaries = Store(root).sessions(limit)
+    summaries = Store(root).sessions(None if machine is not None else limit)
     details = _session_details(root, [s.session_id for s in summaries], enabled=not as_json)
+    if machine is not None:
+        if summaries and not details:
+            raise click.ClickException("cannot filter by machine: the store's catalog could not be read")
+        wanted = machine.strip()
+        summaries = [s for s in summaries if wanted in _machine_of(details.get(s.session_id, {}))]
+        summaries = summaries[:limit] if limit is not None else summaries
     if as_json:
         _echo_json([{**asdict(s), **details.get(s.session_id, {})} for s in summaries])
         return
     if not summaries:
-        click.echo(f"no sessions in {_store_named(root)}")
+        of = f" of machine {machine.strip()}" if machine is not None else ""
+        click.echo(f"no sessions{of} in {_store_named(root)}")
         return
+    # Which machine each session is from, once the store holds sessions of more than one.
+    several = len({_machine_of(d) for d in details.values()}) > 1
     rows = []
     for s in summaries:
         d = details.get(s.session_id, {})
         tokens = (d.get("input_tokens") or 0) + (d.get("output_tokens") or 0)
+        origin = (d.get("origin_label") or d.get("origin_store_id") or "",) if several else ()
         rows.append(
             (
                 s.session_id,
                 _shorten(d.get("title") or "", 48),
                 d.get("agent") or "",
+                *origin,
                 d.get("model") or "",
                 str(s.turn_count),
                 _count(tokens) if d else "",
@@ -654,9 +674,16 @@ def sessions_command(root, limit, as_json):
                 _when(s.updated_at),
             )
         )
-    header = ("session", "title", "agent", "model", "turns", "tokens", "cost", "updated")
-    for line in _table(header, rows, right={4, 5, 6}):  # ids are shown whole: they are what `show` takes
+    header = ("session", "title", "agent", *(("machine",) if several else ()), "model", "turns", "tokens", "cost")
+    shift = 1 if several else 0
+    right = {4 + shift, 5 + shift, 6 + shift}
+    for line in _table((*header, "updated"), rows, right=right):  # ids are shown whole: `show` takes them
         click.echo(line)
+
+
+def _machine_of(details: dict) -> tuple[Optional[str], Optional[str]]:
+    """The store id and label of the machine a session was born in, as the catalog says."""
+    return details.get("origin_store_id"), details.get("origin_label")
 
 
 def _session_details(root: str, ids: list[str], *, enabled: bool) -> dict[str, dict]:
@@ -700,12 +727,15 @@ def _session_details(root: str, ids: list[str], *, enabled: bool) -> dict[str, d
                 f"(SELECT count(*) - count({priced}) FROM turns t WHERE t.session_id = s.session_id "
                 "AND t.input_tokens + t.output_tokens > 0)"
             )
+        origin = (
+            "s.origin_store_id, s.origin_label" if "origin_store_id" in columns else "NULL, NULL"
+        )  # an older catalog (read-only) has no origins
         details = {}
-        marks = ", ".join("?" * len(ids))
         for row in conn.execute(
             f"SELECT s.session_id, s.title, s.agent, s.model, s.input_tokens, s.cached_input_tokens, "
-            f"s.cache_creation_tokens, s.output_tokens, {cost} FROM sessions s WHERE s.session_id IN ({marks})",
-            ids,
+            f"s.cache_creation_tokens, s.output_tokens, {cost}, {origin} FROM sessions s "
+            "WHERE s.session_id IN (SELECT value FROM json_each(?))",
+            (orjson.dumps(ids).decode(),),
         ):
             details[row[0]] = dict(
                 zip(
@@ -719,6 +749,8 @@ def _session_details(root: str, ids: list[str], *, enabled: bool) -> dict[str, d
                         "output_tokens",
                         "cost_usd",
                         "cost_unpriced_turns",
+                        "origin_store_id",
+                        "origin_label",
                     ),
                     row[1:],
                 )
@@ -1234,6 +1266,12 @@ def verify_command(session, pack_path, root, as_json):
 @click.option(
     "--source", type=click.Choice(["event", "session"]), default=None, help="Only event text, or only memory facts."
 )
+@click.option(
+    "--machine",
+    default=None,
+    metavar="STORE",
+    help="Only sessions born in this store: its id or label (this store's, or one imported with `memstore import`).",
+)
 @limit_option(10, "At most this many results.", maximum=1000)
 @click.option("--max-results", "max_results", type=click.IntRange(min=1, max=1000), default=None, hidden=True)
 @click.option("--no-recency", is_flag=True, help="Plain BM25, without the mild preference for recent events.")
@@ -1247,7 +1285,9 @@ def verify_command(session, pack_path, root, as_json):
 )
 @root_option
 @json_option
-def search_command(query, session_id, since, source, limit, max_results, no_recency, explorer_url, root, as_json):
+def search_command(
+    query, session_id, since, source, machine, limit, max_results, no_recency, explorer_url, root, as_json
+):
     """BM25 search over every session: where did the agent do QUERY?
 
     Each hit says where it is and when (local time, and how long ago), with the `memstore
@@ -1260,6 +1300,7 @@ def search_command(query, session_id, since, source, limit, max_results, no_rece
     Examples:
       memstore search "mismatched types"
       memstore search "cargo test" --since 2026-11-01 -n 20 --json
+      memstore search "migration" --machine devbox
       memstore search "flaky test" --explorer-url https://agents.example.com/
     """
     from .explorer.urls import Urls
@@ -1280,7 +1321,14 @@ def search_command(query, session_id, since, source, limit, max_results, no_rece
         logger.warning("searching without refreshing the catalog first: %s", exc)
     try:
         results = search_memory(
-            root, query, limit, source=source, session_id=session_id, since=since, recency=not no_recency
+            root,
+            query,
+            limit,
+            source=source,
+            session_id=session_id,
+            since=since,
+            recency=not no_recency,
+            machine=machine,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from exc

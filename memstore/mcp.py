@@ -99,6 +99,12 @@ def _integer(description: str, minimum: int, maximum: int, default: Optional[int
 
 _SESSION_ID = _string("A session id, as search or recent_sessions return it.", 1024, minLength=1)
 _AGENT = _string("Only sessions of this agent: codex, claude, vtcode or memstore.", 64, minLength=1)
+_MACHINE = _string(
+    "Only sessions born in this store (machine): its store id or label, as sql_query's sessions.origin_label "
+    "shows them (imported sessions keep the store they came from).",
+    200,
+    minLength=1,
+)
 _CWD = _string(
     "Only sessions that ran in this working directory or repository, or below it (an absolute path).", 4096, minLength=1
 )
@@ -129,7 +135,7 @@ TOOLS: dict[str, Tool] = {
             "Search past agent sessions",
             "BM25 full-text search over every past agent session in this store: prompts, answers, reasoning, "
             "commands and their output, file changes, tool calls, memory facts. Filter by session_id, agent, cwd "
-            "(a repository or working directory, and below), since/until dates, or source. Each hit gives "
+            "(a repository or working directory, and below), machine, since/until dates, or source. Each hit gives "
             "session_id, turn, seq, a snippet and `fetch`, the call that shows it in context. Page with offset.",
             _schema(
                 {
@@ -139,6 +145,7 @@ TOOLS: dict[str, Tool] = {
                     "session_id": _SESSION_ID,
                     "agent": _AGENT,
                     "cwd": _CWD,
+                    "machine": _MACHINE,
                     "since": _SINCE,
                     "until": _UNTIL,
                     "source": {
@@ -210,12 +217,14 @@ TOOLS: dict[str, Tool] = {
             "recent_sessions",
             "Recent sessions of a repository",
             "Sessions, most recently updated first, with agent, working directory, branch, status, turn count, "
-            "first prompt (title), model and tokens. Filter by cwd (a repository or working directory, and "
-            "below), agent, or since, to see what was done before in this repository. Page with offset.",
+            "first prompt (title), model, tokens and the machine (store) it was born in. Filter by cwd (a "
+            "repository or working directory, and below), agent, machine, or since, to see what was done before "
+            "in this repository. Page with offset.",
             _schema(
                 {
                     "cwd": _CWD,
                     "agent": _AGENT,
+                    "machine": _MACHINE,
                     "since": _SINCE,
                     "limit": _integer("Sessions to return.", 1, 100, 20),
                     "offset": _integer("Sessions to skip (for the next page).", 0, 100_000, 0),
@@ -227,12 +236,14 @@ TOOLS: dict[str, Tool] = {
             "memory_facts",
             "Facts the sessions remembered",
             "Grounded facts from the sessions' memory views (short statements taken from prompts and from "
-            "successful tool output), newest sessions first. Filter by session_id, cwd or agent. Page with offset.",
+            "successful tool output), newest sessions first. Filter by session_id, cwd, agent or machine. Page "
+            "with offset.",
             _schema(
                 {
                     "session_id": _SESSION_ID,
                     "cwd": _CWD,
                     "agent": _AGENT,
+                    "machine": _MACHINE,
                     "limit": _integer("Facts to return.", 1, 200, 50),
                     "offset": _integer("Facts to skip (for the next page).", 0, 100_000, 0),
                 }
@@ -244,7 +255,8 @@ TOOLS: dict[str, Tool] = {
             "Read-only SQL over the catalog",
             "One SQLite SELECT over the catalog, for counts, tokens, costs, failures and durations. Tables: "
             "sessions(session_id, agent, cwd, git_branch, status, created_at, updated_at, turn_count, event_count, "
-            "title, model, turns_failed, input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens), "
+            "title, model, turns_failed, input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, "
+            "origin_store_id, origin_label), "
             "turns(session_id, number, status, started_at, ended_at, duration_ms, model, error, the same *_tokens), "
             "events(session_id, seq, turn, ts, type, item_type, name, status, exit_code), file_changes(session_id, "
             "seq, turn, path, kind), chunks(session_id, seq, turn, kind, source, created_at, text). Views: "
@@ -459,13 +471,19 @@ class MemoryTools:
                 )
         return value
 
-    def _session_filter(self, agent: Optional[str], cwd: Optional[str]) -> tuple[str, list[Any]]:
-        """An SQL condition on ``sessions`` (alias ``s``) for the agent and cwd filters."""
+    def _session_filter(
+        self, agent: Optional[str], cwd: Optional[str], machine: Optional[str] = None
+    ) -> tuple[str, list[Any]]:
+        """An SQL condition on ``sessions`` (alias ``s``) for the agent, cwd and machine filters
+        (a machine is a store id or label: the store the session was born in)."""
         clauses: list[str] = ["1"]
         params: list[Any] = []
         if agent is not None:
             clauses.append("s.agent = ?")
             params.append(agent.strip())
+        if machine is not None:
+            clauses.append("(s.origin_store_id = ? OR s.origin_label = ?)")
+            params += [machine.strip(), machine.strip()]
         if cwd is not None:
             prefix = cwd if cwd.endswith("/") else cwd + "/"
             clauses.append("(s.cwd = ? OR substr(s.cwd, 1, ?) = ?)")
@@ -480,6 +498,7 @@ class MemoryTools:
         session_id: Optional[str],
         agent: Optional[str],
         cwd: Optional[str],
+        machine: Optional[str],
         since: Optional[str],
         until: Optional[str],
         source: Optional[str],
@@ -503,7 +522,7 @@ class MemoryTools:
                 allowed = {row[0] for row in conn.execute(f"SELECT s.session_id FROM sessions s WHERE {where}", params)}
             if session_id is not None:
                 allowed &= {session_id}
-        hits, complete = self._hits(query, want, session_id, since_ts, until_ts, source, allowed)
+        hits, complete = self._hits(query, want, session_id, since_ts, until_ts, source, allowed, machine)
         page = hits[offset : offset + limit]
         texts, sessions = self._hit_context(page, uri)
         results = []
@@ -543,6 +562,7 @@ class MemoryTools:
                 session_id=session_id,
                 agent=agent,
                 cwd=cwd,
+                machine=machine,
                 since=since,
                 until=until,
                 source=source,
@@ -568,18 +588,19 @@ class MemoryTools:
         until: Optional[str],
         source: Optional[str],
         allowed: Optional[set[str]],
+        machine: Optional[str] = None,
     ) -> tuple[list, bool]:
         """The best ``want`` hits that pass every filter, best first, and whether they are
         certainly the best (``False`` when over-fetching stopped at :data:`MAX_OVERFETCH`).
 
-        The library's search filters by one session, ``since`` and ``source``; agent, cwd (a set
+        The library's search filters by one session, ``since``, ``source`` and ``machine``; agent, cwd (a set
         of sessions) and ``until`` are applied here: with a few sessions, one search per session
         (scores are comparable: the statistics are the whole store's), else by filtering a
         growing number of the best hits of the whole store."""
         from .search import search_memory
 
         def search(n: int, sid: Optional[str]) -> list:
-            return search_memory(self.root, query, n, source=source, session_id=sid, since=since)
+            return search_memory(self.root, query, n, source=source, session_id=sid, since=since, machine=machine)
 
         def keep(hit: Any) -> bool:
             if allowed is not None and hit.session_id not in allowed:
@@ -883,19 +904,25 @@ class MemoryTools:
     # -- catalog listings ----------------------------------------------------------------------
 
     def recent_sessions(
-        self, cwd: Optional[str], agent: Optional[str], since: Optional[str], limit: int, offset: int
+        self,
+        cwd: Optional[str],
+        agent: Optional[str],
+        machine: Optional[str],
+        since: Optional[str],
+        limit: int,
+        offset: int,
     ) -> dict:
         cwd = _cwd_arg(cwd)
         since_ts = _time_arg("since", since)
-        where, params = self._session_filter(agent, cwd)
+        where, params = self._session_filter(agent, cwd, machine)
         if since_ts is not None:
             where += " AND s.updated_at >= ?"
             params.append(since_ts)
         with self._catalog() as conn:
             rows = conn.execute(
                 "SELECT s.session_id, s.agent, s.cwd, s.git_branch, s.status, s.created_at, s.updated_at, s.turn_count, "
-                "s.turns_failed, s.title, s.model, s.input_tokens, s.output_tokens "
-                f"FROM sessions s WHERE {where} ORDER BY s.updated_at DESC, s.session_id LIMIT ? OFFSET ?",
+                "s.turns_failed, s.title, s.model, s.input_tokens, s.output_tokens, s.origin_store_id, "
+                f"s.origin_label FROM sessions s WHERE {where} ORDER BY s.updated_at DESC, s.session_id LIMIT ? OFFSET ?",
                 (*params, limit + 1, offset),
             ).fetchall()
         sessions = [
@@ -912,6 +939,7 @@ class MemoryTools:
                 "title": r[9],
                 "model": r[10],
                 "tokens": {"input": r[11] or 0, "output": r[12] or 0},
+                "machine": {"store_id": r[13], "label": r[14]},
                 "fetch": _call("get_session", session_id=r[0]),
             }
             for r in rows[:limit]
@@ -920,18 +948,32 @@ class MemoryTools:
             "count": len(sessions),
             "offset": offset,
             "sessions": sessions,
-            "next": _call("recent_sessions", cwd=cwd, agent=agent, since=since, limit=limit, offset=offset + limit)
+            "next": _call(
+                "recent_sessions",
+                cwd=cwd,
+                agent=agent,
+                machine=machine,
+                since=since,
+                limit=limit,
+                offset=offset + limit,
+            )
             if len(rows) > limit
             else None,
         }
 
     def memory_facts(
-        self, session_id: Optional[str], cwd: Optional[str], agent: Optional[str], limit: int, offset: int
+        self,
+        session_id: Optional[str],
+        cwd: Optional[str],
+        agent: Optional[str],
+        machine: Optional[str],
+        limit: int,
+        offset: int,
     ) -> dict:
         if session_id is not None:
             session_id = self._session_id(session_id)
         cwd = _cwd_arg(cwd)
-        where, params = self._session_filter(agent, cwd)
+        where, params = self._session_filter(agent, cwd, machine)
         if session_id is not None:
             where += " AND s.session_id = ?"
             params.append(session_id)
@@ -951,7 +993,13 @@ class MemoryTools:
             "offset": offset,
             "facts": facts,
             "next": _call(
-                "memory_facts", session_id=session_id, cwd=cwd, agent=agent, limit=limit, offset=offset + limit
+                "memory_facts",
+                session_id=session_id,
+                cwd=cwd,
+                agent=agent,
+                machine=machine,
+                limit=limit,
+                offset=offset + limit,
             )
             if len(rows) > limit
             else None,

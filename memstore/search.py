@@ -242,13 +242,15 @@ def search_catalog(
     recency: bool = True,
     min_score: float = 0.0,
     root: Union[None, str, os.PathLike[str]] = None,
+    machine: Optional[str] = None,
 ) -> SearchPage:
     """Search the catalog ``conn`` reads, as it is: no refresh and nothing written, so a
     read-only connection will do (the explorer's). Results ``offset`` to ``offset + limit`` of
     the ranking, with the total number of hits.
 
-    ``session``, ``since`` (a date or an RFC 3339 time: chunks from then on) and ``source``
-    (``event`` or ``session``) restrict the results, never the statistics; ``min_score`` drops
+    ``session``, ``since`` (a date or an RFC 3339 time: chunks from then on), ``source``
+    (``event`` or ``session``) and ``machine`` (a store id or label: sessions that store was
+    the origin of, see :data:`MACHINE_FILTER`) restrict the results, never the statistics; ``min_score`` drops
     hits scoring less. ``path`` in each result is the catalog's, relative to the store, or
     absolute under ``root`` when it is given. A query without tokens gives an empty page.
 
@@ -265,7 +267,7 @@ def search_catalog(
     terms = query_terms(query) if isinstance(query, str) else []
     if not terms:
         return SearchPage([], 0, offset, limit)
-    where, params = _filters(source, session, since)
+    where, params = _filters(source, session, since, machine)
     index = kept_index(conn)
     own = not conn.in_transaction
     try:
@@ -303,13 +305,15 @@ def search_memory(
     session_id: Optional[str] = None,
     since: Optional[str] = None,
     recency: bool = True,
+    machine: Optional[str] = None,
 ) -> SearchResults:
     """BM25 search over every session under ``root`` (see the module docstring for the
     scoring), through this process's warm state of that store, which every
     :class:`~memstore.Store` of ``root`` shares (:func:`memstore.catalog.live_catalog`): the
     catalog is kept current between calls at the cost of what changed. ``source`` (``event``
-    or ``session``), ``session_id`` and ``since`` (a date or an RFC 3339 time: only chunks from
-    then on) restrict the results, not the statistics.
+    or ``session``), ``session_id``, ``since`` (a date or an RFC 3339 time: only chunks from
+    then on) and ``machine`` (a store id or label: only sessions born in that store) restrict
+    the results, not the statistics.
 
     Returns a list of :class:`MemorySearchResult` (a :class:`SearchResults`) whose ``missing``
     names the sessions the search could not look at, and why; ``partial`` says whether there
@@ -328,6 +332,7 @@ def search_memory(
         source=source,
         recency=recency,
         min_score=min_score,
+        machine=machine,
     )
     return page.results  # type: ignore[return-value]
 
@@ -344,6 +349,7 @@ def search_live(
     recency: bool = True,
     min_score: float = 0.0,
     on_progress: Optional[Callable[[CatalogProgress], None]] = None,
+    machine: Optional[str] = None,
 ) -> SearchPage:
     """Bring the catalog ``live`` keeps up to date (at the cost of what changed, see
     :mod:`memstore.catalog.live`), then search it (:func:`search_catalog`): a page whose
@@ -371,6 +377,7 @@ def search_live(
         recency=recency,
         min_score=min_score,
         root=live.root,
+        machine=machine,
     )
     missing = {m.directory: m for m in page.missing}
     for m in extra:
@@ -426,7 +433,22 @@ def _hydrate(
     return results
 
 
-def _filters(source: Optional[str], session_id: Optional[str], since: Optional[str]) -> tuple[Optional[str], list[Any]]:
+MACHINE_FILTER = "session_id IN (SELECT session_id FROM sessions WHERE origin_store_id = ? OR origin_label = ?)"
+"""The condition (over a table with a ``session_id``) that keeps the sessions whose origin is
+one machine: a store id or a store label, given twice as parameters (see :func:`machine_params`).
+A session born in this store has this store as its origin; one imported from another store,
+the store it was first written in."""
+
+
+def machine_params(machine: str) -> list[str]:
+    """The parameters of :data:`MACHINE_FILTER` for ``machine`` (a store id or label)."""
+    text = machine.strip()
+    return [text, text]
+
+
+def _filters(
+    source: Optional[str], session_id: Optional[str], since: Optional[str], machine: Optional[str] = None
+) -> tuple[Optional[str], list[Any]]:
     """The ``where`` condition over ``chunks`` (and its parameters) the filters make."""
     clauses, params = [], []
     if source is not None:
@@ -438,6 +460,9 @@ def _filters(source: Optional[str], session_id: Optional[str], since: Optional[s
     if since is not None:
         clauses.append("created_at >= ?")
         params.append(_since(since))
+    if machine is not None:
+        clauses.append(MACHINE_FILTER)
+        params += machine_params(machine)
     return " AND ".join(clauses) or None, params
 
 

@@ -226,6 +226,7 @@ class Store:
         recency: bool = True,
         min_score: float = 0.0,
         on_progress: CatalogProgressCallback = None,
+        machine: Optional[str] = None,
     ) -> SearchResults:
         """BM25 search over every session (see :func:`memstore.search_memory`). The catalog is
         brought up to date first at the cost of what changed: on an unchanged store, one
@@ -233,7 +234,8 @@ class Store:
         last is older than the sweep interval). ``on_progress`` is called with a
         :class:`memstore.catalog.CatalogProgress` while that copies sessions (a first search of a
         large store builds the whole catalog). The list returned has ``missing``: the sessions
-        the search could not look at, and why."""
+        the search could not look at, and why. ``machine`` (a store id or label) keeps the
+        sessions born in that store (this one, or one they were imported from)."""
         return self.search_page(
             query,
             limit=limit,
@@ -243,6 +245,7 @@ class Store:
             recency=recency,
             min_score=min_score,
             on_progress=on_progress,
+            machine=machine,
         ).results  # type: ignore[return-value]
 
     def search_page(
@@ -257,6 +260,7 @@ class Store:
         recency: bool = True,
         min_score: float = 0.0,
         on_progress: CatalogProgressCallback = None,
+        machine: Optional[str] = None,
     ) -> SearchPage:
         """:meth:`search` as a page of the ranking (``offset`` to ``offset + limit``) with the
         total number of hits (see :func:`memstore.search_catalog`); ``results`` is a
@@ -274,6 +278,7 @@ class Store:
             recency=recency,
             min_score=min_score,
             on_progress=on_progress,
+            machine=machine,
         )
 
     def refresh(

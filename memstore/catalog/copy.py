@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 from .. import events as ev
 from ..errors import StoreIOError
+from ..importers.stores import load_origin
 from ..layout import DERIVED_DIR, EVENTS_FILE, MANIFEST_FILE, MEMORY_FILE, SESSIONS_DIR
 from ..reader import SessionReader, read_session_dir
 from ..redact import Redactor
@@ -102,7 +103,8 @@ CHUNK_COLUMNS = "chunk_id, session_id, seq, turn, part, source, kind, path, star
 FILE_CHANGE_COLUMNS = "session_id, seq, turn, path, kind"
 SESSION_COLUMNS = (
     "session_id, directory, status, created_at, updated_at, turn_count, event_count, retained_turn_base, "
-    "generation, agent, agent_version, cwd, git_branch, source_path, parent_session_id, title, log_bytes"
+    "generation, agent, agent_version, cwd, git_branch, source_path, parent_session_id, title, log_bytes, "
+    "origin_store_id, origin_label, origin_session_id, origin_root"
 )
 STATE_ROW_COLUMNS = STATE_COLUMNS
 
@@ -269,6 +271,7 @@ def _log_copy(
         str_or_none(source.get("parent_session_id")),
         title,
         reader.end,
+        *_origin_columns(examined.path, redactor),
     )
     copy.state = (
         name,
@@ -324,6 +327,7 @@ def _legacy_copy(examined: Examined, previous: Optional[Previous], redactor: Red
         str_or_none(source.get("parent_session_id")),
         None,
         0,
+        *_origin_columns(directory, redactor),
     )
     copy.state = (
         name,
@@ -341,6 +345,22 @@ def _legacy_copy(examined: Examined, previous: Optional[Previous], redactor: Red
         manifest.retained_turn_base,
     )
     return copy
+
+
+def _origin_columns(directory: str, redactor: Redactor) -> tuple[Optional[str], ...]:
+    """The session's origin as the catalog records it (``origin_store_id, origin_label,
+    origin_session_id, origin_root``): what its ``origin.json`` says for a session imported
+    from another store, all ``None`` for one born here (the catalog fills in this store's own
+    id and label, which may change, when it writes the batch)."""
+    origin = load_origin(directory)
+    if origin is None:
+        return (None, None, None, None)
+    return (
+        origin.store_id,
+        _redacted(redactor, origin.label),
+        _redacted(redactor, origin.session_id),
+        _redacted(redactor, origin.root),
+    )
 
 
 def session_id_of_legacy(claimed: str, name: str) -> str:

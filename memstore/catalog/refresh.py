@@ -40,6 +40,7 @@ import orjson
 from .. import changes
 from ..bm25 import SearchIndex
 from ..errors import MemstoreError, SessionNotFound, StoreIOError
+from ..identity import store_identity
 from ..layout import SESSIONS_DIR, catalog_path
 from ..locks import store_lock
 from ..redact import Redactor, redactor_for
@@ -182,6 +183,7 @@ class _Refresh:
         self.indexed = 0
         self.aborted = False
         self._redactor: Optional[Redactor] = None
+        self._identity_read = False
 
     @property
     def redactor(self) -> Redactor:
@@ -191,6 +193,20 @@ class _Refresh:
         if self._redactor is None:
             self._redactor = redactor_for(self.root)
         return self._redactor
+
+    def own_origin(self) -> Optional[tuple[str, str]]:
+        """This store's id and label (what a session born here records as its origin), read
+        once per refresh and given to the writer; ``None``, logged, when the store has no
+        identity it can read or create (those sessions' origin stays empty until one can)."""
+        if not self._identity_read:
+            self._identity_read = True
+            try:
+                identity = store_identity(self.root)
+            except StoreIOError as exc:
+                logger.warning("catalog: the store's own origin is left empty: %s", exc)
+            else:
+                self.writer.own_origin = (identity.store_id, identity.label)
+        return self.writer.own_origin
 
     # -- which sessions -----------------------------------------------------------------------
 
@@ -219,6 +235,8 @@ class _Refresh:
                 candidates |= set(session_directories(self.root)) | set(state) | set(recorded_errors)
         self.report.mode = mode.value
         self._refresh(sorted(candidates), state, set(recorded_errors))
+        if mode is not RefreshMode.FEED and not self.aborted:
+            self._update_own_origin()
         self._record(mode, now, set(recorded_errors))
         if claimed:
             changes.release(self.root, claimed)
@@ -290,6 +308,7 @@ class _Refresh:
         if not todo:
             return
         redactor = self.redactor  # a malformed config.toml raises here, before any copy
+        self.own_origin()
         bytes_total = sum(size for _e, _p, size in todo)
         sessions_done = bytes_done = 0
         started = time.monotonic()
@@ -368,6 +387,16 @@ class _Refresh:
             pass
         self.errors[name] = (session_id, str(exc), exc.errno, sweep_of)
         self.report.errors.append((name, str(exc)))
+
+    def _update_own_origin(self) -> None:
+        """Bring the origin of the sessions born here in line with the store's identity (its
+        label may have been changed since they were copied): at every sweep, as a label change
+        is in no session's files."""
+        self.own_origin()
+        try:
+            self.writer.update_own_origin()
+        except StoreIOError as exc:
+            logger.warning("catalog: could not update the origin of this store's sessions: %s", exc)
 
     # -- what the refresh leaves -------------------------------------------------------------
 

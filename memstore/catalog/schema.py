@@ -80,10 +80,16 @@ def _create_tables(db: sqlite_utils.Database) -> None:
             "cost_usd": float,
             "cost_estimated": float,
             "cost_unpriced_turns": int,
+            "origin_store_id": str,
+            "origin_label": str,
+            "origin_session_id": str,
+            "origin_root": str,
         },
         pk="session_id",
     )
     db.table("sessions").create_index(["updated_at"], index_name="sessions_updated")
+    db.table("sessions").create_index(["origin_store_id"], index_name="sessions_origin_store")
+    db.table("sessions").create_index(["origin_label"], index_name="sessions_origin_label")
     db.table("sessions").create_index(["directory"], index_name="sessions_directory", unique=True)
     db.table("turns").create(
         {
@@ -261,12 +267,13 @@ def _create_views(db: sqlite_utils.Database) -> None:
     )
 
 
-CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_4", _create_tables), ("views_4", _create_views)))
+CATALOG_MIGRATIONS = MigrationSet("memstore.catalog", (("tables_5", _create_tables), ("views_4", _create_views)))
 """The catalog's layout. Its first step names the layout: a catalog without it (an older
-memstore's) is set aside and built again, as the catalog is regenerable. ``tables_4``: cost
-columns, what a refresh left out, and every text redacted (``tables_3`` was the first redacted
-layout; earlier ones may hold secrets, in their rows and in their search segments, so no
-catalog is ever migrated: it is made again)."""
+memstore's) is set aside and built again, as the catalog is regenerable. ``tables_5``: each
+session's origin (the store, or machine, it was born in); ``tables_4`` added cost columns, what
+a refresh left out, and every text redacted (``tables_3`` was the first redacted layout;
+earlier ones may hold secrets, in their rows and in their search segments, so no catalog is
+ever migrated: it is made again)."""
 
 
 # --------------------------------------------------------------------------------------------

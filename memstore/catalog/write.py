@@ -71,6 +71,17 @@ _FATAL = {
 _ROW_TABLES = ("file_changes", "events", "turns", "sessions")
 
 
+_ORIGIN_AT = SESSION_COLUMNS.split(", ").index("origin_store_id")
+_OWN_ORIGIN_STALE = (
+    "SELECT 1 FROM sessions WHERE origin_session_id IS NULL "
+    "AND (origin_store_id IS NOT ?1 OR origin_label IS NOT ?2) LIMIT 1"
+)
+_OWN_ORIGIN_UPDATE = (
+    "UPDATE sessions SET origin_store_id = ?1, origin_label = ?2 WHERE origin_session_id IS NULL "
+    "AND (origin_store_id IS NOT ?1 OR origin_label IS NOT ?2)"
+)
+
+
 _TURN_INSERT = (
     f"INSERT OR REPLACE INTO turns (session_id, {', '.join(TURN_COLUMNS)}, duration_ms, cost_usd, "
     f"cost_source, price_version) VALUES ({', '.join('?' * (len(TURN_COLUMNS) + 5))})"
@@ -99,12 +110,31 @@ def is_fatal(exc: BaseException) -> bool:
 
 class CatalogWriter:
     """Writes batches into the catalog behind ``conn`` (which the caller holds the store's
-    ``catalog`` lock for), indexing their chunks in ``search``."""
+    ``catalog`` lock for), indexing their chunks in ``search``. ``own_origin`` (this store's
+    id and label) is what a session born in this store records as its origin."""
 
     def __init__(self, conn: sqlite3.Connection, search: SearchIndex, path: str):
         self.conn = conn
         self.search = search
         self.path = path
+        self.own_origin: Optional[tuple[str, str]] = None
+
+    def update_own_origin(self) -> int:
+        """Give every session born in this store (no ``origin_session_id``) this store's id and
+        label as its origin, where it records others (the label was changed, or the identity
+        could not be read when the session was copied); return how many rows changed. Nothing
+        is written, and no write lock taken, when every row is current."""
+        own = self.own_origin
+        if own is None or self.conn.execute(_OWN_ORIGIN_STALE, own).fetchone() is None:
+            return 0
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            changed = self.conn.execute(_OWN_ORIGIN_UPDATE, own).rowcount
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise storage_error("write", self.path, exc) from exc
+        return changed
 
     def write(self, copies: list[SessionCopy], forget: Iterable[tuple[str, str]] = ()) -> BatchResult:
         """Write ``copies`` and forget the directories ``forget`` (``(name, session id)``) in one
@@ -233,7 +263,10 @@ class CatalogWriter:
             cost = (usd, estimated, unpriced)
         else:
             cost = (None, None, unpriced)
-        conn.execute(_SESSION_UPSERT, (*copy.session, model, failed, tokens_in, cached, created, tokens_out, *cost))
+        session = copy.session
+        if self.own_origin is not None and session[_ORIGIN_AT + 2] is None:
+            session = (*session[:_ORIGIN_AT], *self.own_origin, *session[_ORIGIN_AT + 2 :])
+        conn.execute(_SESSION_UPSERT, (*session, model, failed, tokens_in, cached, created, tokens_out, *cost))
         conn.execute(_STATE_UPSERT, copy.state)
         return removed
 

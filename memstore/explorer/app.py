@@ -201,7 +201,7 @@ def _nav(datasette, request) -> dict:
         # The one search box keeps the search page's filters when a new query is typed.
         "kept": {
             k: request.args.get(k, "")[:1100]
-            for k in ("session", "agent", "since", "until")
+            for k in ("session", "agent", "machine", "since", "until")
             if request.path.endswith("/search") and request.args.get(k)
         },
     }
@@ -292,6 +292,7 @@ async def home_view(datasette, request, state, urls, as_json):
         since=data.day_param(args.get("since")),
         until=data.day_param(args.get("until")),
         q=_text(args.get("q"), 500),
+        machine=_text(args.get("machine"), 200),
     )
     page, sort, order = _count(args.get("page"), 1), args.get("sort", "updated"), args.get("order", "desc")
     chart = args.get("chart", "tokens")
@@ -363,6 +364,7 @@ async def search_view(datasette, request, state, urls, as_json):
         agent=_text(args.get("agent"), 100),
         since=data.day_param(args.get("since")),
         until=data.day_param(args.get("until")),
+        machine=_text(args.get("machine"), 200),
     )
     limit = _count(args.get("limit"), data.SEARCH_LIMIT, 1, data.MAX_SEARCH_LIMIT)
     page = _count(args.get("page"), 1)
@@ -376,7 +378,7 @@ async def search_view(datasette, request, state, urls, as_json):
             page=page,
             filters=filters,
             conn=conn,
-            fallback=lambda q, n, sid: data.fts_search(conn, q, n, sid),
+            fallback=lambda q, n, filters: data.fts_search(conn, q, n, filters),
         )
 
     payload = await catalog_call(datasette, state, run)

@@ -38,7 +38,17 @@ from ..errors import EventNotFound, InvalidProgress, MemstoreError, TurnNotFound
 from ..layout import derived_dir, session_directory
 from ..reader import read_session
 from ..redact import Redactor, redactor_for
-from ..search import MemorySearchResult, fts_match, kept_index, query_terms, search_catalog, search_memory, snippet
+from ..search import (
+    MACHINE_FILTER,
+    MemorySearchResult,
+    fts_match,
+    kept_index,
+    machine_params,
+    query_terms,
+    search_catalog,
+    search_memory,
+    snippet,
+)
 from ..views.memory_view import memory_facts_of
 from ..views.progress import load_progress
 from . import costs
@@ -67,6 +77,7 @@ SORTS = {
     "failed": "turns_failed",
     "status": "status",
     "agent": "agent",
+    "machine": "origin_label",
     "session": "session_id",
 }
 STATUSES = ("active", "completed")
@@ -94,6 +105,16 @@ _SESSION_COLUMNS = (
     "source_path",
     "retained_turn_base",
     "generation",
+    "origin_store_id",
+    "origin_label",
+)
+
+# The machines (stores) sessions were born in, for the filters: a store id is what a filter
+# names best (two stores may share a label, a hostname), its label what people read.
+_MACHINES = (
+    "SELECT origin_store_id AS store_id, origin_label AS label, count(*) AS sessions FROM sessions "
+    "WHERE origin_store_id IS NOT NULL OR origin_label IS NOT NULL "
+    "GROUP BY origin_store_id, origin_label ORDER BY origin_label, origin_store_id"
 )
 
 
@@ -134,7 +155,8 @@ class HomeFilters:
     """What the list of sessions is restricted to (empty: no restriction): ``status``, ``agent``,
     ``model`` (the model of the session's latest turn), ``cwd`` (the working directory, or any
     directory under it), ``since``/``until`` (days, ``YYYY-MM-DD``: sessions active on any day
-    between them, both included) and ``q`` (text in the id or the first prompt)."""
+    between them, both included), ``q`` (text in the id or the first prompt) and ``machine``
+    (a store id or label: the sessions born in that store, here or imported from it)."""
 
     status: str = ""
     agent: str = ""
@@ -143,6 +165,7 @@ class HomeFilters:
     since: str = ""
     until: str = ""
     q: str = ""
+    machine: str = ""
 
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -164,6 +187,9 @@ class HomeFilters:
         if self.q:
             clauses.append("(session_id LIKE ? ESCAPE '\\' OR title LIKE ? ESCAPE '\\')")
             params += [_like(self.q), _like(self.q)]
+        if self.machine:
+            clauses.append("(origin_store_id = ? OR origin_label = ?)")
+            params += machine_params(self.machine)
         return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
     def params(self) -> dict[str, str]:
@@ -259,7 +285,7 @@ def _home_page(
         flipped = "asc" if (sort == key and order == "desc") else "desc"
         return url(
             sort=key,
-            order=flipped if sort == key else ("asc" if key in ("session", "agent", "status") else "desc"),
+            order=flipped if sort == key else ("asc" if key in ("session", "agent", "machine", "status") else "desc"),
             page=1,
         )
 
@@ -292,6 +318,7 @@ def _home_page(
         "cost": cost,
         "statuses": _rows(conn, "SELECT status, count(*) AS sessions FROM sessions GROUP BY status ORDER BY status"),
         "agents": _rows(conn, "SELECT agent, count(*) AS sessions FROM sessions GROUP BY agent ORDER BY agent"),
+        "machines": _rows(conn, _MACHINES),
         "models": _rows(
             conn,
             "SELECT model, count(*) AS sessions FROM sessions WHERE model IS NOT NULL GROUP BY model ORDER BY model",
@@ -460,9 +487,19 @@ def session_data(
                 "file_changes": urls.table("file_changes", **filt),
                 "chunks": urls.table("chunks", **filt),
                 "parent": urls.session(parent) if isinstance(parent, str) and parent else None,
+                "machine": _machine_url(urls, summary),
             },
         }
     )
+
+
+def _machine_url(urls: Urls, summary: Optional[dict]) -> Optional[str]:
+    """The home page filtered to the machine (store) the session was born in, or ``None`` when
+    the catalog does not say which."""
+    if summary is None:
+        return None
+    machine = summary.get("origin_store_id") or summary.get("origin_label")
+    return urls.home(machine=machine) if machine else None
 
 
 def _session_catalog(conn: sqlite3.Connection, session_id: str, urls: Urls) -> tuple[Optional[dict], list, list]:
@@ -719,13 +756,15 @@ MATCHING_SESSIONS = 10
 @dataclass(frozen=True)
 class SearchFilters:
     """What a search is restricted to (empty: no restriction): one ``session``, the sessions of
-    one ``agent``, chunks from day ``since`` to day ``until`` (``YYYY-MM-DD``, both included).
-    They restrict the results, never the ranking's statistics."""
+    one ``agent``, chunks from day ``since`` to day ``until`` (``YYYY-MM-DD``, both included),
+    the sessions born in one ``machine`` (a store id or label). They restrict the results, never
+    the ranking's statistics."""
 
     session: str = ""
     agent: str = ""
     since: str = ""
     until: str = ""
+    machine: str = ""
 
     def where(self) -> tuple[Optional[str], list[Any]]:
         """The condition over ``chunks`` (and its parameters) these filters make."""
@@ -743,6 +782,9 @@ class SearchFilters:
         if self.until:
             clauses.append("created_at < ?")
             params.append(next_day(self.until))
+        if self.machine:
+            clauses.append(MACHINE_FILTER)
+            params += machine_params(self.machine)
         return (" AND ".join(clauses) or None), params
 
     def params(self) -> dict[str, str]:
@@ -769,7 +811,7 @@ def search_data(
     searched as it is, and nothing is written: the ranking of :func:`memstore.search.search_catalog`
     (the process's kept index, recency preferred) with the filters as its condition. Without it
     ``memstore.search_memory`` runs (first page, session filter only), which refreshes the
-    catalog first. ``fallback(query, limit, session_id)`` is used when the BM25 search fails (a
+    catalog first. ``fallback(query, limit, filters)`` is used when the BM25 search fails (a
     catalog without its index, say); ``total`` is then ``None``."""
     query = query.strip()[:MAX_QUERY_CHARS]
     limit = min(max(1, limit), MAX_SEARCH_LIMIT)
@@ -779,23 +821,31 @@ def search_data(
     engine = None
     sessions: list[dict] = []
     agents: list[dict] = []
+    machines: list[dict] = []
     missing: list[dict] = []
     if conn is not None:
         agents = _rows(conn, "SELECT agent, count(*) AS sessions FROM sessions GROUP BY agent ORDER BY agent")
+        machines = _rows(conn, _MACHINES)
     if query:
         try:
             if conn is not None:
                 results, total = ranked_page(conn, query, limit, (page - 1) * limit, filters)
                 missing = _missing(recorded_missing(conn), root)
             else:
-                found = search_memory(root, query, max_results=limit, session_id=filters.session or None)
+                found = search_memory(
+                    root,
+                    query,
+                    max_results=limit,
+                    session_id=filters.session or None,
+                    machine=filters.machine or None,
+                )
                 results, missing = [_result(r) for r in found], _missing(found.missing, root)
             engine = "bm25"
         except (MemstoreError, sqlite3.Error) as exc:
             logger.warning("explorer: BM25 search failed (%s); falling back to FTS5", exc)
         if engine is None and fallback is not None:
             engine = "fts5"
-            results = fallback(query, limit, filters.session)
+            results = fallback(query, limit, filters)
         if conn is not None and page == 1:
             sessions = _rows(
                 conn,
@@ -835,6 +885,7 @@ def search_data(
             "missing": missing,
             "sessions": sessions,
             "agents": agents,
+            "machines": machines,
             "next_url": page_url(page + 1) if total is not None and page < pages else None,
             "previous_url": page_url(page - 1) if page > 1 else None,
             "links": {
@@ -853,12 +904,18 @@ def ranked_page(
     (unless the caller has one open), so the rows read are those ranked. Raises
     :class:`StoreIOError` if SQLite fails.
 
-    The filters :func:`memstore.search.search_catalog` takes (a session, a first day) go through
-    it; an agent or a last day, which it does not take, are the same ranking of the same kept
+    The filters :func:`memstore.search.search_catalog` takes (a session, a first day, a machine)
+    go through it; an agent or a last day, which it does not take, are the same ranking of the same kept
     index with the filters as its condition over ``chunks``."""
     if not filters.agent and not filters.until:
         page = search_catalog(
-            conn, query, limit=limit, offset=offset, session=filters.session or None, since=filters.since or None
+            conn,
+            query,
+            limit=limit,
+            offset=offset,
+            session=filters.session or None,
+            since=filters.since or None,
+            machine=filters.machine or None,
         )
         return [_result(r) for r in page.results], page.total
     where, params = filters.where()
@@ -947,14 +1004,18 @@ def highlight_parts(text: str, terms: list[str]) -> list[dict]:
     return parts
 
 
-def fts_search(conn: sqlite3.Connection, query: str, limit: int, session_id: str = "") -> list[dict]:
+def fts_search(
+    conn: sqlite3.Connection, query: str, limit: int, filters: SearchFilters = SearchFilters()
+) -> list[dict]:
     """Search the catalog's FTS5 index of chunks (the fallback when the BM25 index cannot be read): the
-    query's words, each quoted, any of them; ranked by FTS5's bm25."""
+    query's words, each quoted, any of them; ranked by FTS5's bm25; restricted by ``filters`` as
+    the BM25 search is (a session, an agent, a machine, days)."""
     match = fts_match(query, MAX_HIGHLIGHT_TERMS)
     if match is None:
         return []
-    where = "AND c.session_id = ?" if session_id else ""
-    params: tuple[Any, ...] = (match, session_id, limit) if session_id else (match, limit)
+    condition, values = filters.where()
+    where = f"AND ({condition})" if condition else ""
+    params: tuple[Any, ...] = (match, *values, limit)
     rows = _rows(
         conn,
         "SELECT c.chunk_id, c.path, c.start_line, c.end_line, -bm25(chunks_fts) AS score, c.text, "

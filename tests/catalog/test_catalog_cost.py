@@ -137,7 +137,7 @@ def test_a_catalog_without_cost_columns_is_built_again_with_them(tmp_path):
         conn.execute("DROP VIEW cost_by_model")
         for column in ("cost_usd", "cost_source", "price_version"):
             conn.execute(f"ALTER TABLE turns DROP COLUMN {column}")
-        conn.execute("UPDATE _sqlite_migrations SET name = 'tables_3' WHERE name = 'tables_4'")
+        conn.execute("UPDATE _sqlite_migrations SET name = 'tables_4' WHERE name = 'tables_5'")
     conn.close()
     hits = memstore.search_memory(tmp_path, "step")
     assert [h.session_id for h in hits] == ["s"]

@@ -103,7 +103,7 @@ def test_a_catalog_of_an_older_layout_is_set_aside_and_built_again(tmp_path):
     refresh_catalog(tmp_path)
     conn = sqlite3.connect(tmp_path / "catalog.db")
     with conn:  # the layout of the previous memstore, by name
-        conn.execute("UPDATE _sqlite_migrations SET name = 'tables_3' WHERE name = 'tables_4'")
+        conn.execute("UPDATE _sqlite_migrations SET name = 'tables_4' WHERE name = 'tables_5'")
         conn.execute("UPDATE chunks SET text = 'stale'")
     conn.close()
     assert [h.chunk_id for h in memstore.search_memory(tmp_path, "widget")] == ["s:5:0", "s:2:0"]

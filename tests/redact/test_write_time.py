@@ -117,7 +117,7 @@ def test_a_catalog_of_the_earlier_layout_is_recreated(tmp_path):
     write(root)
     memstore.refresh_catalog(root)
     conn = sqlite3.connect(root / "catalog.db")
-    conn.execute("UPDATE _sqlite_migrations SET name = 'tables_3' WHERE name = 'tables_4'")
+    conn.execute("UPDATE _sqlite_migrations SET name = 'tables_4' WHERE name = 'tables_5'")
     conn.execute("UPDATE chunks SET text = ? WHERE seq = 2", (EVENT["item"]["command"],))
     conn.commit()
     conn.close()
