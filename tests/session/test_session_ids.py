@@ -62,7 +62,7 @@ def test_a_long_id_works_and_stays_inside_the_store(tmp_path):
     assert len(directory.name) < 100
     assert memstore.rebuild(tmp_path, sid).session_id == sid
     # Nothing outside the store's own entries (the rebuild refreshed the catalog).
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.db", "changes", "locks", "sessions"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.db", "changes", "locks", "sessions", "store.json"]
     assert [p.name for p in (tmp_path / "sessions").iterdir()] == [directory.name]
 
 
