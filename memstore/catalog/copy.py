@@ -31,7 +31,7 @@ from ..reader import SessionReader, read_session_dir
 from ..redact import Redactor
 from ..session.index import IndexChanged, Turn
 from ..session.logfile import TAIL_BYTES
-from ..session.manifest import load_manifest
+from ..session.manifest import Manifest, load_manifest
 from ..views.chunks import event_chunks
 from .cost import CostReader, thread_reported_total
 from .scan import NOTHING, Examined, SessionKind
@@ -252,26 +252,8 @@ def _log_copy(
         else (None if full or previous is None else previous.reported_total)
     )
     title, from_user = _title(copy.chunks, None if full or previous is None else previous)
-    source = redactor.redact_value(manifest.source or {})  # a path or branch may quote a secret
-    copy.session = (
-        session_id,
-        name,
-        manifest.status,
-        manifest.created_at,
-        manifest.updated_at,
-        manifest.turn_count,
-        manifest.event_count,
-        manifest.retained_turn_base,
-        manifest.generation,
-        str_or_none(source.get("agent")) or "memstore",
-        str_or_none(source.get("agent_version")),
-        str_or_none(source.get("cwd")),
-        str_or_none(source.get("git_branch")),
-        str_or_none(source.get("path")),
-        str_or_none(source.get("parent_session_id")),
-        title,
-        reader.end,
-        *_origin_columns(examined.path, redactor),
+    copy.session = _session_row(
+        session_id, name, manifest, examined.path, redactor, agent="memstore", title=title, log_bytes=reader.end
     )
     copy.state = (
         name,
@@ -291,6 +273,43 @@ def _log_copy(
     return copy
 
 
+def _session_row(
+    session_id: str,
+    name: str,
+    manifest: Manifest,
+    directory: str,
+    redactor: Redactor,
+    *,
+    agent: str,
+    title: Optional[str],
+    log_bytes: int,
+) -> tuple:
+    """The ``sessions`` row of a session: its manifest's counters, its source redacted (a
+    working directory or branch may quote a secret; ``agent`` when the source names none), and
+    its origin."""
+    source = redactor.redact_value(manifest.source or {})
+    return (
+        session_id,
+        name,
+        manifest.status,
+        manifest.created_at,
+        manifest.updated_at,
+        manifest.turn_count,
+        manifest.event_count,
+        manifest.retained_turn_base,
+        manifest.generation,
+        str_or_none(source.get("agent")) or agent,
+        str_or_none(source.get("agent_version")),
+        str_or_none(source.get("cwd")),
+        str_or_none(source.get("git_branch")),
+        str_or_none(source.get("path")),
+        str_or_none(source.get("parent_session_id")),
+        title,
+        log_bytes,
+        *_origin_columns(directory, redactor),
+    )
+
+
 def _legacy_copy(examined: Examined, previous: Optional[Previous], redactor: Redactor) -> SessionCopy:
     """A session VT Code's migration made (a manifest and a memory view, no log): its row from
     its manifest, its facts from its memory view, nothing else. Always copied whole (it is a
@@ -308,26 +327,8 @@ def _legacy_copy(examined: Examined, previous: Optional[Previous], redactor: Red
     copy = SessionCopy(name, session_id, kind, True, forget, 0)
     copy.facts = _facts(examined, session_id, name, redactor)
     copy.text_bytes = sum(len(row[11]) for row in copy.facts)
-    source = redactor.redact_value(manifest.source or {})  # a path or branch may quote a secret
-    copy.session = (
-        session_id,
-        name,
-        manifest.status,
-        manifest.created_at,
-        manifest.updated_at,
-        manifest.turn_count,
-        manifest.event_count,
-        manifest.retained_turn_base,
-        manifest.generation,
-        str_or_none(source.get("agent")) or "vtcode",
-        str_or_none(source.get("agent_version")),
-        str_or_none(source.get("cwd")),
-        str_or_none(source.get("git_branch")),
-        str_or_none(source.get("path")),
-        str_or_none(source.get("parent_session_id")),
-        None,
-        0,
-        *_origin_columns(directory, redactor),
+    copy.session = _session_row(
+        session_id, name, manifest, directory, redactor, agent="vtcode", title=None, log_bytes=0
     )
     copy.state = (
         name,
