@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 
 import archive_text as T  # noqa: E402
 import archive_vocab as V  # noqa: E402
+from bench_archive import CHILD_CATALOG  # noqa: E402
 
 import memstore  # noqa: E402
 
@@ -169,22 +170,8 @@ def store_for(workdir: Path, sessions: int, seed: int, jobs: int) -> Path:
 # ----------------------------------------------------------------------------------------------
 # Children (their peak RSS from wait4)
 
-CHILD_BUILD = r"""
-import json, os, sys, time
-sys.path.insert(0, sys.argv[1])
-import memstore
-store, result_path = sys.argv[2], sys.argv[3]
-for suffix in ("", "-wal", "-shm"):
-    try:
-        os.unlink(os.path.join(store, "catalog.db" + suffix))
-    except FileNotFoundError:
-        pass
-t0 = time.perf_counter()
-report = memstore.refresh_catalog(store)
-t1 = time.perf_counter()
-with open(result_path, "w") as fh:
-    json.dump({"seconds": t1 - t0, "added": len(report.added), "errors": report.errors[:10]}, fh)
-"""
+# The catalog built from scratch in a child process: bench_archive's child, the same script.
+CHILD_BUILD = CHILD_CATALOG
 
 CHILD_FLOOR_B = r"""
 import json, os, sqlite3, sys, time
